@@ -1,0 +1,53 @@
+# Builds every program of the trainer. `make train` and `make test` do all
+# the set-up on a fresh Debian machine (packages, data, reference files).
+#
+#   make train [NP=2 ZERO=1 STEPS=... ARGS="..."]   train the default GPT on the CPU
+#   make test                                        every check a CPU machine can run
+#   make bench                                       CPU speed figures (not a test)
+#   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
+
+SHELL := /bin/bash
+MPICC ?= mpicc
+CFLAGS ?= -O3 -march=x86-64-v3 -fno-math-errno
+CFLAGS_ALL = $(CFLAGS) -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
+BLAS_LIBS ?= -lopenblas
+LIBS = $(BLAS_LIBS) -lm
+HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h)
+PY = /usr/bin/python3
+MPIRUN = mpirun --allow-run-as-root --oversubscribe
+
+NP ?= 2
+ZERO ?= 1
+STEPS ?= 300
+ARGS ?=
+
+.PHONY: all train test deps data ref bench cuda clean
+
+all: train_gpt_cpu test_gpt_cpu
+
+train_gpt_cpu: train_gpt.cu $(HEADERS)
+	$(MPICC) $(CFLAGS_ALL) -x c train_gpt.cu -o $@ $(LIBS)
+
+test_gpt_cpu: test_gpt.cu $(HEADERS)
+	$(MPICC) $(CFLAGS_ALL) -x c test_gpt.cu -o $@ $(LIBS)
+
+# Debian packages and npm packages, installed only when missing.
+deps:
+	@bash scripts/install_deps.sh
+
+data: deps
+	@bash dev/data/prepare.sh
+
+ref: deps
+	@mkdir -p data/ref
+	$(PY) dev/reference.py --config all --out data/ref
+
+train: deps data train_gpt_cpu
+	OMP_NUM_THREADS=$$(( $$(nproc) / $(NP) > 0 ? $$(nproc) / $(NP) : 1 )) \
+	$(MPIRUN) -np $(NP) ./train_gpt_cpu -z $(ZERO) -x $(STEPS) $(ARGS)
+
+test: deps data ref all
+	bash dev/run_tests.sh
+
+clean:
+	rm -f train_gpt_cpu test_gpt_cpu train_gpt test_gpt

@@ -1,0 +1,92 @@
+/*
+ cpu/backend.h: the CPU backend of the trainer: fp32 storage (floatX =
+ float), host memory, collectives over MPI on host buffers, and the fp32
+ kernels of cpu/kernels.h. The CUDA backend (llmc/cuda/backend.cuh) offers
+ the same functions with the same signatures for device memory and NCCL.
+
+ Collectives (sizes in elements; each reports to the Comm counters):
+   backend_all_reduce_sum(c, buf, n)               buf[0..n) summed over ranks, in place
+   backend_reduce_scatter_sum(c, recv, send, s)    send has N*s elements; recv (s) = sum over
+                                                   ranks of send[r*s .. r*s+s) for this rank r
+                                                   (MPI_Reduce_scatter_block)
+   backend_all_gather(c, buf, s)                   in place: rank r's s elements sit at
+                                                   buf + r*s; afterwards every rank has all
+*/
+#ifndef LLMC_CPU_BACKEND_H
+#define LLMC_CPU_BACKEND_H
+
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+#include "../utils.h"
+#include "../comm.h"
+#include "kernels.h"
+
+#define BACKEND_NAME "cpu-fp32"
+#define FLOATX_BYTES 4
+
+/* Host memory, 64-byte aligned; NULL on failure. */
+static inline void* backend_malloc(size_t bytes) {
+    size_t n = round_up(bytes, 64);
+    return aligned_alloc(64, n);
+}
+static inline void backend_free(void* p) { free(p); }
+static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+static inline void backend_memcpy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
+/* Host <-> "device" copies: the same memory on the CPU. */
+static inline void backend_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static inline void backend_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static inline void backend_synchronize(void) {}
+
+/* fp32 <-> floatX conversions for checkpoints (identity on the CPU). */
+static inline void backend_floats_to_floatX(floatX* dst_device, const float* src_host, size_t n) {
+    memcpy(dst_device, src_host, n * sizeof(float));
+}
+static inline void backend_floatX_to_floats(float* dst_host, const floatX* src_device, size_t n) {
+    memcpy(dst_host, src_device, n * sizeof(float));
+}
+
+/* MPI counts are int: split large collectives into chunks that fit. */
+#define BACKEND_MPI_CHUNK ((size_t)1 << 30)
+
+static inline void backend_all_reduce_sum(Comm* c, floatX* buf, size_t n) {
+    for (size_t off = 0; off < n; off += BACKEND_MPI_CHUNK) {
+        size_t k = n - off < BACKEND_MPI_CHUNK ? n - off : BACKEND_MPI_CHUNK;
+        MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
+}
+
+static inline void backend_reduce_scatter_sum(Comm* c, floatX* recv, const floatX* send, size_t shard) {
+    if (shard > BACKEND_MPI_CHUNK) comm_fatal(c, "reduce-scatter of %zu elements per rank exceeds the MPI int count", shard);
+    MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+}
+
+static inline void backend_all_gather(Comm* c, floatX* buf, size_t shard) {
+    if (shard > BACKEND_MPI_CHUNK) comm_fatal(c, "all-gather of %zu elements per rank exceeds the MPI int count", shard);
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, MPI_COMM_WORLD);
+    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+}
+
+/* dst[i] += src[i], i < n */
+static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
+    #pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)n; i++) dst[i] += src[i];
+}
+
+/* Peak resident memory of this process in bytes (VmHWM), 0 if unknown:
+   an independent measure beside the ledger. */
+static inline unsigned long long backend_peak_process_bytes(void) {
+    FILE* f = fopen("/proc/self/status", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "VmHWM:", 6) == 0) { kb = strtoull(line + 6, NULL, 10); break; }
+    }
+    fclose(f);
+    return kb * 1024ULL;
+}
+
+#endif /* LLMC_CPU_BACKEND_H */

@@ -1,0 +1,386 @@
+/*
+ * dataloader.h: reads llm.c token shards and hands each data-parallel rank its
+ * slice of every global micro-batch, so that N ranks with micro-batch B read,
+ * sequence for sequence, what 1 rank with micro-batch N*B reads.
+ *
+ * Token shard format (llm.c): a header of 256 int32 little-endian values,
+ *   [0] = 20240520 (magic), [1] = 1 (version), [2] = ntok (number of tokens),
+ * followed by ntok uint16 little-endian token ids. File size = 1024 + 2*ntok.
+ *
+ * Batching. Shards are the files matching a glob(3) pattern, in sorted order.
+ * Let M = num_ranks*B*T. A global micro-batch is the M+1 consecutive tokens
+ * x[pos .. pos+M] of the current shard; rank r takes x[pos + r*B*T ..
+ * pos + r*B*T + B*T]: inputs = its first B*T tokens, targets = the same shifted
+ * by one (targets[i] = inputs[i+1], the last target being the first token of
+ * the next rank's slice). Then pos += M; if the next global micro-batch would
+ * not fit (pos + M + 1 > ntok) the loader moves to the next shard, wrapping
+ * from the last shard to the first, at pos 0. One epoch is
+ * sum over shards of floor((ntok-1)/M) global micro-batches.
+ *
+ * Memory: one shard at a time is held in memory as uint16 (2*ntok bytes of the
+ * largest shard), loaded when it becomes current and checked then: every token
+ * id must be < vocab_size. Every shard's header and size are checked at init.
+ * Plain stdio (fopen/fread) and stat(2) for sizes (64-bit off_t); no MPI.
+ *
+ * Errors: functions returning int return 0 on success and 1 on error, having
+ * written ONE line into err (when err != NULL and errlen > 0) that names the
+ * file or pattern, the value, and the rule it broke.
+ */
+#ifndef LLMC_DATALOADER_H
+#define LLMC_DATALOADER_H
+
+#include <glob.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define DATALOADER_MAGIC 20240520
+#define DATALOADER_VERSION 1
+#define DATALOADER_HEADER_BYTES 1024
+
+typedef struct DataLoader {
+    /* public, read-only for callers */
+    int B, T;                 /* micro-batch size (sequences) and sequence length (tokens) of THIS rank */
+    int rank, num_ranks;      /* this rank's slice of each global micro-batch of num_ranks*B*T tokens */
+    int vocab_size;           /* every token id must be < vocab_size */
+    size_t num_tokens;        /* tokens summed over all shards */
+    int num_shards;
+    int current_shard;        /* shard holding the next global micro-batch */
+    size_t current_position;  /* token index in current_shard where the next global micro-batch starts */
+    int* inputs;              /* (B, T) token ids of the last batch */
+    int* targets;             /* (B, T) inputs shifted by one token */
+    /* private */
+    char** shard_paths;       /* num_shards paths, sorted */
+    size_t* shard_ntok;       /* tokens per shard, from the validated headers */
+    uint16_t* tokens;         /* the loaded shard, host order */
+    size_t tokens_cap;        /* capacity of tokens (largest shard) */
+    int loaded_shard;         /* index of the shard in tokens, -1 if none */
+    int seek_error;           /* set by a bad dataloader_seek, reported by the next dataloader_next_batch */
+    size_t seek_position;     /* the bad position, for that message */
+    int seek_shard;
+} DataLoader;
+
+/* dl_errf_: writes one formatted line into err (truncating) if err is usable. */
+static inline void dl_errf_(char* err, size_t errlen, const char* fmt, ...) {
+    if (err == NULL || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static inline uint32_t dl_le32_(const unsigned char* p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* dl_check_shard_: validates the header and size of one shard file.
+ * On success *ntok = tokens in it. Returns 0 or 1 with err naming the file. */
+static inline int dl_check_shard_(const char* path, size_t* ntok, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        dl_errf_(err, errlen, "dataloader: cannot stat token shard %s", path);
+        return 1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        dl_errf_(err, errlen, "dataloader: token shard %s is not a regular file", path);
+        return 1;
+    }
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        dl_errf_(err, errlen, "dataloader: cannot open token shard %s", path);
+        return 1;
+    }
+    unsigned long long size = (unsigned long long)st.st_size;
+    if (size < DATALOADER_HEADER_BYTES) {
+        fclose(f);
+        dl_errf_(err, errlen, "dataloader: token shard %s has %llu bytes, less than the %d-byte header",
+                 path, size, DATALOADER_HEADER_BYTES);
+        return 1;
+    }
+    unsigned char h[DATALOADER_HEADER_BYTES];
+    size_t got = fread(h, 1, sizeof(h), f);
+    fclose(f);
+    if (got != sizeof(h)) {
+        dl_errf_(err, errlen, "dataloader: token shard %s: could not read its 1024-byte header", path);
+        return 1;
+    }
+    int32_t magic = (int32_t)dl_le32_(h), version = (int32_t)dl_le32_(h + 4), n = (int32_t)dl_le32_(h + 8);
+    if (magic != DATALOADER_MAGIC) {
+        dl_errf_(err, errlen, "dataloader: token shard %s has magic %d, expected %d (llm.c token shard)",
+                 path, (int)magic, DATALOADER_MAGIC);
+        return 1;
+    }
+    if (version != DATALOADER_VERSION) {
+        dl_errf_(err, errlen, "dataloader: token shard %s has version %d, expected %d",
+                 path, (int)version, DATALOADER_VERSION);
+        return 1;
+    }
+    if (n < 0) {
+        dl_errf_(err, errlen, "dataloader: token shard %s has a negative token count %d in its header", path, (int)n);
+        return 1;
+    }
+    unsigned long long expect = DATALOADER_HEADER_BYTES + 2ull * (unsigned long long)n;
+    if (size != expect) {
+        dl_errf_(err, errlen, "dataloader: token shard %s is %s: header says %d tokens (%llu bytes) but the file has %llu bytes",
+                 path, size < expect ? "truncated" : "too long", (int)n, expect, size);
+        return 1;
+    }
+    *ntok = (size_t)n;
+    return 0;
+}
+
+/* dl_load_shard_: reads shard s whole into dl->tokens and checks every token
+ * id < vocab_size. Returns 0 or 1 with err naming file, token index, value. */
+static inline int dl_load_shard_(DataLoader* dl, int s, char* err, size_t errlen) {
+    const char* path = dl->shard_paths[s];
+    size_t n = dl->shard_ntok[s];
+    dl->loaded_shard = -1;
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        dl_errf_(err, errlen, "dataloader: cannot open token shard %s", path);
+        return 1;
+    }
+    unsigned char h[DATALOADER_HEADER_BYTES];
+    if (fread(h, 1, sizeof(h), f) != sizeof(h) || (int32_t)dl_le32_(h) != DATALOADER_MAGIC ||
+        (size_t)dl_le32_(h + 8) != n) {
+        fclose(f);
+        dl_errf_(err, errlen, "dataloader: token shard %s changed since init (header no longer says %zu tokens)", path, n);
+        return 1;
+    }
+    size_t got = 0;
+    while (got < n) {
+        size_t r = fread(dl->tokens + got, sizeof(uint16_t), n - got, f);
+        if (r == 0) break;
+        got += r;
+    }
+    fclose(f);
+    if (got != n) {
+        dl_errf_(err, errlen, "dataloader: token shard %s: read %zu of its %zu tokens (file shrank since init?)", path, got, n);
+        return 1;
+    }
+    const uint16_t one = 1;
+    if (*(const unsigned char*)&one != 1) { /* big-endian host: file is little-endian */
+        for (size_t i = 0; i < n; i++) dl->tokens[i] = (uint16_t)((dl->tokens[i] >> 8) | (dl->tokens[i] << 8));
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((int)dl->tokens[i] >= dl->vocab_size) {
+            dl_errf_(err, errlen, "dataloader: token shard %s: token index %zu has id %d, must be < vocab_size %d",
+                     path, i, (int)dl->tokens[i], dl->vocab_size);
+            return 1;
+        }
+    }
+    dl->loaded_shard = s;
+    return 0;
+}
+
+/* dataloader_free: releases everything dataloader_init allocated and zeroes
+ * the struct; safe on a zeroed or already freed DataLoader. */
+static inline void dataloader_free(DataLoader* dl) {
+    if (dl == NULL) return;
+    if (dl->shard_paths != NULL) {
+        for (int i = 0; i < dl->num_shards; i++) free(dl->shard_paths[i]);
+    }
+    free(dl->shard_paths);
+    free(dl->shard_ntok);
+    free(dl->tokens);
+    free(dl->inputs);
+    free(dl->targets);
+    memset(dl, 0, sizeof(*dl));
+    dl->loaded_shard = -1;
+}
+
+/* dataloader_init: opens the shards matching `pattern` (glob(3), sorted) for a
+ * rank `rank` of `num_ranks` reading micro-batches of B sequences of T tokens.
+ *   B, T >= 1; 0 <= rank < num_ranks; 1 <= vocab_size <= 65536 (ids are uint16).
+ * Checks every shard: opens, size >= 1024 bytes, magic 20240520, version 1,
+ * size == 1024 + 2*ntok, and ntok >= num_ranks*B*T + 1 (one global micro-batch
+ * plus the final target). Token ids are checked when a shard is loaded.
+ * Allocates inputs/targets (B*T ints each) and a uint16 buffer of the largest
+ * shard. Starts at shard 0, position 0. Returns 0, or 1 with a one-line err
+ * naming the pattern or file, leaving nothing allocated (dl zeroed). */
+static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int rank, int num_ranks,
+                           int vocab_size, char* err, size_t errlen) {
+    memset(dl, 0, sizeof(*dl));
+    dl->loaded_shard = -1;
+    if (pattern == NULL || pattern[0] == '\0') {
+        dl_errf_(err, errlen, "dataloader: empty token shard pattern");
+        return 1;
+    }
+    if (B < 1 || T < 1) {
+        dl_errf_(err, errlen, "dataloader: B=%d T=%d for %s: both must be >= 1", B, T, pattern);
+        return 1;
+    }
+    if (num_ranks < 1 || rank < 0 || rank >= num_ranks) {
+        dl_errf_(err, errlen, "dataloader: rank %d of %d ranks for %s: need 0 <= rank < num_ranks", rank, num_ranks, pattern);
+        return 1;
+    }
+    if (vocab_size < 1 || vocab_size > 65536) {
+        dl_errf_(err, errlen, "dataloader: vocab_size %d for %s: must be in 1..65536 (token ids are uint16)", vocab_size, pattern);
+        return 1;
+    }
+    size_t BT = (size_t)B * (size_t)T;
+    if (BT / (size_t)B != (size_t)T || BT > ((size_t)-1) / 4 / (size_t)num_ranks) {
+        dl_errf_(err, errlen, "dataloader: num_ranks*B*T = %d*%d*%d overflows for %s", num_ranks, B, T, pattern);
+        return 1;
+    }
+    size_t need = (size_t)num_ranks * BT + 1;
+
+    glob_t g;
+    memset(&g, 0, sizeof(g));
+    int gr = glob(pattern, 0, NULL, &g);
+    if (gr != 0 || g.gl_pathc == 0) {
+        if (gr != GLOB_NOMATCH && gr != 0) {
+            dl_errf_(err, errlen, "dataloader: glob(3) failed (code %d) on pattern %s", gr, pattern);
+        } else {
+            dl_errf_(err, errlen, "dataloader: no file matches the token shard pattern %s", pattern);
+        }
+        globfree(&g);
+        return 1;
+    }
+    if (g.gl_pathc > 1000000) {
+        dl_errf_(err, errlen, "dataloader: pattern %s matches %zu files, more than 1000000", pattern, (size_t)g.gl_pathc);
+        globfree(&g);
+        return 1;
+    }
+    int ns = (int)g.gl_pathc;
+    dl->shard_paths = (char**)calloc((size_t)ns, sizeof(char*));
+    dl->shard_ntok = (size_t*)calloc((size_t)ns, sizeof(size_t));
+    if (dl->shard_paths == NULL || dl->shard_ntok == NULL) {
+        globfree(&g);
+        dataloader_free(dl);
+        dl_errf_(err, errlen, "dataloader: out of memory listing %d shards of %s", ns, pattern);
+        return 1;
+    }
+    dl->num_shards = ns;
+    size_t maxtok = 0;
+    for (int i = 0; i < ns; i++) {
+        const char* p = g.gl_pathv[i];
+        size_t len = strlen(p);
+        dl->shard_paths[i] = (char*)malloc(len + 1);
+        if (dl->shard_paths[i] == NULL) {
+            globfree(&g);
+            dataloader_free(dl);
+            dl_errf_(err, errlen, "dataloader: out of memory listing shards of %s", pattern);
+            return 1;
+        }
+        memcpy(dl->shard_paths[i], p, len + 1);
+        size_t n = 0;
+        if (dl_check_shard_(p, &n, err, errlen) != 0) {
+            globfree(&g);
+            dataloader_free(dl);
+            return 1;
+        }
+        if (n < need) {
+            dl_errf_(err, errlen, "dataloader: token shard %s is too small for the global micro-batch: it has %zu tokens, "
+                     "needs at least num_ranks*B*T+1 = %d*%d*%d+1 = %zu",
+                     p, n, num_ranks, B, T, need);
+            globfree(&g);
+            dataloader_free(dl);
+            return 1;
+        }
+        dl->shard_ntok[i] = n;
+        dl->num_tokens += n;
+        if (n > maxtok) maxtok = n;
+    }
+    globfree(&g);
+
+    dl->tokens = (uint16_t*)malloc(maxtok * sizeof(uint16_t));
+    dl->inputs = (int*)malloc(BT * sizeof(int));
+    dl->targets = (int*)malloc(BT * sizeof(int));
+    if (dl->tokens == NULL || dl->inputs == NULL || dl->targets == NULL) {
+        dataloader_free(dl);
+        dl_errf_(err, errlen, "dataloader: out of memory for a %zu-token shard buffer of %s", maxtok, pattern);
+        return 1;
+    }
+    dl->tokens_cap = maxtok;
+    dl->B = B;
+    dl->T = T;
+    dl->rank = rank;
+    dl->num_ranks = num_ranks;
+    dl->vocab_size = vocab_size;
+    dl->current_shard = 0;
+    dl->current_position = 0;
+    return 0;
+}
+
+/* dataloader_next_batch: fills inputs and targets (B, T) with this rank's
+ * slice of the global micro-batch at (current_shard, current_position), then
+ * advances current_position by num_ranks*B*T, moving to the next shard
+ * (wrapping to shard 0) at position 0 when the next global micro-batch would
+ * not fit. A shard is read and its token ids checked when it is first needed.
+ * If the position (e.g. after dataloader_seek with another world size) leaves
+ * no room for a global micro-batch, the loader first moves to the next shard.
+ * Returns 0, or 1 with err (unreadable shard, token id >= vocab_size naming
+ * the file, token index and value, or a bad earlier dataloader_seek). */
+static inline int dataloader_next_batch(DataLoader* dl, char* err, size_t errlen) {
+    if (dl->seek_error) {
+        if (dl->seek_shard < 0 || dl->seek_shard >= dl->num_shards) {
+            dl_errf_(err, errlen, "dataloader: seek to shard %d: only shards 0..%d exist (first: %s)",
+                     dl->seek_shard, dl->num_shards - 1, dl->num_shards > 0 ? dl->shard_paths[0] : "(none)");
+        } else {
+            dl_errf_(err, errlen, "dataloader: seek to position %zu of token shard %s, which has only %zu tokens",
+                     dl->seek_position, dl->shard_paths[dl->seek_shard], dl->shard_ntok[dl->seek_shard]);
+        }
+        return 1;
+    }
+    size_t BT = (size_t)dl->B * (size_t)dl->T;
+    size_t M = (size_t)dl->num_ranks * BT;
+    if (dl->current_position + M + 1 > dl->shard_ntok[dl->current_shard]) {
+        dl->current_shard = (dl->current_shard + 1) % dl->num_shards;
+        dl->current_position = 0;
+    }
+    if (dl->loaded_shard != dl->current_shard) {
+        if (dl_load_shard_(dl, dl->current_shard, err, errlen) != 0) return 1;
+    }
+    const uint16_t* x = dl->tokens + dl->current_position + (size_t)dl->rank * BT;
+    for (size_t i = 0; i < BT; i++) {
+        dl->inputs[i] = (int)x[i];
+        dl->targets[i] = (int)x[i + 1];
+    }
+    dl->current_position += M;
+    if (dl->current_position + M + 1 > dl->shard_ntok[dl->current_shard]) {
+        dl->current_shard = (dl->current_shard + 1) % dl->num_shards;
+        dl->current_position = 0;
+    }
+    return 0;
+}
+
+/* dataloader_seek: makes (shard, position) the start of the next global
+ * micro-batch, e.g. to resume from a checkpoint that saved current_shard and
+ * current_position. The shard is loaded (and checked) by the next
+ * dataloader_next_batch; an out-of-range shard or a position beyond the
+ * shard's tokens is reported by that call. */
+static inline void dataloader_seek(DataLoader* dl, int shard, size_t position) {
+    if (shard < 0 || shard >= dl->num_shards || position > dl->shard_ntok[shard]) {
+        dl->seek_error = 1;
+        dl->seek_shard = shard;
+        dl->seek_position = position;
+        return;
+    }
+    dl->seek_error = 0;
+    dl->current_shard = shard;
+    dl->current_position = position;
+}
+
+/* dataloader_reset: back to shard 0, position 0 (e.g. before each evaluation
+ * pass over the val split). Keeps the loaded shard if it is shard 0. */
+static inline void dataloader_reset(DataLoader* dl) {
+    dl->seek_error = 0;
+    dl->current_shard = 0;
+    dl->current_position = 0;
+}
+
+/* dataloader_batches_per_epoch: global micro-batches in one pass over all
+ * shards = sum over shards of floor((ntok - 1) / (num_ranks*B*T)); the same
+ * number on every rank, e.g. an upper bound for val_num_batches. */
+static inline size_t dataloader_batches_per_epoch(const DataLoader* dl) {
+    size_t M = (size_t)dl->num_ranks * (size_t)dl->B * (size_t)dl->T;
+    size_t n = 0;
+    for (int i = 0; i < dl->num_shards; i++) n += (dl->shard_ntok[i] - 1) / M;
+    return n;
+}
+
+#endif /* LLMC_DATALOADER_H */

@@ -1,0 +1,220 @@
+/*
+ * tokenizer.h: GPT-2 token id -> bytes, read from llm.c's tokenizer decode
+ * file, to print generated samples. (Encoding text is done offline by
+ * dev/data/tokenize.mjs.)
+ *
+ * File format (llm.c): a header of 256 int32 little-endian values,
+ *   [0] = 20240328 (magic), [1] = version (1 or 2), [2] = vocab_size,
+ *   [3] = eot token id (version 2 only; version 1 implies 50256),
+ * then for each id 0 .. vocab_size-1: one uint8 length L (1..255) followed by
+ * the L raw bytes of the token (a token may be part of a UTF-8 character).
+ * The file must end exactly after the last token.
+ *
+ * Errors: tokenizer_init returns 1 with ONE line in err (when err != NULL and
+ * errlen > 0) naming the file, the value and the rule it broke.
+ */
+#ifndef LLMC_TOKENIZER_H
+#define LLMC_TOKENIZER_H
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define TOKENIZER_MAGIC 20240328
+#define TOKENIZER_HEADER_BYTES 1024
+
+typedef struct Tokenizer {
+    uint32_t vocab_size;  /* number of token ids */
+    uint32_t eot_token;   /* <|endoftext|> id */
+    int init_ok;          /* 1 after a successful tokenizer_init */
+    char* blob;           /* each token's bytes followed by a NUL */
+    uint32_t* offset;     /* vocab_size offsets of the tokens into blob */
+    uint8_t* length;      /* vocab_size byte lengths (1..255) */
+} Tokenizer;
+
+static inline void tok_errf_(char* err, size_t errlen, const char* fmt, ...) {
+    if (err == NULL || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* tokenizer_free: releases what tokenizer_init allocated and zeroes t; safe on
+ * a zeroed or already freed Tokenizer. */
+static inline void tokenizer_free(Tokenizer* t) {
+    if (t == NULL) return;
+    free(t->blob);
+    free(t->offset);
+    free(t->length);
+    memset(t, 0, sizeof(*t));
+}
+
+/* tokenizer_init: reads the decode file at `path` (format above).
+ * Checks: file opens, >= 1024 bytes, magic 20240328, version 1 or 2,
+ * 1 <= vocab_size <= 16777216, eot < vocab_size (version 2), every length
+ * byte > 0, the file not truncated and without trailing bytes.
+ * Returns 0 (t->init_ok = 1), or 1 with a one-line err naming the file,
+ * leaving t zeroed and nothing allocated. */
+static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size_t errlen) {
+    memset(t, 0, sizeof(*t));
+    struct stat st;
+    if (path == NULL || stat(path, &st) != 0) {
+        tok_errf_(err, errlen, "tokenizer: cannot open tokenizer file %s", path ? path : "(null)");
+        return 1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        tok_errf_(err, errlen, "tokenizer: %s is not a regular file", path);
+        return 1;
+    }
+    unsigned long long size = (unsigned long long)st.st_size;
+    if (size < TOKENIZER_HEADER_BYTES) {
+        tok_errf_(err, errlen, "tokenizer: %s has %llu bytes, less than the %d-byte header",
+                  path, size, TOKENIZER_HEADER_BYTES);
+        return 1;
+    }
+    if (size > (1ull << 32)) {
+        tok_errf_(err, errlen, "tokenizer: %s has %llu bytes, more than 4 GiB", path, size);
+        return 1;
+    }
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) {
+        tok_errf_(err, errlen, "tokenizer: cannot open tokenizer file %s", path);
+        return 1;
+    }
+    unsigned char* buf = (unsigned char*)malloc((size_t)size);
+    if (buf == NULL) {
+        fclose(f);
+        tok_errf_(err, errlen, "tokenizer: out of memory reading %s (%llu bytes)", path, size);
+        return 1;
+    }
+    size_t got = fread(buf, 1, (size_t)size, f);
+    fclose(f);
+    if (got != (size_t)size) {
+        free(buf);
+        tok_errf_(err, errlen, "tokenizer: read %zu of the %llu bytes of %s", got, size, path);
+        return 1;
+    }
+    int32_t h[4];
+    for (int i = 0; i < 4; i++) {
+        const unsigned char* p = buf + 4 * i;
+        h[i] = (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+    }
+    if (h[0] != TOKENIZER_MAGIC) {
+        free(buf);
+        tok_errf_(err, errlen, "tokenizer: %s has magic %d, expected %d (llm.c tokenizer file)", path, (int)h[0], TOKENIZER_MAGIC);
+        return 1;
+    }
+    if (h[1] != 1 && h[1] != 2) {
+        free(buf);
+        tok_errf_(err, errlen, "tokenizer: %s has version %d, expected 1 or 2", path, (int)h[1]);
+        return 1;
+    }
+    if (h[2] < 1 || h[2] > (1 << 24)) {
+        free(buf);
+        tok_errf_(err, errlen, "tokenizer: %s has vocab_size %d, must be in 1..16777216", path, (int)h[2]);
+        return 1;
+    }
+    uint32_t V = (uint32_t)h[2];
+    uint32_t eot = 50256;
+    if (h[1] == 2) {
+        if (h[3] < 0 || (uint32_t)h[3] >= V) {
+            free(buf);
+            tok_errf_(err, errlen, "tokenizer: %s has eot token %d, must be in 0..vocab_size-1 = %u", path, (int)h[3], V - 1);
+            return 1;
+        }
+        eot = (uint32_t)h[3];
+    }
+    /* pass 1: lengths and total size */
+    size_t pos = TOKENIZER_HEADER_BYTES;
+    size_t total = 0;
+    for (uint32_t i = 0; i < V; i++) {
+        if (pos >= (size_t)size) {
+            free(buf);
+            tok_errf_(err, errlen, "tokenizer: %s is truncated: it ends (%llu bytes) before the length byte of token %u of %u",
+                      path, size, i, V);
+            return 1;
+        }
+        unsigned L = buf[pos];
+        if (L == 0) {
+            free(buf);
+            tok_errf_(err, errlen, "tokenizer: %s: token %u has length 0 (at byte %zu), must be 1..255", path, i, pos);
+            return 1;
+        }
+        if (pos + 1 + L > (size_t)size) {
+            free(buf);
+            tok_errf_(err, errlen, "tokenizer: %s is truncated: token %u needs %u bytes at byte %zu but the file has %llu bytes",
+                      path, i, L, pos + 1, size);
+            return 1;
+        }
+        pos += 1 + L;
+        total += L + 1;
+    }
+    if (pos != (size_t)size) {
+        free(buf);
+        tok_errf_(err, errlen, "tokenizer: %s has %llu trailing bytes after its %u tokens (file %llu bytes, tokens end at %zu)",
+                  path, size - (unsigned long long)pos, V, size, pos);
+        return 1;
+    }
+    /* pass 2: copy into NUL-terminated strings */
+    t->blob = (char*)malloc(total);
+    t->offset = (uint32_t*)malloc((size_t)V * sizeof(uint32_t));
+    t->length = (uint8_t*)malloc((size_t)V);
+    if (t->blob == NULL || t->offset == NULL || t->length == NULL) {
+        free(buf);
+        tokenizer_free(t);
+        tok_errf_(err, errlen, "tokenizer: out of memory for the %u tokens of %s", V, path);
+        return 1;
+    }
+    pos = TOKENIZER_HEADER_BYTES;
+    size_t o = 0;
+    for (uint32_t i = 0; i < V; i++) {
+        unsigned L = buf[pos];
+        t->offset[i] = (uint32_t)o;
+        t->length[i] = (uint8_t)L;
+        memcpy(t->blob + o, buf + pos + 1, L);
+        t->blob[o + L] = '\0';
+        o += L + 1;
+        pos += 1 + L;
+    }
+    free(buf);
+    t->vocab_size = V;
+    t->eot_token = eot;
+    t->init_ok = 1;
+    return 0;
+}
+
+/* tokenizer_decode: the bytes of token `id` as a NUL-terminated string (a
+ * token holding a 0x00 byte reads as shorter; tokenizer_token_length gives the
+ * true length). NULL if the tokenizer is not initialized or id >= vocab_size.
+ * The pointer stays valid until tokenizer_free. */
+static inline const char* tokenizer_decode(const Tokenizer* t, uint32_t id) {
+    if (t == NULL || !t->init_ok || id >= t->vocab_size) return NULL;
+    return t->blob + t->offset[id];
+}
+
+/* tokenizer_token_length: number of bytes (1..255) of token id, 0 if invalid. */
+static inline size_t tokenizer_token_length(const Tokenizer* t, uint32_t id) {
+    if (t == NULL || !t->init_ok || id >= t->vocab_size) return 0;
+    return t->length[id];
+}
+
+/* tokenizer_print_safe: writes the bytes of token id to out, except when the
+ * token is a single byte that is neither printable nor whitespace (a control
+ * byte, or a lone byte of a multi-byte UTF-8 character), or id is invalid. */
+static inline void tokenizer_print_safe(const Tokenizer* t, uint32_t id, FILE* out) {
+    const char* s = tokenizer_decode(t, id);
+    if (s == NULL) return;
+    size_t L = t->length[id];
+    if (L == 1) {
+        unsigned char c = (unsigned char)s[0];
+        if (!(isprint(c) || isspace(c))) return;
+    }
+    fwrite(s, 1, L, out);
+}
+
+#endif /* LLMC_TOKENIZER_H */

@@ -1,0 +1,679 @@
+/*
+ zero.h: where every byte lives. The shard plan of ZeRO stages 0-3, the
+ memory ledger, the closed-form estimator of the ZeRO paper, and (unless
+ ZERO_PLAN_ONLY is defined) the engine that executes the plan with the
+ backend's buffers and collectives.
+
+ Source: Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+ Trillion Parameter Models", arXiv:1910.02054, sections 5 and 7; FSDP
+ (Zhao et al., arXiv:2304.11277) for units and reshard_after_forward.
+
+ Layout (DESIGN.md section 1). Parameters form ONE flat buffer, unit-major:
+ unit 0 is the root (wte, wpe, lnf_w, lnf_b), unit l+1 is transformer block l.
+ Inside a unit every tensor starts at a multiple of ZERO_ALIGN elements; the
+ unit is then padded to a multiple of N * ZERO_ALIGN elements (N = ranks in
+ the shard group) and split into N equal contiguous shards; rank r owns shard
+ r of every unit. Gradients, fp32 master weights and Adam m, v use the same
+ coordinates. A buffer is held either FULL (all units, padded) or SHARDED
+ (only the own shard of every unit, concatenated):
+
+   stage | params  grads   master/m/v     (p, g = bytes per param / grad elem,
+   0     | full    full    full            k = optimizer bytes per param:
+   1     | full    full    shard           8 for m+v, +4 for an fp32 master
+   2     | full    shard   shard           copy when p < 4)
+   3     | shard   shard   shard
+
+ Per-rank model-state bytes (the paper's formulas, Psi = num_parameters):
+   stage 0: (p+g+k) Psi;  1: (p+g) Psi + k Psi/N;  2: p Psi + (g+k) Psi/N;
+   stage 3: (p+g+k) Psi/N.  The plan computes them on the padded sizes, so the
+   ledger can match them to the byte; the formula values are printed beside.
+
+ Traffic per optimizer step with A micro-steps (bytes handed to collectives):
+   stage 0: all-reduce grads (g Psi; a ring moves 2(N-1)/N of it: "2 Psi")
+   stage 1: reduce-scatter grads g Psi + all-gather params p Psi ("2 Psi")
+   stage 2: reduce-scatter every micro-step A g Psi + all-gather p Psi
+   stage 3: all-gather each block before forward and again before backward
+            (2 A p Psi_blocks, A p Psi_blocks with reshard_after_forward=0),
+            the root once per step (p Psi_root), reduce-scatter A g Psi ("3 Psi")
+*/
+#ifndef LLMC_ZERO_H
+#define LLMC_ZERO_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "utils.h"
+
+#define ZERO_ALIGN 16         /* elements; tensor starts and shard sizes are multiples */
+#define ZERO_MAX_TENSORS 4096
+#define ZERO_MAX_SLOTS 1024
+
+/* ------------------------------------------------------------------------ */
+/* Shard plan                                                               */
+
+typedef struct {
+    const char* name;   /* e.g. "qkvw" */
+    int unit;           /* 0 = root, l+1 = block l */
+    size_t size;        /* elements */
+    int decay;          /* 1: weight decay applies (2-D matmul weights and embeddings) */
+    size_t offset;      /* elements from the start of its unit (set by the plan) */
+} ZeroTensor;
+
+typedef struct {
+    size_t size;        /* elements up to the end of its last tensor (aligned) */
+    size_t padded;      /* size rounded up to a multiple of N * ZERO_ALIGN */
+    size_t shard;       /* padded / N: elements each rank owns */
+    size_t offset;      /* start of the unit in a FULL buffer */
+    size_t shard_offset;/* start of the unit's own shard in a SHARDED buffer */
+} ZeroUnit;
+
+/* which buffer an index refers to */
+enum { ZB_PARAMS = 0, ZB_GRADS, ZB_OPT /* master, m, v */ };
+
+typedef struct {
+    int zero_stage;           /* 0..3 */
+    int num_ranks, rank;      /* N, r */
+    int param_bytes;          /* p: 4 (fp32) or 2 (bf16) */
+    int grad_bytes;           /* g */
+    int master_bytes;         /* 4 when p < 4 (fp32 master copy), else 0 */
+    int reshard_after_forward;/* stage 3: 1 = free each block after forward */
+    int prefetch;             /* stage 3: blocks gathered ahead of use */
+    int grad_accum_steps;     /* A: micro-steps per optimizer step */
+    int num_units;
+    ZeroUnit* units;
+    int num_tensors;
+    ZeroTensor* tensors;
+    size_t num_parameters;    /* Psi: sum of tensor sizes (unpadded) */
+    size_t padded_parameters; /* sum of units' padded sizes: a FULL buffer */
+    size_t shard_parameters;  /* padded_parameters / N: a SHARDED buffer */
+    size_t max_block_padded;  /* largest padded block unit (units 1..) */
+    size_t max_shard;         /* largest per-unit shard */
+    int num_slots;            /* stage 3: gathered block buffers */
+} ZeroPlan;
+
+/* Build the plan. tensors: n entries, grouped by unit (unit numbers
+   non-decreasing), copied. Returns 0, or 1 with a message in err for an
+   impossible configuration (stage outside 0..3, N < 1, rank out of range,
+   a tensor of size 0, units out of order). */
+static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, int num_units,
+                                 int zero_stage, int num_ranks, int rank, int param_bytes, int grad_bytes,
+                                 int reshard_after_forward, int prefetch, int grad_accum_steps,
+                                 char* err, size_t errlen) {
+    memset(P, 0, sizeof(*P));
+    if (zero_stage < 0 || zero_stage > 3) return set_err(err, errlen, "-z %d: zero_stage must be 0, 1, 2 or 3", zero_stage);
+    if (num_ranks < 1 || rank < 0 || rank >= num_ranks) return set_err(err, errlen, "shard plan: rank %d of %d is invalid", rank, num_ranks);
+    if (param_bytes != 2 && param_bytes != 4) return set_err(err, errlen, "shard plan: param_bytes %d must be 2 or 4", param_bytes);
+    if (n < 1 || n > ZERO_MAX_TENSORS || num_units < 1) return set_err(err, errlen, "shard plan: %d tensors in %d units is invalid", n, num_units);
+    if (prefetch < 0) return set_err(err, errlen, "--prefetch %d: must be >= 0", prefetch);
+    if (grad_accum_steps < 1) return set_err(err, errlen, "shard plan: grad_accum_steps %d must be >= 1", grad_accum_steps);
+    P->zero_stage = zero_stage; P->num_ranks = num_ranks; P->rank = rank;
+    P->param_bytes = param_bytes; P->grad_bytes = grad_bytes;
+    P->master_bytes = param_bytes < 4 ? 4 : 0;
+    P->reshard_after_forward = reshard_after_forward ? 1 : 0;
+    P->prefetch = prefetch; P->grad_accum_steps = grad_accum_steps;
+    P->num_units = num_units; P->num_tensors = n;
+    P->units = (ZeroUnit*)calloc_or_die((size_t)num_units, sizeof(ZeroUnit), "shard plan units");
+    P->tensors = (ZeroTensor*)calloc_or_die((size_t)n, sizeof(ZeroTensor), "shard plan tensors");
+    memcpy(P->tensors, tensors, (size_t)n * sizeof(ZeroTensor));
+    int prev_unit = 0;
+    for (int i = 0; i < n; i++) {
+        ZeroTensor* t = &P->tensors[i];
+        if (t->unit < prev_unit || t->unit >= num_units) return set_err(err, errlen, "shard plan: tensor %s in unit %d is out of order", t->name, t->unit);
+        if (t->size == 0) return set_err(err, errlen, "shard plan: tensor %s has size 0", t->name);
+        prev_unit = t->unit;
+        ZeroUnit* u = &P->units[t->unit];
+        t->offset = u->size;
+        u->size = round_up(t->offset + t->size, ZERO_ALIGN);
+        P->num_parameters += t->size;
+    }
+    size_t granule = (size_t)num_ranks * ZERO_ALIGN;
+    size_t off = 0, soff = 0;
+    for (int u = 0; u < num_units; u++) {
+        ZeroUnit* U = &P->units[u];
+        U->padded = round_up(U->size > 0 ? U->size : 1, granule);
+        U->shard = U->padded / (size_t)num_ranks;
+        U->offset = off; U->shard_offset = soff;
+        off += U->padded; soff += U->shard;
+        if (u > 0 && U->padded > P->max_block_padded) P->max_block_padded = U->padded;
+        if (U->shard > P->max_shard) P->max_shard = U->shard;
+    }
+    P->padded_parameters = off;
+    P->shard_parameters = soff;
+    int blocks = num_units - 1;
+    P->num_slots = 0;
+    if (zero_stage == 3 && blocks > 0) {
+        P->num_slots = P->reshard_after_forward ? (1 + prefetch < blocks ? 1 + prefetch : blocks) : blocks;
+        if (P->num_slots > ZERO_MAX_SLOTS) return set_err(err, errlen, "shard plan: %d gathered slots exceed %d", P->num_slots, ZERO_MAX_SLOTS);
+    }
+    return 0;
+}
+
+static inline void zero_plan_free(ZeroPlan* P) {
+    free(P->units); free(P->tensors);
+    P->units = NULL; P->tensors = NULL;
+}
+
+/* Is buffer kind b held FULL (1) or SHARDED (0) at this stage? */
+static inline int zero_is_full(const ZeroPlan* P, int b) {
+    if (b == ZB_PARAMS) return P->zero_stage < 3;
+    if (b == ZB_GRADS) return P->zero_stage < 2;
+    return P->zero_stage < 1;
+}
+
+/* Elements a rank holds of buffer kind b. */
+static inline size_t zero_held_elements(const ZeroPlan* P, int b) {
+    return zero_is_full(P, b) ? P->padded_parameters : P->shard_parameters;
+}
+
+/* Range [lo, hi) of unit coordinates (0..padded) that this rank holds of
+   buffer kind b: the whole unit when FULL, its own shard otherwise. */
+static inline void zero_held_range(const ZeroPlan* P, int b, int u, size_t* lo, size_t* hi) {
+    const ZeroUnit* U = &P->units[u];
+    if (zero_is_full(P, b)) { *lo = 0; *hi = U->padded; }
+    else { *lo = (size_t)P->rank * U->shard; *hi = *lo + U->shard; }
+}
+
+/* The own shard of unit u, in unit coordinates: [r*shard, (r+1)*shard). */
+static inline void zero_own_range(const ZeroPlan* P, int u, size_t* lo, size_t* hi) {
+    const ZeroUnit* U = &P->units[u];
+    *lo = (size_t)P->rank * U->shard; *hi = *lo + U->shard;
+}
+
+/* Index into a buffer of kind b of the element at unit coordinate x of unit
+   u. x must lie in zero_held_range(b, u). */
+static inline size_t zero_index(const ZeroPlan* P, int b, int u, size_t x) {
+    const ZeroUnit* U = &P->units[u];
+    if (zero_is_full(P, b)) return U->offset + x;
+    return U->shard_offset + (x - (size_t)P->rank * U->shard);
+}
+
+/* Intersection of tensor t with the unit-coordinate range [lo, hi);
+   returns the count and sets *a..*a+count in unit coordinates. */
+static inline size_t zero_tensor_overlap(const ZeroPlan* P, int t, size_t lo, size_t hi, size_t* a) {
+    const ZeroTensor* T = &P->tensors[t];
+    size_t s = T->offset > lo ? T->offset : lo;
+    size_t e = T->offset + T->size < hi ? T->offset + T->size : hi;
+    *a = s;
+    return e > s ? e - s : 0;
+}
+
+/* The range of unit coordinates on which this rank runs AdamW: everything
+   at stage 0 (replicated optimizer), the own shard at stages 1-3. */
+static inline void zero_update_range(const ZeroPlan* P, int u, size_t* lo, size_t* hi) {
+    zero_held_range(P, ZB_OPT, u, lo, hi);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ledger: every byte of model states and activations, by category          */
+
+enum { MEM_PARAMS = 0, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_ACTIVATIONS,
+       MEM_GATHERED, MEM_UNIT_GRADS, MEM_COMM_SCRATCH, MEM_NUM };
+static const char* mem_names[MEM_NUM] = {"params", "grads", "master weights", "adam m", "adam v",
+                                         "activations", "gathered units (transient)", "unit grads (transient)",
+                                         "comm scratch"};
+
+typedef struct {
+    unsigned long long predicted[MEM_NUM];
+    unsigned long long allocated[MEM_NUM];
+    unsigned long long current, peak;           /* all categories */
+    unsigned long long gathered_in_use, gathered_peak; /* stage-3 gathered bytes actually holding a unit */
+} Ledger;
+
+/* Predicted per-rank bytes of every model-state category and of the
+   transient buffers, from the plan alone. Activations are predicted by the
+   model (gpt.h) and passed in. */
+static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long activation_bytes, Ledger* L) {
+    memset(L->predicted, 0, sizeof(L->predicted));
+    unsigned long long p = (unsigned long long)P->param_bytes, g = (unsigned long long)P->grad_bytes;
+    L->predicted[MEM_PARAMS] = p * zero_held_elements(P, ZB_PARAMS);
+    L->predicted[MEM_GRADS] = g * zero_held_elements(P, ZB_GRADS);
+    L->predicted[MEM_MASTER] = (unsigned long long)P->master_bytes * zero_held_elements(P, ZB_OPT);
+    L->predicted[MEM_ADAM_M] = 4ULL * zero_held_elements(P, ZB_OPT);
+    L->predicted[MEM_ADAM_V] = 4ULL * zero_held_elements(P, ZB_OPT);
+    L->predicted[MEM_ACTIVATIONS] = activation_bytes;
+    if (P->zero_stage == 3)
+        L->predicted[MEM_GATHERED] = p * (P->units[0].padded + (unsigned long long)P->num_slots * P->max_block_padded);
+    if (P->zero_stage >= 2)
+        L->predicted[MEM_UNIT_GRADS] = g * (P->units[0].padded + (P->num_units > 1 ? P->max_block_padded : 0));
+    if (P->zero_stage >= 1 && P->num_ranks > 1)
+        L->predicted[MEM_COMM_SCRATCH] = g * P->max_shard;
+}
+
+/* Model-state bytes (params, grads, master, m, v) of a ledger column. */
+static inline unsigned long long ledger_model_states(const unsigned long long* col) {
+    return col[MEM_PARAMS] + col[MEM_GRADS] + col[MEM_MASTER] + col[MEM_ADAM_M] + col[MEM_ADAM_V];
+}
+
+/* Predicted traffic of one optimizer step (bytes handed per collective, per
+   rank), for comparison with Comm's PHASE_TRAIN counters divided by steps. */
+static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long handed[4]) {
+    unsigned long long p = (unsigned long long)P->param_bytes, g = (unsigned long long)P->grad_bytes;
+    unsigned long long full = P->padded_parameters, A = (unsigned long long)P->grad_accum_steps;
+    unsigned long long root = P->units[0].padded, blocks = full - root;
+    handed[0] = handed[1] = handed[2] = 0;
+    handed[3] = 2 * sizeof(double); /* loss and grad-norm squares */
+    if (P->num_ranks == 1) return;  /* nothing to communicate; the engine skips the calls */
+    switch (P->zero_stage) {
+        case 0: handed[0] = g * full; break;
+        case 1: handed[1] = g * full; handed[2] = p * full; break;
+        case 2: handed[1] = A * g * full; handed[2] = p * full; break;
+        default:
+            handed[1] = A * g * full;
+            handed[2] = p * root + A * (P->reshard_after_forward ? 2ULL : 1ULL) * p * blocks;
+            break;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Estimator: the closed forms, no padding, for any Psi and N               */
+
+/* Per-rank model-state bytes of stage s: p, g bytes per param/grad, k
+   optimizer bytes per param (12 for mixed-precision Adam, 8 for fp32). */
+static inline double zero_formula_bytes(int stage, double psi, double N, double p, double g, double k) {
+    switch (stage) {
+        case 0: return (p + g + k) * psi;
+        case 1: return (p + g) * psi + k * psi / N;
+        case 2: return p * psi + (g + k) * psi / N;
+        default: return (p + g + k) * psi / N;
+    }
+}
+
+/* Traffic per step in units of Psi elements moved (ring volume, ZeRO paper
+   section 7): 2 for stages 0-2, 3 for stage 3. */
+static inline double zero_formula_traffic_psi(int stage) { return stage == 3 ? 3.0 : 2.0; }
+
+/* Smallest N for which stage s fits in mem bytes, or 0 for "never".
+   Exact integer arithmetic on bytes (psi integer, p,g,k integers). */
+static inline unsigned long long zero_min_ranks(int stage, unsigned long long psi, unsigned long long p,
+                                                unsigned long long g, unsigned long long k, unsigned long long mem) {
+    unsigned long long rep, shard;   /* replicated and sharded bytes */
+    switch (stage) {
+        case 0: rep = (p + g + k) * psi; shard = 0; break;
+        case 1: rep = (p + g) * psi; shard = k * psi; break;
+        case 2: rep = p * psi; shard = (g + k) * psi; break;
+        default: rep = 0; shard = (p + g + k) * psi; break;
+    }
+    if (shard == 0) return rep <= mem ? 1 : 0;
+    if (rep >= mem) return 0;
+    unsigned long long room = mem - rep;
+    return (shard + room - 1) / room;
+}
+
+/* Print the estimator table: per-rank GB (1e9 bytes) for stages 0-3, traffic
+   per step in Psi, whether each fits in gpu_mem bytes (if > 0) and the
+   smallest rank count that fits. */
+static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem) {
+    fprintf(out, "ZeRO estimate: Psi = %.6g parameters, N = %d ranks, %d+%d+%d = %d bytes/param", psi, N, p, g, k, p + g + k);
+    if (gpu_mem > 0) fprintf(out, ", device memory %.1f GB", gpu_mem / 1e9);
+    fprintf(out, "\n");
+    fprintf(out, "%-6s %-28s %14s %10s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "traffic", "fits", "min ranks");
+    static const char* forms[4] = {"(p+g+k) Psi", "(p+g) Psi + k Psi/N", "p Psi + (g+k) Psi/N", "(p+g+k) Psi/N"};
+    for (int s = 0; s < 4; s++) {
+        double b = zero_formula_bytes(s, psi, (double)N, p, g, k);
+        char fits[8] = "-", minr[24] = "-";
+        if (gpu_mem > 0) {
+            snprintf(fits, sizeof(fits), "%s", b <= gpu_mem ? "yes" : "no");
+            unsigned long long m = zero_min_ranks(s, (unsigned long long)(psi + 0.5), (unsigned long long)p,
+                                                  (unsigned long long)g, (unsigned long long)k, (unsigned long long)(gpu_mem + 0.5));
+            if (m == 0) snprintf(minr, sizeof(minr), "never");
+            else snprintf(minr, sizeof(minr), "%llu", m);
+        }
+        fprintf(out, "%-6d %-28s %14.3f %8.1f Psi %6s %10s\n", s, forms[s], b / 1e9, zero_formula_traffic_psi(s), fits, minr);
+    }
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Engine: executes the plan. Needs floatX, the Comm, and the backend        */
+/* functions (llmc/cpu/backend.h or llmc/cuda/backend.cuh) declared first.  */
+#ifndef ZERO_PLAN_ONLY
+#include "comm.h"
+
+/* Allocate through the ledger; a failed allocation ends every rank with a
+   message naming the category and size. */
+static inline void* ledger_alloc(Ledger* L, Comm* c, int cat, size_t bytes) {
+    if (bytes == 0) return NULL;
+    void* p = backend_malloc(bytes);
+    if (!p) comm_fatal(c, "out of memory allocating %zu bytes for %s", bytes, mem_names[cat]);
+    backend_memset_zero(p, bytes);
+    L->allocated[cat] += bytes;
+    L->current += bytes;
+    if (L->current > L->peak) L->peak = L->current;
+    return p;
+}
+
+static inline void ledger_free(Ledger* L, int cat, void* p, size_t bytes) {
+    if (!p) return;
+    backend_free(p);
+    L->allocated[cat] -= bytes;
+    L->current -= bytes;
+}
+
+typedef struct {
+    ZeroPlan* plan;
+    Ledger* ledger;
+    Comm* comm;
+    floatX* params;       /* FULL (stages 0-2) or SHARDED (stage 3) */
+    floatX* grads;        /* FULL (stages 0-1) or SHARDED (stages 2-3) */
+    float* master;        /* fp32 master weights when p < 4, else NULL */
+    float* adam_m;
+    float* adam_v;
+    floatX* gathered_root;            /* stage 3: root unit, whole optimizer step */
+    floatX* slots[ZERO_MAX_SLOTS];    /* stage 3: gathered blocks */
+    int slot_unit[ZERO_MAX_SLOTS];    /* which unit a slot holds, -1 = free */
+    int root_gathered;
+    floatX* unit_grads_root;  /* stages 2-3: full grads of the root unit for one backward */
+    floatX* unit_grads_block; /* stages 2-3: full grads of one block */
+    floatX* scratch;          /* reduce-scatter output (one unit's shard) */
+} ZeroEngine;
+
+static inline void zero_engine_track_gathered(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    unsigned long long b = E->root_gathered ? P->units[0].padded : 0;
+    for (int s = 0; s < P->num_slots; s++)
+        if (E->slot_unit[s] >= 0) b += P->units[E->slot_unit[s]].padded;
+    b *= (unsigned long long)P->param_bytes;
+    E->ledger->gathered_in_use = b;
+    if (b > E->ledger->gathered_peak) E->ledger->gathered_peak = b;
+}
+
+/* Allocate every model-state buffer the plan says this rank holds. */
+static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm* c) {
+    memset(E, 0, sizeof(*E));
+    E->plan = P; E->ledger = L; E->comm = c;
+    size_t pb = (size_t)P->param_bytes, gb = (size_t)P->grad_bytes;
+    E->params = (floatX*)ledger_alloc(L, c, MEM_PARAMS, pb * zero_held_elements(P, ZB_PARAMS));
+    E->grads = (floatX*)ledger_alloc(L, c, MEM_GRADS, gb * zero_held_elements(P, ZB_GRADS));
+    size_t opt = zero_held_elements(P, ZB_OPT);
+    if (P->master_bytes) E->master = (float*)ledger_alloc(L, c, MEM_MASTER, 4 * opt);
+    E->adam_m = (float*)ledger_alloc(L, c, MEM_ADAM_M, 4 * opt);
+    E->adam_v = (float*)ledger_alloc(L, c, MEM_ADAM_V, 4 * opt);
+    if (P->zero_stage == 3) {
+        E->gathered_root = (floatX*)ledger_alloc(L, c, MEM_GATHERED, pb * P->units[0].padded);
+        for (int s = 0; s < P->num_slots; s++) {
+            E->slots[s] = (floatX*)ledger_alloc(L, c, MEM_GATHERED, pb * P->max_block_padded);
+            E->slot_unit[s] = -1;
+        }
+    }
+    if (P->zero_stage >= 2) {
+        E->unit_grads_root = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->units[0].padded);
+        if (P->num_units > 1) E->unit_grads_block = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->max_block_padded);
+    }
+    if (P->zero_stage >= 1 && P->num_ranks > 1)
+        E->scratch = (floatX*)ledger_alloc(L, c, MEM_COMM_SCRATCH, gb * P->max_shard);
+}
+
+static inline void zero_engine_free(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    Ledger* L = E->ledger;
+    size_t pb = (size_t)P->param_bytes, gb = (size_t)P->grad_bytes, opt = zero_held_elements(P, ZB_OPT);
+    ledger_free(L, MEM_PARAMS, E->params, pb * zero_held_elements(P, ZB_PARAMS));
+    ledger_free(L, MEM_GRADS, E->grads, gb * zero_held_elements(P, ZB_GRADS));
+    ledger_free(L, MEM_MASTER, E->master, 4 * opt);
+    ledger_free(L, MEM_ADAM_M, E->adam_m, 4 * opt);
+    ledger_free(L, MEM_ADAM_V, E->adam_v, 4 * opt);
+    ledger_free(L, MEM_GATHERED, E->gathered_root, pb * P->units[0].padded);
+    for (int s = 0; s < P->num_slots; s++) ledger_free(L, MEM_GATHERED, E->slots[s], pb * P->max_block_padded);
+    ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_root, gb * P->units[0].padded);
+    ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_block, gb * P->max_block_padded);
+    ledger_free(L, MEM_COMM_SCRATCH, E->scratch, gb * P->max_shard);
+}
+
+/* All-gather unit u into dst (padded elements), own shard taken from src. */
+static inline void zero_gather_into(ZeroEngine* E, int u, floatX* dst, const floatX* own_shard) {
+    const ZeroPlan* P = E->plan;
+    const ZeroUnit* U = &P->units[u];
+    floatX* mine = dst + (size_t)P->rank * U->shard;
+    if (mine != own_shard) backend_memcpy(mine, own_shard, U->shard * sizeof(floatX));
+    if (P->num_ranks > 1) backend_all_gather(E->comm, dst, U->shard);
+}
+
+/* Parameters of unit u, full (padded) size, ready for compute. Stages 0-2:
+   a view into the full buffer. Stage 3: all-gathered into the root buffer
+   or a block slot if not already there (the forward and the backward each
+   call this; a block freed after forward is gathered again). */
+static inline floatX* zero_unit_params(ZeroEngine* E, int u) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 3) return E->params + P->units[u].offset;
+    const floatX* own = E->params + P->units[u].shard_offset;
+    if (u == 0) {
+        if (!E->root_gathered) {
+            zero_gather_into(E, 0, E->gathered_root, own);
+            E->root_gathered = 1;
+            zero_engine_track_gathered(E);
+        }
+        return E->gathered_root;
+    }
+    int s = (u - 1) % P->num_slots;
+    if (E->slot_unit[s] != u) {
+        zero_gather_into(E, u, E->slots[s], own);
+        E->slot_unit[s] = u;
+        zero_engine_track_gathered(E);
+    }
+    return E->slots[s];
+}
+
+/* Stage 3: gather block u ahead of its use (no-op beyond the last block or
+   when prefetch is 0, and at other stages). */
+static inline void zero_prefetch_unit(ZeroEngine* E, int u) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 3 || P->prefetch == 0 || u < 1 || u >= P->num_units) return;
+    (void)zero_unit_params(E, u);
+}
+
+/* Stage 3: free block u's gathered params. after_forward=1 keeps it when
+   reshard_after_forward is 0 (FSDP's reshard_after_forward=False). */
+static inline void zero_release_unit(ZeroEngine* E, int u, int after_forward) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 3 || u == 0) return;
+    if (after_forward && !P->reshard_after_forward) return;
+    int s = (u - 1) % P->num_slots;
+    if (E->slot_unit[s] == u) { E->slot_unit[s] = -1; zero_engine_track_gathered(E); }
+}
+
+/* Stage 3: the root is released after the optimizer step changed the params. */
+static inline void zero_release_all(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 3) return;
+    E->root_gathered = 0;
+    for (int s = 0; s < P->num_slots; s++) E->slot_unit[s] = -1;
+    zero_engine_track_gathered(E);
+}
+
+/* Gradient buffer of unit u (full padded size) into which backward
+   accumulates. Stages 0-1: a view of the full grads (accumulating over
+   micro-steps). Stages 2-3: the transient unit buffer, zeroed here; the
+   caller hands it to zero_unit_grads_done() when backward of u is complete. */
+static inline floatX* zero_unit_grads(ZeroEngine* E, int u) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 2) return E->grads + P->units[u].offset;
+    floatX* g = (u == 0) ? E->unit_grads_root : E->unit_grads_block;
+    backend_memset_zero(g, P->units[u].padded * sizeof(floatX));
+    return g;
+}
+
+/* Stages 2-3: reduce-scatter unit u's grads now and add the own shard into
+   the persistent grad shard (sum over ranks and micro-steps). */
+static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 2) return;
+    const ZeroUnit* U = &P->units[u];
+    floatX* g = (u == 0) ? E->unit_grads_root : E->unit_grads_block;
+    floatX* dst = E->grads + U->shard_offset;
+    if (P->num_ranks > 1) {
+        backend_reduce_scatter_sum(E->comm, E->scratch, g, U->shard);
+        backend_add(dst, E->scratch, U->shard);
+    } else {
+        backend_add(dst, g, U->shard);
+    }
+}
+
+/* Start of an optimizer step: zero the gradient accumulators. */
+static inline void zero_begin_step(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    backend_memset_zero(E->grads, (size_t)P->grad_bytes * zero_held_elements(P, ZB_GRADS));
+}
+
+/* After the last micro-step: stage 0 all-reduces the full grads, stage 1
+   reduce-scatters each unit into its own shard (in the full buffer).
+   Stages 2-3 already reduced during backward. */
+static inline void zero_reduce_grads(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (P->num_ranks == 1) return;
+    if (P->zero_stage == 0) {
+        backend_all_reduce_sum(E->comm, E->grads, P->padded_parameters);
+    } else if (P->zero_stage == 1) {
+        for (int u = 0; u < P->num_units; u++) {
+            const ZeroUnit* U = &P->units[u];
+            backend_reduce_scatter_sum(E->comm, E->scratch, E->grads + U->offset, U->shard);
+            backend_memcpy(E->grads + U->offset + (size_t)P->rank * U->shard, E->scratch, U->shard * sizeof(floatX));
+        }
+    }
+}
+
+/* Global grad norm: each rank sums the squares of its OWN shard of every
+   tensor (whatever the stage), the sums are all-reduced. */
+static inline double zero_grad_norm(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    double ss = 0.0;
+    for (int t = 0; t < P->num_tensors; t++) {
+        int u = P->tensors[t].unit;
+        size_t lo, hi, a;
+        zero_own_range(P, u, &lo, &hi);
+        size_t n = zero_tensor_overlap(P, t, lo, hi, &a);
+        if (n) ss += sum_squares(E->grads + zero_index(P, ZB_GRADS, u, a), n);
+    }
+    double buf[2] = {ss, 0.0};
+    comm_allreduce_sum_host(E->comm, buf, 1);
+    return sqrt(buf[0]);
+}
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+} AdamWConfig;
+
+/* AdamW (Loshchilov & Hutter) on this rank's range of every tensor (all of it
+   at stage 0, the own shard at 1-3), weight decay only where the tensor says
+   so, gradients clipped by the global norm (torch's clip_grad_norm_: scale
+   min(1, clip/(norm+1e-6))). step t counts from 1. Then stages 1-2
+   all-gather the updated params; stage 3 drops every gathered unit.
+   Returns the grad norm before clipping. */
+static inline double zero_optimizer_step(ZeroEngine* E, const AdamWConfig* cfg, int t) {
+    const ZeroPlan* P = E->plan;
+    double norm = zero_grad_norm(E);
+    float scale = 1.0f;
+    if (cfg->grad_clip > 0.0f && norm > cfg->grad_clip) scale = (float)(cfg->grad_clip / (norm + 1e-6));
+    float b1c = 1.0f - powf(cfg->beta1, (float)t);
+    float b2c = 1.0f - powf(cfg->beta2, (float)t);
+    for (int i = 0; i < P->num_tensors; i++) {
+        int u = P->tensors[i].unit;
+        size_t lo, hi, a;
+        zero_update_range(P, u, &lo, &hi);
+        size_t n = zero_tensor_overlap(P, i, lo, hi, &a);
+        if (!n) continue;
+        size_t io = zero_index(P, ZB_OPT, u, a);
+        adamw_update(E->params + zero_index(P, ZB_PARAMS, u, a),
+                     E->master ? E->master + io : NULL,
+                     E->grads + zero_index(P, ZB_GRADS, u, a),
+                     E->adam_m + io, E->adam_v + io, n,
+                     cfg->lr, cfg->beta1, cfg->beta2, b1c, b2c, cfg->eps,
+                     P->tensors[i].decay ? cfg->weight_decay : 0.0f, scale);
+    }
+    if ((P->zero_stage == 1 || P->zero_stage == 2) && P->num_ranks > 1) {
+        for (int u = 0; u < P->num_units; u++) {
+            floatX* full = E->params + P->units[u].offset;
+            backend_all_gather(E->comm, full, P->units[u].shard);
+        }
+    }
+    zero_release_all(E);
+    return norm;
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Reports: predicted vs measured, beside the paper's formulas              */
+
+/* Paper-formula bytes of each model-state category at this stage, on the
+   unpadded Psi (what the ZeRO paper would print). */
+static inline void zero_formula_memory(const ZeroPlan* P, double out[MEM_NUM]) {
+    double psi = (double)P->num_parameters, N = (double)P->num_ranks;
+    for (int i = 0; i < MEM_NUM; i++) out[i] = -1.0;
+    out[MEM_PARAMS] = P->param_bytes * psi / (P->zero_stage >= 3 ? N : 1.0);
+    out[MEM_GRADS] = P->grad_bytes * psi / (P->zero_stage >= 2 ? N : 1.0);
+    out[MEM_MASTER] = P->master_bytes * psi / (P->zero_stage >= 1 ? N : 1.0);
+    out[MEM_ADAM_M] = 4.0 * psi / (P->zero_stage >= 1 ? N : 1.0);
+    out[MEM_ADAM_V] = out[MEM_ADAM_M];
+}
+
+/* Print predicted vs allocated bytes per category for this rank. Returns
+   the number of categories where they differ (each printed as ERROR). */
+static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* L) {
+    double f[MEM_NUM];
+    zero_formula_memory(P, f);
+    static const char* forms[4][5] = {
+        {"p Psi", "g Psi", "4 Psi", "4 Psi", "4 Psi"},
+        {"p Psi", "g Psi", "4 Psi/N", "4 Psi/N", "4 Psi/N"},
+        {"p Psi", "g Psi/N", "4 Psi/N", "4 Psi/N", "4 Psi/N"},
+        {"p Psi/N", "g Psi/N", "4 Psi/N", "4 Psi/N", "4 Psi/N"}};
+    fprintf(out, "memory ledger, rank %d of %d, zero_stage %d: Psi = %zu parameters (%zu padded, %zu per shard), p=%d g=%d k=%d bytes/param\n",
+            P->rank, P->num_ranks, P->zero_stage, P->num_parameters, P->padded_parameters, P->shard_parameters,
+            P->param_bytes, P->grad_bytes, P->master_bytes + 8);
+    fprintf(out, "  %-28s %16s %16s %16s  %s\n", "category", "predicted B", "allocated B", "paper formula B", "");
+    int bad = 0;
+    unsigned long long tp = 0, ta = 0;
+    double tf = 0;
+    for (int i = 0; i < MEM_NUM; i++) {
+        if (i == MEM_MASTER && P->master_bytes == 0) continue;
+        int ok = L->predicted[i] == L->allocated[i];
+        bad += !ok;
+        tp += L->predicted[i]; ta += L->allocated[i];
+        char fs[64] = "";
+        if (f[i] >= 0) { snprintf(fs, sizeof(fs), "%16.0f  %s", f[i], forms[P->zero_stage][i < 5 ? i : 0]); tf += f[i]; }
+        fprintf(out, "  %-28s %16llu %16llu %s%s\n", mem_names[i], L->predicted[i], L->allocated[i], fs[0] ? fs : "", ok ? "" : "   <-- ERROR: allocated != predicted");
+        if (i == MEM_ADAM_V) {
+            fprintf(out, "  %-28s %16llu %16llu %16.0f  (%.2f bytes/param of Psi)\n", "= model states", ledger_model_states(L->predicted),
+                    ledger_model_states(L->allocated), tf, (double)ledger_model_states(L->allocated) / (double)P->num_parameters);
+        }
+    }
+    fprintf(out, "  %-28s %16llu %16llu\n", "= total", tp, ta);
+    fprintf(out, "  ledger: %s\n", bad ? "ERROR: mismatch" : "OK (allocated == predicted in every category)");
+    return bad;
+}
+
+/* Print counted vs predicted traffic of the training phase over `steps`
+   optimizer steps. Returns the number of mismatching collectives. */
+static inline int zero_print_traffic(FILE* out, const ZeroPlan* P, const Comm* c, int steps) {
+    unsigned long long per[4];
+    zero_predict_traffic(P, per);
+    int N = P->num_ranks;
+    static const int elem_is_grad[4] = {1, 1, 0, 0};
+    fprintf(out, "traffic, rank %d of %d, zero_stage %d, %d optimizer steps x %d micro-steps (training only):\n",
+            P->rank, N, P->zero_stage, steps, P->grad_accum_steps);
+    fprintf(out, "  %-20s %8s %18s %18s %18s %12s\n", "collective", "calls", "handed B", "predicted B", "ring wire B", "Psi/step");
+    int bad = 0;
+    double total_psi = 0;
+    for (int k = 0; k < COLL_NUM; k++) {
+        unsigned long long pred = per[k] * (unsigned long long)steps;
+        int ok = c->handed[PHASE_TRAIN][k] == pred;
+        bad += !ok;
+        double psi = 0;
+        if (k < 3 && N > 1 && steps > 0) {
+            double elem = elem_is_grad[k] ? P->grad_bytes : P->param_bytes;
+            psi = (double)c->wire[PHASE_TRAIN][k] / steps / (elem * (double)P->num_parameters * (N - 1) / N);
+            total_psi += psi;
+        }
+        fprintf(out, "  %-20s %8llu %18llu %18llu %18llu %12.3f%s\n", coll_names[k], c->calls[PHASE_TRAIN][k],
+                c->handed[PHASE_TRAIN][k], pred, c->wire[PHASE_TRAIN][k], psi, ok ? "" : "   <-- ERROR: counted != predicted");
+    }
+    if (N > 1)
+        fprintf(out, "  volume per optimizer step: %.3f Psi (ZeRO paper: 2 Psi for stages 0-2, 3 Psi for stage 3%s)\n", total_psi,
+                P->zero_stage == 3 ? "; here the root unit (tied wte) is gathered once per step, blocks twice per micro-step" : "");
+    else
+        fprintf(out, "  single rank: nothing crosses the wire\n");
+    fprintf(out, "  traffic: %s\n", bad ? "ERROR: mismatch" : "OK (counted == predicted for every collective)");
+    return bad;
+}
+
+#endif /* ZERO_PLAN_ONLY */
+
+#endif /* LLMC_ZERO_H */

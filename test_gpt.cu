@@ -1,0 +1,217 @@
+/*
+ test_gpt.cu: checks the trainer against the PyTorch reference (dev/reference.py).
+ Loads an llm.c checkpoint and a debug state (llm.c layout: B, T, inputs,
+ targets, logits (B,T,V), loss, every gradient in checkpoint order; our
+ trailer: num_steps, lr, beta1, beta2, eps, weight_decay, grad_clip, losses),
+ splits the reference batch over the ranks and micro-steps exactly as the
+ data loader does (micro-step a, rank r: sequences (a*N + r)*Bm ..+Bm), and
+ checks, at the given ZeRO stage:
+   - logits of every sequence, the mean loss,
+   - every gradient tensor (each rank checks its own shard; errors relative
+     to the tensor's largest reference magnitude),
+   - the losses of num_steps AdamW steps on that batch,
+   - the memory ledger (allocated == predicted per category) and the
+     traffic of the training steps (counted == predicted per collective).
+ Usage: mpirun -np N ./test_gpt_cpu -e model.bin -s debug_state.bin [-z s]
+        [--reshard-after-forward 0|1] [--accum A] [--losses-out file]
+ Prints one line per check and "N passed, M failed"; exit 1 if any failed.
+*/
+#ifdef __CUDACC__
+#include "llmc/cuda/backend.cuh"
+#else
+#include "llmc/cpu/backend.h"
+#endif
+#include "llmc/gpt.h"
+
+#ifdef __CUDACC__
+/* bf16 storage (8 bits of mantissa, relative rounding 2^-9 = 0.2%) with fp32
+   accumulation: tolerances well inside llm.c's CUDA test (loss 0.05). */
+#define TOL_LOGITS 2.5e-2
+#define TOL_LOSS 1e-2
+#define TOL_GRAD 5e-2
+#define TOL_STEP_LOSS 2e-2
+#else
+/* fp32 against a float64 reference: 100x tighter than llm.c's CPU test. */
+#define TOL_LOGITS 1e-4
+#define TOL_LOSS 1e-4
+#define TOL_GRAD 1e-4
+#define TOL_STEP_LOSS 1e-4
+#endif
+
+static int passed = 0, failed = 0;
+
+static void check(Comm* c, int ok_local, const char* what, double value, double tol) {
+    int ok = ok_local, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    double worst = comm_allreduce_max_host(c, value);
+    if (all) passed++; else failed++;
+    if (c->rank == 0) printf("%s %-48s max err %.3e (tol %.1e)\n", all ? "OK  " : "FAIL", what, worst, tol);
+}
+
+static int read_exact(FILE* f, void* p, size_t size, size_t n) { return fread(p, size, n, f) == n ? 0 : 1; }
+
+int main(int argc, char** argv) {
+    Comm comm;
+    comm_init(&comm, &argc, &argv);
+    char err[ERRLEN] = "";
+    const char* model_path = NULL; const char* state_path = NULL; const char* losses_out = NULL;
+    long zero_stage = 0, reshard = 1, accum = 1, prefetch = 1;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) { set_err(err, ERRLEN, "flag %s needs a value", argv[i]); break; }
+        const char* f = argv[i]; const char* v = argv[++i];
+        if (!strcmp(f, "-e")) model_path = v;
+        else if (!strcmp(f, "-s")) state_path = v;
+        else if (!strcmp(f, "--losses-out")) losses_out = v;
+        else if (!strcmp(f, "-z")) { if (parse_long(v, &zero_stage)) set_err(err, ERRLEN, "-z '%s' is not an integer", v); }
+        else if (!strcmp(f, "--reshard-after-forward")) { if (parse_long(v, &reshard)) set_err(err, ERRLEN, "--reshard-after-forward '%s' is not an integer", v); }
+        else if (!strcmp(f, "--prefetch")) { if (parse_long(v, &prefetch)) set_err(err, ERRLEN, "--prefetch '%s' is not an integer", v); }
+        else if (!strcmp(f, "--accum")) { if (parse_long(v, &accum) || accum < 1) set_err(err, ERRLEN, "--accum '%s' must be a positive integer", v); }
+        else set_err(err, ERRLEN, "unknown flag %s", f);
+    }
+    if (!err[0] && (!model_path || !state_path)) set_err(err, ERRLEN, "usage: test_gpt -e model.bin -s debug_state.bin [-z stage] [--accum A]");
+    comm_check_all(&comm, err);
+
+    GPT2Config cfg;
+    int version;
+    gpt2_read_checkpoint_header(model_path, &cfg, &version, err, ERRLEN);
+    comm_check_all(&comm, err);
+
+    /* debug state */
+    FILE* f = fopen(state_path, "rb");
+    int h[256];
+    if (!f) set_err(err, ERRLEN, "debug state %s: cannot open (%s)", state_path, strerror(errno));
+    else if (read_exact(f, h, sizeof(int), 256)) set_err(err, ERRLEN, "debug state %s: shorter than its header", state_path);
+    else if (h[0] != 20240327 || h[1] != 2) set_err(err, ERRLEN, "debug state %s: bad magic/version %d/%d (expected 20240327/2)", state_path, h[0], h[1]);
+    comm_check_all(&comm, err);
+    int Bref = h[2], T = h[3], N = comm.world_size, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    if (Bref % (N * (int)accum) != 0) set_err(err, ERRLEN, "debug state batch %d is not divisible by ranks*accum = %d*%ld", Bref, N, accum);
+    comm_check_all(&comm, err);
+    int Bm = Bref / (N * (int)accum);
+    size_t BT = (size_t)Bref * T;
+    int* x = (int*)malloc_or_die(BT * sizeof(int), "inputs");
+    int* y = (int*)malloc_or_die(BT * sizeof(int), "targets");
+    float* ref_logits = (float*)malloc_or_die(BT * (size_t)V * sizeof(float), "ref logits");
+    float ref_loss;
+    GPT2 model;
+    gpt2_init(&model, &cfg, &comm, (int)zero_stage, (int)reshard, (int)prefetch, (int)accum, Bm, T, err, ERRLEN);
+    comm_check_all(&comm, err);
+    const ZeroPlan* P = &model.plan;
+    size_t total = 0;
+    for (int t = 0; t < P->num_tensors; t++) total += P->tensors[t].size;
+    float* ref_grads = (float*)malloc_or_die(total * sizeof(float), "ref grads");
+    int nsteps = 0;
+    float hp[6];
+    float ref_losses[64];
+    if (read_exact(f, x, sizeof(int), BT) || read_exact(f, y, sizeof(int), BT) || read_exact(f, ref_logits, sizeof(float), BT * V) ||
+        read_exact(f, &ref_loss, sizeof(float), 1) || read_exact(f, ref_grads, sizeof(float), total) ||
+        read_exact(f, &nsteps, sizeof(int), 1) || nsteps < 1 || nsteps > 64 || read_exact(f, hp, sizeof(float), 6) ||
+        read_exact(f, ref_losses, sizeof(float), (size_t)nsteps))
+        set_err(err, ERRLEN, "debug state %s: truncated or does not match checkpoint %s (B=%d T=%d V=%d, %zu parameters)", state_path, model_path, Bref, T, V, total);
+    fclose(f);
+    comm_check_all(&comm, err);
+    gpt2_load_checkpoint(&model, model_path, err, ERRLEN);
+    comm_check_all(&comm, err);
+    if (comm.rank == 0)
+        printf("test_gpt (%s): %s, %d rank(s), zero_stage %ld%s, %ld micro-step(s) of B=%d, T=%d, %zu parameters\n", BACKEND_NAME, model_path,
+               N, zero_stage, zero_stage == 3 ? (reshard ? " reshard 1" : " reshard 0") : "", accum, Bm, T, P->num_parameters);
+
+    /* 1. forward only: logits and loss of every micro-step slice */
+    comm.phase = PHASE_OTHER;
+    double max_logit_err = 0.0, loss_sum = 0.0;
+    float* row = (float*)malloc_or_die((size_t)Vp * sizeof(float), "logit row");
+    for (int a = 0; a < accum; a++) {
+        size_t seq0 = ((size_t)a * N + comm.rank) * Bm;
+        loss_sum += gpt2_forward(&model, x + seq0 * T, y + seq0 * T, Bm, T, 0.0f);
+        for (size_t i = 0; i < (size_t)Bm * T; i++) {
+            backend_floatX_to_floats(row, model.logits + i * Vp, (size_t)V);
+            const float* r = ref_logits + (seq0 * T + i) * V;
+            for (int v = 0; v < V; v++) { double e = fabs((double)row[v] - r[v]); if (e > max_logit_err) max_logit_err = e; }
+        }
+    }
+    zero_release_all(&model.engine);
+    check(&comm, max_logit_err <= TOL_LOGITS, "logits", max_logit_err, TOL_LOGITS);
+    comm_allreduce_sum_host(&comm, &loss_sum, 1);
+    double mean_loss = loss_sum / ((double)accum * N);
+    check(&comm, fabs(mean_loss - ref_loss) <= TOL_LOSS, "loss (forward)", fabs(mean_loss - ref_loss), TOL_LOSS);
+    if (comm.rank == 0) printf("     loss %.6f, reference %.6f\n", mean_loss, ref_loss);
+
+    /* 2. training steps; gradients checked after the first backward */
+    comm.phase = PHASE_TRAIN;
+    AdamWConfig opt = {hp[0], hp[1], hp[2], hp[3], hp[4], hp[5]};
+    float dloss = 1.0f / (float)((double)Bm * T * N * accum);
+    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "order");
+    gpt2_checkpoint_order(&cfg, order);
+    float* buf = (float*)malloc_or_die(total * sizeof(float), "grad buffer");
+    double losses[64];
+    int all_grads_ok = 1;
+    double worst_grad = 0;
+    for (int step = 0; step < nsteps; step++) {
+        zero_begin_step(&model.engine);
+        double loss = 0.0;
+        for (int a = 0; a < accum; a++) {
+            size_t seq0 = ((size_t)a * N + comm.rank) * Bm;
+            loss += gpt2_forward(&model, x + seq0 * T, y + seq0 * T, Bm, T, dloss);
+            gpt2_backward(&model, Bm, T);
+        }
+        zero_reduce_grads(&model.engine);
+        if (step == 0) {
+            size_t ref_off = 0;
+            for (int k = 0; k < P->num_tensors; k++) {
+                int t = order[k];
+                const ZeroTensor* Tt = &P->tensors[t];
+                const float* r = ref_grads + ref_off;
+                ref_off += Tt->size;
+                double mx = 0.0;
+                for (size_t i = 0; i < Tt->size; i++) if (fabs(r[i]) > mx) mx = fabs(r[i]);
+                size_t lo, hi, s0;
+                zero_own_range(P, Tt->unit, &lo, &hi);
+                size_t n = zero_tensor_overlap(P, t, lo, hi, &s0);
+                double e = 0.0;
+                if (n) {
+                    backend_floatX_to_floats(buf, model.engine.grads + zero_index(P, ZB_GRADS, Tt->unit, s0), n);
+                    for (size_t i = 0; i < n; i++) { double d = fabs((double)buf[i] - r[s0 - Tt->offset + i]); if (d > e) e = d; }
+                }
+                double rel = mx > 0 ? e / mx : e;
+                if (rel > TOL_GRAD) all_grads_ok = 0;
+                if (rel > worst_grad) worst_grad = rel;
+                if (k < 2 || k >= P->num_tensors - 2 || rel > TOL_GRAD) {
+                    char what[96];
+                    int layer = Tt->unit - 1;
+                    if (layer >= 0) snprintf(what, sizeof(what), "grad %s[%d] (rel. to max %.2e)", Tt->name, layer, mx);
+                    else snprintf(what, sizeof(what), "grad %s (rel. to max %.2e)", Tt->name, mx);
+                    check(&comm, rel <= TOL_GRAD, what, rel, TOL_GRAD);
+                } else {
+                    /* keep ranks in step: every rank runs the same checks */
+                    double wr = comm_allreduce_max_host(&comm, rel);
+                    (void)wr;
+                }
+            }
+            check(&comm, all_grads_ok, "all gradient tensors", worst_grad, TOL_GRAD);
+        }
+        double norm = zero_optimizer_step(&model.engine, &opt, step + 1);
+        comm_allreduce_sum_host(&comm, &loss, 1);
+        losses[step] = loss / ((double)accum * N);
+        if (comm.rank == 0) printf("     step %2d loss %.7f reference %.7f norm %.5f\n", step, losses[step], ref_losses[step], norm);
+    }
+    double worst = 0;
+    for (int s = 0; s < nsteps; s++) if (fabs(losses[s] - ref_losses[s]) > worst) worst = fabs(losses[s] - ref_losses[s]);
+    check(&comm, worst <= TOL_STEP_LOSS, "losses of the AdamW steps", worst, TOL_STEP_LOSS);
+    if (losses_out && comm.rank == 0) {
+        FILE* lf = fopen(losses_out, "w");
+        if (lf) { for (int s = 0; s < nsteps; s++) fprintf(lf, "%.9g\n", losses[s]); fclose(lf); }
+    }
+
+    /* 3. ledger and traffic against the plan */
+    FILE* sink = comm.rank == 0 ? stdout : fopen("/dev/null", "w");
+    int mem_bad = zero_print_memory(sink, P, &model.ledger);
+    check(&comm, mem_bad == 0, "memory ledger: allocated == predicted", (double)mem_bad, 0);
+    int traffic_bad = zero_print_traffic(sink, P, &comm, nsteps);
+    if (sink != stdout) fclose(sink);
+    check(&comm, traffic_bad == 0, "traffic: counted == predicted", (double)traffic_bad, 0);
+
+    if (comm.rank == 0) printf("%d passed, %d failed\n", passed, failed);
+    gpt2_free(&model);
+    free(x); free(y); free(ref_logits); free(ref_grads); free(row); free(order); free(buf);
+    comm_finalize(&comm);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,421 @@
+/*
+ train_gpt.cu: the trainer. Trains GPT-2 on llm.c token shards on one or
+ many ranks (MPI), data parallel with the model states sharded by ZeRO stage
+ -z 0|1|2|3. The same source builds the CPU program (a C compiler, fp32,
+ OpenMP, BLAS, MPI: ./train_gpt_cpu) and the CUDA program (nvcc, bf16,
+ cuBLASLt, NCCL: ./train_gpt); only the backend header differs.
+
+ One optimizer step: for each of A micro-steps every rank reads its slice
+ of the global micro-batch, runs forward and backward over the units (the
+ engine gathers / reduces as its stage says), then the engine reduces what
+ is left, clips by the global grad norm, runs AdamW on the rank's range and
+ refreshes the params. Every run prints the shard plan's predicted bytes per
+ category beside the bytes allocated, and at the end the traffic counted on
+ every collective beside the traffic predicted.
+
+ Run ./train_gpt_cpu -h for the flags.
+*/
+#ifdef __CUDACC__
+#include "llmc/cuda/backend.cuh"
+#else
+#include "llmc/cpu/backend.h"
+#endif
+#include <sys/stat.h>
+#include <unistd.h>
+#include "llmc/gpt.h"
+#include "llmc/checkpoint.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "llmc/schedulers.h"
+
+typedef struct {
+    const char* train_pattern;
+    const char* val_pattern;
+    const char* init;            /* checkpoint path or descriptor dN */
+    const char* output_dir;
+    const char* tokenizer_path;
+    int B, T;
+    long total_batch;            /* tokens per optimizer step, all ranks */
+    float lr, final_frac, weight_decay, grad_clip;
+    int warmup, max_steps, val_every, val_steps, sample_every, gen_tokens, ckpt_every;
+    int zero_stage, reshard_after_forward, prefetch;
+    int ledger_all, ledger_every;
+    unsigned long long seed;
+    /* architecture overrides (-1: from descriptor / checkpoint) */
+    int layers, heads, channels, max_seq_len, vocab;
+    /* estimator */
+    int estimate;
+    double est_params, est_gpu_mem;
+    int est_ranks;
+    const char* est_dtype;
+} Args;
+
+static void usage(FILE* out) {
+    fprintf(out,
+"usage: mpirun -np N ./train_gpt_cpu [flags]     (the CUDA build: ./train_gpt)\n"
+"data and model\n"
+"  -i <glob>   train token shards (llm.c format)          default data/brown/brown_train_*.bin\n"
+"  -j <glob>   validation token shards                    default data/brown/brown_val_*.bin\n"
+"  -e <str>    init: an llm.c checkpoint file, or a descriptor dN (N layers, N heads,\n"
+"              64*N channels, maxT 1024, GPT-2 vocabulary)  default d4\n"
+"  -o <dir>    output dir: main.log, model checkpoints     default none\n"
+"  --tokenizer <file>  llm.c tokenizer decode file          default data/gpt2_tokenizer.bin\n"
+"  --layers/--heads/--channels/--max-seq-len/--vocab <n>  override the descriptor; with a\n"
+"              checkpoint they must agree with its header   default from -e\n"
+"  --seed <n>  random init seed                            default 1337\n"
+"batch\n"
+"  -b <n>      micro-batch per rank (sequences)            default 4\n"
+"  -t <n>      sequence length                             default 64\n"
+"  -d <n>      total batch in tokens per optimizer step (all ranks); must be a multiple\n"
+"              of B*T*ranks; the quotient is the grad accumulation  default B*T*ranks\n"
+"optimizer (AdamW, beta1 0.9, beta2 0.95, eps 1e-8)\n"
+"  -l <f>      peak learning rate                          default 1e-3\n"
+"  -u <n>      warmup steps                                default 20\n"
+"  -q <f>      final lr as a fraction of the peak (cosine)   default 0.1\n"
+"  -c <f>      weight decay (2-D tensors only)             default 0.1\n"
+"  --grad-clip <f>  clip by global grad norm (0: off)      default 1.0\n"
+"  -x <n>      optimizer steps                             default 200\n"
+"evaluation and output\n"
+"  -v <n>      val loss every n steps (0: never)           default 50\n"
+"  -m <n>      val batches per evaluation                  default 10\n"
+"  -s <n>      sample every n steps (0: never)             default 100\n"
+"  -g <n>      tokens to generate per sample (< T)         default 48\n"
+"  -n <n>      checkpoint every n steps (0: only at the end, with -o)  default 0\n"
+"ZeRO\n"
+"  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params  default 0\n"
+"  --reshard-after-forward <0|1>  stage 3: free blocks after forward  default 1\n"
+"  --prefetch <n>  stage 3: blocks gathered ahead           default 1\n"
+"  --ledger <rank0|all>  print the memory ledger for rank 0 or every rank  default rank0\n"
+"  --ledger-every <n>    print the traffic table every n steps (0: only at the end)  default 0\n"
+"estimator (no training, no data)\n"
+"  --estimate  print per-rank model-state memory for stages 0-3 and exit\n"
+"  --params <f>  parameter count, e.g. 70e9 (else from -e)\n"
+"  --dtype <bf16|fp32>  2+2+12 or 4+4+8 bytes/param          default bf16\n"
+"  --ranks <n>   data-parallel ranks                        default the MPI world size\n"
+"  --gpu-mem <f> device memory in GB (1e9 bytes)             default 0 (no fit check)\n"
+"  -h          this help\n");
+}
+
+static int parse_args(int argc, char** argv, Args* a, int world, char* err, size_t errlen, int* want_help) {
+    memset(a, 0, sizeof(*a));
+    a->train_pattern = "data/brown/brown_train_*.bin";
+    a->val_pattern = "data/brown/brown_val_*.bin";
+    a->init = "d4"; a->output_dir = NULL; a->tokenizer_path = "data/gpt2_tokenizer.bin";
+    a->B = 4; a->T = 64; a->total_batch = -1;
+    a->lr = 1e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
+    a->warmup = 20; a->max_steps = 200; a->val_every = 50; a->val_steps = 10; a->sample_every = 100; a->gen_tokens = 48;
+    a->ckpt_every = 0; a->zero_stage = 0; a->reshard_after_forward = 1; a->prefetch = 1;
+    a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
+    a->est_dtype = "bf16"; a->est_ranks = world;
+    *want_help = 0;
+    for (int i = 1; i < argc; i++) {
+        const char* f = argv[i];
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { *want_help = 1; return 0; }
+        if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
+        if (i + 1 >= argc) return set_err(err, errlen, "flag %s needs a value (see -h)", f);
+        const char* v = argv[++i];
+        long n = 0; double d = 0;
+#define INTFLAG(name, field, lo, hi) if (!strcmp(f, name)) { if (parse_long(v, &n) || n < (lo) || n > (hi)) return set_err(err, errlen, "flag %s: '%s' must be an integer in %ld..%ld", f, v, (long)(lo), (long)(hi)); field = (int)n; continue; }
+#define FLOATFLAG(name, field, lo, hi) if (!strcmp(f, name)) { if (parse_double(v, &d) || d < (lo) || d > (hi)) return set_err(err, errlen, "flag %s: '%s' must be a number in %g..%g", f, v, (double)(lo), (double)(hi)); field = (float)d; continue; }
+        if (!strcmp(f, "-i")) { a->train_pattern = v; continue; }
+        if (!strcmp(f, "-j")) { a->val_pattern = v; continue; }
+        if (!strcmp(f, "-e")) { a->init = v; continue; }
+        if (!strcmp(f, "-o")) { a->output_dir = v; continue; }
+        if (!strcmp(f, "--tokenizer")) { a->tokenizer_path = v; continue; }
+        INTFLAG("-b", a->B, 1, 1 << 20)
+        INTFLAG("-t", a->T, 1, 1 << 20)
+        if (!strcmp(f, "-d")) { if (parse_long(v, &n) || n < 1) return set_err(err, errlen, "flag -d: '%s' must be a positive integer (tokens)", v); a->total_batch = n; continue; }
+        FLOATFLAG("-l", a->lr, 0.0, 10.0)
+        INTFLAG("-u", a->warmup, 0, 1 << 30)
+        FLOATFLAG("-q", a->final_frac, 0.0, 1.0)
+        FLOATFLAG("-c", a->weight_decay, 0.0, 10.0)
+        FLOATFLAG("--grad-clip", a->grad_clip, 0.0, 1e9)
+        INTFLAG("-x", a->max_steps, 1, 1 << 30)
+        INTFLAG("-v", a->val_every, 0, 1 << 30)
+        INTFLAG("-m", a->val_steps, 1, 1 << 30)
+        INTFLAG("-s", a->sample_every, 0, 1 << 30)
+        INTFLAG("-g", a->gen_tokens, 1, 1 << 20)
+        INTFLAG("-n", a->ckpt_every, 0, 1 << 30)
+        INTFLAG("-z", a->zero_stage, 0, 3)
+        INTFLAG("--reshard-after-forward", a->reshard_after_forward, 0, 1)
+        INTFLAG("--prefetch", a->prefetch, 0, 64)
+        INTFLAG("--ledger-every", a->ledger_every, 0, 1 << 30)
+        INTFLAG("--layers", a->layers, 1, 1000)
+        INTFLAG("--heads", a->heads, 1, 10000)
+        INTFLAG("--channels", a->channels, 1, 100000)
+        INTFLAG("--max-seq-len", a->max_seq_len, 1, 1000000)
+        INTFLAG("--vocab", a->vocab, 1, 10000000)
+        INTFLAG("--ranks", a->est_ranks, 1, 1 << 30)
+        if (!strcmp(f, "--seed")) { if (parse_long(v, &n) || n < 0) return set_err(err, errlen, "flag --seed: '%s' must be a non-negative integer", v); a->seed = (unsigned long long)n; continue; }
+        if (!strcmp(f, "--ledger")) {
+            if (!strcmp(v, "all")) a->ledger_all = 1; else if (!strcmp(v, "rank0")) a->ledger_all = 0;
+            else return set_err(err, errlen, "flag --ledger: '%s' must be rank0 or all", v);
+            continue;
+        }
+        if (!strcmp(f, "--params")) { if (parse_double(v, &d) || d < 1) return set_err(err, errlen, "flag --params: '%s' must be a positive number such as 70e9", v); a->est_params = d; continue; }
+        if (!strcmp(f, "--gpu-mem")) { if (parse_double(v, &d) || d < 0) return set_err(err, errlen, "flag --gpu-mem: '%s' must be a non-negative number of GB", v); a->est_gpu_mem = d * 1e9; continue; }
+        if (!strcmp(f, "--dtype")) {
+            if (strcmp(v, "bf16") && strcmp(v, "fp32")) return set_err(err, errlen, "flag --dtype: '%s' must be bf16 or fp32", v);
+            a->est_dtype = v; continue;
+        }
+#undef INTFLAG
+#undef FLOATFLAG
+        return set_err(err, errlen, "unknown flag %s (see -h)", f);
+    }
+    return 0;
+}
+
+/* Model config from -e (checkpoint or dN) and the override flags. */
+static int resolve_config(const Args* a, GPT2Config* c, int* from_checkpoint, char* err, size_t errlen) {
+    const char* e = a->init;
+    *from_checkpoint = 0;
+    if (e[0] == 'd' && e[1] >= '0' && e[1] <= '9') {
+        long depth;
+        if (parse_long(e + 1, &depth) || depth < 1 || depth > 200) return set_err(err, errlen, "flag -e: descriptor '%s' must be dN with N in 1..200", e);
+        c->num_layers = (int)depth; c->num_heads = (int)depth; c->channels = 64 * (int)depth;
+        c->max_seq_len = 1024; c->vocab_size = 50257;
+        if (a->layers > 0) c->num_layers = a->layers;
+        if (a->heads > 0) c->num_heads = a->heads;
+        if (a->channels > 0) c->channels = a->channels;
+        if (a->max_seq_len > 0) c->max_seq_len = a->max_seq_len;
+        if (a->vocab > 0) c->vocab_size = a->vocab;
+        c->padded_vocab_size = (int)round_up((size_t)c->vocab_size, 128);
+        return gpt2_config_check(c, "model flags", err, errlen);
+    }
+    int version;
+    if (gpt2_read_checkpoint_header(e, c, &version, err, errlen)) return 1;
+    *from_checkpoint = 1;
+    struct { int flag; int value; const char* name; } chk[5] = {
+        {a->layers, c->num_layers, "--layers"}, {a->heads, c->num_heads, "--heads"}, {a->channels, c->channels, "--channels"},
+        {a->max_seq_len, c->max_seq_len, "--max-seq-len"}, {a->vocab, c->vocab_size, "--vocab"}};
+    for (int k = 0; k < 5; k++)
+        if (chk[k].flag > 0 && chk[k].flag != chk[k].value)
+            return set_err(err, errlen, "checkpoint %s has %s %d but the flag says %d", e, chk[k].name + 2, chk[k].value, chk[k].flag);
+    return 0;
+}
+
+/* Mean loss over val_steps batches of the validation set, all ranks. */
+static float evaluate(GPT2* m, DataLoader* val, int steps, Comm* comm) {
+    char err[ERRLEN] = "";
+    double s = 0.0;
+    dataloader_reset(val);
+    for (int i = 0; i < steps; i++) {
+        if (dataloader_next_batch(val, err, ERRLEN)) break;
+        s += gpt2_forward(m, val->inputs, val->targets, m->B, m->T, 0.0f);
+    }
+    comm_check_all(comm, err);
+    zero_release_all(&m->engine); /* stage 3: the next training step gathers afresh */
+    comm_allreduce_sum_host(comm, &s, 1);
+    return (float)(s / ((double)steps * comm->world_size));
+}
+
+/* Sample gen tokens after <|endoftext|>, every rank in lockstep (stage 3
+   needs all ranks for the gathers); rank 0 prints. */
+static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long long seed, int step) {
+    int T = m->T;
+    int eot = have_tok ? (int)tok->eot_token : 50256;
+    if (eot >= m->config.vocab_size) eot = 0;
+    if (gen > T - 1) gen = T - 1;
+    int* toks = (int*)malloc_or_die((size_t)T * sizeof(int), "sample tokens");
+    float* probs = (float*)malloc_or_die((size_t)m->config.vocab_size * sizeof(float), "sample probs");
+    for (int i = 0; i < T; i++) toks[i] = eot;
+    Rng r;
+    rng_seed(&r, seed, 1000003ULL + (unsigned long long)step);
+    int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    if (m->comm->rank == 0) printf("sample at step %d: ", step);
+    for (int t = 1; t <= gen; t++) {
+        gpt2_forward(m, toks, NULL, 1, t, 0.0f);
+        backend_floatX_to_floats(probs, m->logits + (size_t)(t - 1) * Vp, (size_t)V);
+        float mx = probs[0];
+        for (int v = 1; v < V; v++) if (probs[v] > mx) mx = probs[v];
+        double sum = 0.0;
+        for (int v = 0; v < V; v++) { probs[v] = expf(probs[v] - mx); sum += probs[v]; }
+        double u = rng_uniform(&r) * sum, cdf = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) { cdf += probs[v]; if (u < cdf) { next = v; break; } }
+        toks[t] = next;
+        if (m->comm->rank == 0) {
+            if (have_tok) tokenizer_print_safe(tok, (uint32_t)next, stdout);
+            else printf("%d ", next);
+        }
+    }
+    if (m->comm->rank == 0) { printf("\n"); fflush(stdout); }
+    zero_release_all(&m->engine);
+    free(toks); free(probs);
+}
+
+static void print_ledger_all_ranks(GPT2* m, int all, int* bad) {
+    Comm* c = m->comm;
+    for (int r = 0; r < (all ? c->world_size : 1); r++) {
+        if (c->rank == r) { *bad += zero_print_memory(stdout, &m->plan, &m->ledger); fflush(stdout); }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
+static void print_traffic_all_ranks(GPT2* m, int all, int steps, int* bad) {
+    Comm* c = m->comm;
+    for (int r = 0; r < (all ? c->world_size : 1); r++) {
+        if (c->rank == r) { *bad += zero_print_traffic(stdout, &m->plan, c, steps); fflush(stdout); }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
+int main(int argc, char** argv) {
+    Comm comm;
+    comm_init(&comm, &argc, &argv);
+    char err[ERRLEN] = "";
+    Args a;
+    int want_help = 0;
+    parse_args(argc, argv, &a, comm.world_size, err, ERRLEN, &want_help);
+    comm_check_all(&comm, err);
+    if (want_help) { if (comm.rank == 0) usage(stdout); comm_finalize(&comm); return 0; }
+
+    GPT2Config cfg;
+    int from_ckpt = 0;
+    if (a.estimate) {
+        double psi = a.est_params;
+        if (psi <= 0) {
+            resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
+            comm_check_all(&comm, err);
+            int n = gpt2_num_tensors(&cfg);
+            ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensors");
+            gpt2_build_tensors(&cfg, ts);
+            psi = 0; for (int i = 0; i < n; i++) psi += (double)ts[i].size;
+            free(ts);
+        }
+        int bf16 = !strcmp(a.est_dtype, "bf16");
+        if (comm.rank == 0) zero_estimate_print(stdout, psi, a.est_ranks, bf16 ? 2 : 4, bf16 ? 2 : 4, bf16 ? 12 : 8, a.est_gpu_mem);
+        comm_finalize(&comm);
+        return 0;
+    }
+
+    resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
+    comm_check_all(&comm, err);
+    int N = comm.world_size;
+    long tokens_per_micro = (long)a.B * a.T * N;
+    if (a.total_batch < 0) a.total_batch = tokens_per_micro;
+    if (a.total_batch % tokens_per_micro != 0)
+        set_err(err, ERRLEN, "-d %ld: total batch must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens", a.total_batch, a.B, a.T, N, tokens_per_micro);
+    comm_check_all(&comm, err);
+    int accum = (int)(a.total_batch / tokens_per_micro);
+
+    GPT2 model;
+    gpt2_init(&model, &cfg, &comm, a.zero_stage, a.reshard_after_forward, a.prefetch, accum, a.B, a.T, err, ERRLEN);
+    comm_check_all(&comm, err);
+    if (from_ckpt) gpt2_load_checkpoint(&model, a.init, err, ERRLEN);
+    else gpt2_init_random(&model, a.seed);
+    comm_check_all(&comm, err);
+
+    DataLoader train, val;
+    int have_val = 0;
+    dataloader_init(&train, a.train_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
+    comm_check_all(&comm, err);
+    if (a.val_every > 0) {
+        dataloader_init(&val, a.val_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
+        comm_check_all(&comm, err);
+        have_val = 1;
+    }
+    Tokenizer tok;
+    int have_tok = 0;
+    if (a.sample_every > 0) {
+        if (tokenizer_init(&tok, a.tokenizer_path, err, ERRLEN) == 0) have_tok = 1;
+        else if (access(a.tokenizer_path, F_OK) != 0 && !strcmp(a.tokenizer_path, "data/gpt2_tokenizer.bin")) {
+            if (comm.rank == 0) printf("note: no tokenizer at %s, samples print token ids\n", a.tokenizer_path);
+            err[0] = 0;
+        }
+        comm_check_all(&comm, err);
+    }
+    FILE* logf = NULL;
+    if (a.output_dir) {
+        if (comm.rank == 0) {
+            mkdir(a.output_dir, 0755);
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/main.log", a.output_dir);
+            logf = fopen(p, "w");
+            if (!logf) set_err(err, ERRLEN, "-o %s: cannot write %s (%s)", a.output_dir, p, strerror(errno));
+        }
+        comm_check_all(&comm, err);
+    }
+
+    if (comm.rank == 0) {
+        printf("train_gpt (%s): %d rank%s, zero_stage %d%s\n", BACKEND_NAME, N, N > 1 ? "s" : "", a.zero_stage,
+               a.zero_stage == 3 ? (a.reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "");
+        printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %zu parameters, init %s\n", cfg.num_layers, cfg.num_heads,
+               cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.plan.num_parameters, from_ckpt ? a.init : "random");
+        printf("batch: B=%d T=%d per rank, %ld tokens per micro-step, %d micro-step%s per optimizer step (%ld tokens)\n",
+               a.B, a.T, tokens_per_micro, accum, accum > 1 ? "s" : "", a.total_batch);
+        printf("data: train %zu tokens in %d shard(s) (%s)", train.num_tokens, train.num_shards, a.train_pattern);
+        if (have_val) printf(", val %zu tokens (%s)", val.num_tokens, a.val_pattern);
+        printf("\n");
+    }
+    int ledger_bad = 0;
+    print_ledger_all_ranks(&model, a.ledger_all, &ledger_bad);
+
+    AdamWConfig opt = {a.lr, 0.9f, 0.95f, 1e-8f, a.weight_decay, a.grad_clip};
+    float dloss = 1.0f / (float)((double)a.B * a.T * N * accum);
+    double total_ms = 0; int timed = 0;
+    for (int step = 0; step <= a.max_steps; step++) {
+        int last = step == a.max_steps;
+        comm.phase = PHASE_OTHER;
+        if (have_val && (step % a.val_every == 0 || last)) {
+            float vl = evaluate(&model, &val, a.val_steps, &comm);
+            if (comm.rank == 0) { printf("val loss %.6f at step %d\n", vl, step); fflush(stdout); }
+            if (logf) { fprintf(logf, "step %d val_loss %.6f\n", step, vl); fflush(logf); }
+        }
+        if (a.sample_every > 0 && ((step > 0 && step % a.sample_every == 0) || last))
+            sample(&model, &tok, have_tok, a.gen_tokens, a.seed, step);
+        if (a.output_dir && ((a.ckpt_every > 0 && step > 0 && step % a.ckpt_every == 0) || last)) {
+            char p[4096];
+            snprintf(p, sizeof(p), "%s/model_%08d.bin", a.output_dir, step);
+            gpt2_save_checkpoint(&model, p);
+            if (comm.rank == 0) printf("wrote checkpoint %s\n", p);
+        }
+        if (last) break;
+        comm.phase = PHASE_TRAIN;
+        double t0 = wall_seconds();
+        zero_begin_step(&model.engine);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            if (dataloader_next_batch(&train, err, ERRLEN)) comm_fatal(&comm, "%s", err);
+            loss += gpt2_forward(&model, train.inputs, train.targets, a.B, a.T, dloss);
+            gpt2_backward(&model, a.B, a.T);
+        }
+        zero_reduce_grads(&model.engine);
+        opt.lr = lr_schedule(a.lr, step, a.warmup, a.max_steps, a.final_frac);
+        double norm = zero_optimizer_step(&model.engine, &opt, step + 1);
+        comm_allreduce_sum_host(&comm, &loss, 1);
+        loss /= (double)accum * N;
+        backend_synchronize();
+        double ms = 1000.0 * (wall_seconds() - t0);
+        if (step > 0) { total_ms += ms; timed++; }
+        double tps = (double)a.total_batch / (ms / 1000.0);
+        if (comm.rank == 0) {
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB\n", step + 1, a.max_steps,
+                   loss, opt.lr, norm, ms, tps, model.ledger.current / 1e6);
+            fflush(stdout);
+        }
+        if (logf) { fprintf(logf, "step %d train_loss %.6f lr %.6e norm %.6f ms %.3f tok_per_s %.1f\n", step + 1, loss, opt.lr, norm, ms, tps); fflush(logf); }
+        if (!isfinite(loss)) comm_fatal(&comm, "loss became %f at step %d (lower -l?)", loss, step + 1);
+        if (a.ledger_every > 0 && (step + 1) % a.ledger_every == 0) {
+            int dummy = 0;
+            print_traffic_all_ranks(&model, a.ledger_all, step + 1, &dummy);
+        }
+    }
+    int traffic_bad = 0;
+    print_traffic_all_ranks(&model, a.ledger_all, a.max_steps, &traffic_bad);
+    if (comm.rank == 0) {
+        printf("peak: ledger %.1f MB (gathered units in use at most %.1f MB), process resident %.1f MB on rank 0\n",
+               model.ledger.peak / 1e6, model.ledger.gathered_peak / 1e6, backend_peak_process_bytes() / 1e6);
+        if (timed > 0) printf("average %.1f ms per optimizer step (steps 2..%d), %.0f tokens/s\n", total_ms / timed, a.max_steps,
+                              (double)a.total_batch * timed / (total_ms / 1000.0));
+    }
+    if (logf) fclose(logf);
+    dataloader_free(&train);
+    if (have_val) dataloader_free(&val);
+    if (have_tok) tokenizer_free(&tok);
+    gpt2_free(&model);
+    int bad = ledger_bad + traffic_bad, anybad = 0;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    comm_finalize(&comm);
+    return anybad ? 2 : 0;
+}
