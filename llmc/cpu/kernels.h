@@ -84,7 +84,7 @@ static inline void cpu_split_range(size_t n, int ith, int nth, size_t align,
 /* Makes the BLAS single-threaded (see the top of the file). Idempotent and
    cheap after the first call; call it from serial code only. */
 static inline void cpu_blas_init(void) {
-#if !defined(LLMC_USE_DNNL) && defined(OPENBLAS_THREAD)
+#if !defined(LLMC_USE_DNNL) && !defined(LLMC_BLAS_THREADED) && defined(OPENBLAS_THREAD)
     static int done = 0;
     if (!done) {
         /* 1 = pthread build: its own pool would fight OpenMP's threads.
@@ -118,13 +118,18 @@ static inline void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha,
    the two output dimensions (M or N) is cut into one contiguous slice per
    thread (multiples of 64) and each thread makes one single-threaded BLAS
    call on its slice. Results do not depend on the thread count beyond the
-   BLAS's own blocking. */
+   BLAS's own blocking. With -DLLMC_BLAS_THREADED it is instead one call
+   from serial code, threaded by the BLAS itself (for comparison only; the
+   attention kernels still call the BLAS from inside parallel regions). */
 static inline void cpu_sgemm_par(int ta, int tb, int M, int N, int K,
                                  float alpha, const float* A, int lda,
                                  const float* B, int ldb, float beta, float* C,
                                  int ldc) {
     cpu_blas_init();
     int nth = cpu_num_threads();
+#ifdef LLMC_BLAS_THREADED
+    nth = 1; /* benchmarking alternative: one call, the BLAS's own threads */
+#endif
     if (nth <= 1 || (double)M * N * K < 2e6) {
         cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
@@ -160,15 +165,16 @@ static inline void cpu_sgemm_par(int ta, int tb, int M, int N, int K,
 /* vectorizable elementary functions (plain arithmetic, so that gcc
    vectorizes loops calling them without libmvec or -ffast-math)            */
 
-/* exp(x) for float x: n = round(x/ln2), r = x - n*ln2 (two-constant
+/* exp(x) for finite float x: n = round(x/ln2), r = x - n*ln2 (two-constant
    Cody-Waite reduction, |r| <= ln2/2), exp(r) by its degree-6 Taylor
-   polynomial, times 2^n built in the exponent bits. Relative error < 2e-7.
-   Inputs are clamped to [-87, 88]: exp(x < -87) returns exp(-87) ~ 1.6e-38. */
+   polynomial, times 2^n built in the exponent bits. Relative error < 3e-7
+   for x in [-87, 88]; returns 0 below about -87.3 (where exp < 2^-126) and
+   stays finite (~2^128) above 88.7. Written without float comparisons: gcc
+   (without -ffast-math) does not if-convert float clamps here, which would
+   keep every loop that calls this function from vectorizing. */
 static inline float cpu_expf(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
     float z = x * 1.44269504088896341f;
-    int32_t ni = (int32_t)(z + (z >= 0.0f ? 0.5f : -0.5f));
+    int32_t ni = (int32_t)(z + copysignf(0.5f, z));
     float n = (float)ni;
     float r = x - n * 0.693145751953125f;
     r = r - n * 1.428606765330187045e-06f;
@@ -179,7 +185,9 @@ static inline float cpu_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t bits = (ni + 127) << 23;
+    int32_t nc = ni > 127 ? 127 : ni;
+    int32_t bits = (nc + 127) << 23;
+    bits = ni < -126 ? 0 : bits;
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
     return p * scale;
@@ -188,10 +196,8 @@ static inline float cpu_expf(float x) {
 /* tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|); absolute error
    < 3e-7 */
 static inline float cpu_tanhf(float u) {
-    float a = u < 0.0f ? -u : u;
-    float e = cpu_expf(-2.0f * a);
-    float t = (1.0f - e) / (1.0f + e);
-    return u < 0.0f ? -t : t;
+    float e = cpu_expf(-2.0f * fabsf(u));
+    return copysignf((1.0f - e) / (1.0f + e), u);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -624,8 +630,8 @@ static inline void fused_classifier(floatX* logits, float* losses,
 /* ------------------------------------------------------------------------ */
 /* optimizer-side kernels                                                   */
 
-/* sum_i x[i]^2 over n elements, in double: blocks of 1024 squares summed in
-   float lanes, added into per-thread doubles, threads combined in order. */
+/* sum_i x[i]^2 over n elements (any shard), squares and sums in double
+   (vector lanes, then per-thread partials combined in thread order). */
 static inline double sum_squares(const floatX* x, size_t n) {
     int nth = cpu_num_threads();
     double part[256];
@@ -641,13 +647,8 @@ static inline double sum_squares(const floatX* x, size_t n) {
         size_t lo, hi;
         cpu_split_range(n, ith, nt, 1024, &lo, &hi);
         double acc = 0.0;
-        for (size_t i0 = lo; i0 < hi; i0 += 1024) {
-            size_t i1 = i0 + 1024 < hi ? i0 + 1024 : hi;
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (size_t i = i0; i < i1; i++) s += x[i] * x[i];
-            acc += s;
-        }
+#pragma omp simd reduction(+ : acc)
+        for (size_t i = lo; i < hi; i++) acc += (double)x[i] * (double)x[i];
         part[ith] = acc;
     }
     double s = 0.0;

@@ -1,0 +1,307 @@
+/*
+ * dev/bench_kernels.c -- speed of the CPU kernels (llmc/cpu/kernels.h):
+ *   1. sgemm GFLOP/s for every matrix shape of GPT-2's forward and backward
+ *      (d6: C=384; 124M: C=768), through cpu_sgemm_par as the kernels call
+ *      it, best of several runs;
+ *   2. a whole fp32 GPT-2 training step built from the kernels alone
+ *      (forward, fused classifier, backward, grad norm, AdamW) on random
+ *      tokens, timed per kernel group; prints tokens/s, achieved GFLOP/s
+ *      (model FLOPs: 6 * params_in_matmuls + attention, per token) and the
+ *      loss of each step (it must fall: the batch is repeated).
+ * usage: bench_kernels [gemm] [step L NH C B T [steps]]  (default: all)
+ *
+ * builds (the BLAS is whichever the command line links):
+ *  OpenBLAS (Debian default, pthread):
+ *    gcc -O3 -mavx2 -mfma -fopenmp -std=c11 -I. dev/bench_kernels.c -lopenblas -lm
+ *    run with OPENBLAS_CORETYPE=SkylakeX (else SSE3 kernels on this CPU)
+ *  OpenBLAS OpenMP build: -I/usr/include/x86_64-linux-gnu/openblas-openmp
+ *    -L/usr/lib/x86_64-linux-gnu/openblas-openmp -lopenblas
+ *  BLIS: -D_GNU_SOURCE -I/usr/include/x86_64-linux-gnu/blis-openmp
+ *    -L/usr/lib/x86_64-linux-gnu/blis-openmp -lblis   (BLIS_ARCH_TYPE=skx)
+ *  oneDNN: -DLLMC_USE_DNNL ... -l:libdnnl.so.2  (no environment needed)
+ *  add -DLLMC_BLAS_THREADED to let the BLAS thread the big products itself.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "llmc/cpu/kernels.h"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+static float* falloc(size_t n) {
+    float* p = (float*)malloc(n * sizeof(float));
+    if (!p) { fprintf(stderr, "out of memory (%zu floats)\n", n); exit(1); }
+    return p;
+}
+static unsigned long long rs = 88172645463325252ULL;
+static float frnd(void) { /* uniform [-1,1) */
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static void fill(float* p, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) p[i] = scale * frnd();
+}
+
+/* ---- 1. sgemm shapes ---------------------------------------------------- */
+
+/* times cpu_sgemm_par on one product; best of >= 3 runs and >= 0.3 s */
+static double gemm_gflops(int ta, int tb, int M, int N, int K, float beta) {
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    float* A = falloc((size_t)M * K);
+    float* B = falloc((size_t)K * N);
+    float* Cm = falloc((size_t)M * N);
+    fill(A, (size_t)M * K, 1); fill(B, (size_t)K * N, 1); fill(Cm, (size_t)M * N, 1);
+    double best = 1e30, t0 = now_s();
+    int reps = 0;
+    do {
+        double t1 = now_s();
+        cpu_sgemm_par(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, N);
+        double dt = now_s() - t1;
+        if (dt < best) best = dt;
+        reps++;
+    } while (reps < 3 || now_s() - t0 < 0.3);
+    free(A); free(B); free(Cm);
+    return 2.0 * M * N * K / best * 1e-9;
+}
+
+static void bench_gemm(void) {
+    printf("== sgemm through cpu_sgemm_par, %d OpenMP threads (GFLOP/s, best of runs)\n",
+           cpu_num_threads());
+    printf("%-30s %9s %9s %9s\n", "shape N x C -> OC", "fwd", "dinp", "dweight");
+    int shapes[][3] = {{1024, 384, 1152}, {1024, 384, 384},  {1024, 384, 1536},
+                       {1024, 1536, 384}, {1024, 384, 50304}, {256, 768, 2304},
+                       {256, 768, 3072},  {256, 3072, 768},  {256, 768, 50304}};
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        int N = shapes[i][0], C = shapes[i][1], OC = shapes[i][2];
+        /* fwd: out(N,OC) = inp(N,C) W(OC,C)^T; dinp(N,C) += dout(N,OC) W;
+           dweight(OC,C) += dout^T inp */
+        double f = gemm_gflops(0, 1, N, OC, C, 0.0f);
+        double di = gemm_gflops(0, 0, N, C, OC, 1.0f);
+        double dw = gemm_gflops(1, 0, OC, C, N, 1.0f);
+        char name[64];
+        snprintf(name, sizeof name, "%5d x %4d -> %5d", N, C, OC);
+        printf("%-30s %9.1f %9.1f %9.1f\n", name, f, di, dw);
+    }
+    /* attention, one (b,h) per thread: preatt = q k^T as the kernel does */
+    {
+        int B = 4, T = 256, C = 384, NH = 6;
+        float* qkv = falloc((size_t)B * T * 3 * C);
+        float* out = falloc((size_t)B * T * C);
+        float* pre = falloc((size_t)B * NH * T * T);
+        float* att = falloc((size_t)B * NH * T * T);
+        float* dq = falloc((size_t)B * T * 3 * C);
+        fill(qkv, (size_t)B * T * 3 * C, 1);
+        fill(out, (size_t)B * T * C, 1);
+        double bf = 1e30, bb = 1e30;
+        for (int r = 0; r < 10; r++) {
+            double t0 = now_s();
+            attention_forward(out, pre, att, qkv, B, T, C, NH);
+            double t1 = now_s();
+            attention_backward(dq, pre, pre, out, qkv, att, B, T, C, NH);
+            double t2 = now_s();
+            if (t1 - t0 < bf) bf = t1 - t0;
+            if (t2 - t1 < bb) bb = t2 - t1;
+        }
+        /* causal FLOPs: 2 products fwd, 4 bwd, each 2*T*T/2*hs per head */
+        double fl = (double)B * NH * T * T * (C / NH);
+        printf("attention B4 T256 C384 NH6: fwd %.2f ms (%.1f GFLOP/s causal), bwd %.2f ms "
+               "(%.1f GFLOP/s causal)\n", bf * 1e3, 2 * fl / bf * 1e-9, bb * 1e3,
+               4 * fl / bb * 1e-9);
+        free(qkv); free(out); free(pre); free(att); free(dq);
+    }
+}
+
+/* ---- 2. a whole training step -------------------------------------------- */
+
+enum { G_MATMUL, G_ATTN, G_LN, G_GELU_RES, G_CLS, G_ENC, G_OPT, G_ZERO, G_N };
+static const char* gname[G_N] = {"matmul", "attention", "layernorm", "gelu+residual",
+                                 "classifier", "encoder", "gradnorm+adamw", "zeroing"};
+static double gtime[G_N];
+static double tmark;
+static void tick(int g) { double t = now_s(); gtime[g] += t - tmark; tmark = t; }
+
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
+        *fcprojw, *fcprojb;
+} Layer;
+typedef struct {
+    float *ln1, *ln1m, *ln1r, *qkv, *atty, *preatt, *att, *attproj, *res2, *ln2, *ln2m,
+        *ln2r, *fch, *fchg, *fcproj, *res3;
+} Acts;
+
+/* lays out the parameters of one block (or counts them if base is NULL) */
+static size_t layer_map(Layer* L, float* base, int C) {
+    size_t sz[12] = {(size_t)C, (size_t)C, (size_t)3 * C * C, (size_t)3 * C, (size_t)C * C,
+                     (size_t)C, (size_t)C, (size_t)C, (size_t)4 * C * C, (size_t)4 * C,
+                     (size_t)4 * C * C, (size_t)C};
+    float** f[12] = {&L->ln1w, &L->ln1b, &L->qkvw, &L->qkvb, &L->attprojw, &L->attprojb,
+                     &L->ln2w, &L->ln2b, &L->fcw, &L->fcb, &L->fcprojw, &L->fcprojb};
+    size_t off = 0;
+    for (int i = 0; i < 12; i++) {
+        if (base) *f[i] = base + off;
+        off += sz[i];
+    }
+    return off;
+}
+
+static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
+    const int V = 50257, Vp = 50304, maxT = T, N = B * T;
+    size_t root = (size_t)Vp * C + (size_t)maxT * C + 2 * (size_t)C;
+    size_t per = layer_map(NULL, NULL, C);
+    size_t P = root + per * NL;
+    float *params = falloc(P), *grads = falloc(P), *m = falloc(P), *v = falloc(P);
+    for (size_t i = 0; i < P; i++) params[i] = 0.02f * frnd();
+    memset(m, 0, P * sizeof(float));
+    memset(v, 0, P * sizeof(float));
+    Layer* Lp = (Layer*)malloc(sizeof(Layer) * NL);
+    Layer* Lg = (Layer*)malloc(sizeof(Layer) * NL);
+    float *wte = params, *wpe = wte + (size_t)Vp * C, *lnfw = wpe + (size_t)maxT * C,
+          *lnfb = lnfw + C;
+    float *dwte = grads, *dwpe = dwte + (size_t)Vp * C, *dlnfw = dwpe + (size_t)maxT * C,
+          *dlnfb = dlnfw + C;
+    for (int l = 0; l < NL; l++) {
+        layer_map(&Lp[l], params + root + per * l, C);
+        layer_map(&Lg[l], grads + root + per * l, C);
+        for (int i = 0; i < C; i++) Lp[l].ln1w[i] = Lp[l].ln2w[i] = 1.0f;
+        memset(Lp[l].ln1b, 0, C * sizeof(float));
+        memset(Lp[l].ln2b, 0, C * sizeof(float));
+    }
+    for (int i = 0; i < C; i++) { lnfw[i] = 1.0f; lnfb[i] = 0.0f; }
+    Acts* A = (Acts*)malloc(sizeof(Acts) * NL);
+    size_t NC = (size_t)N * C, att_sz = (size_t)B * NH * T * T;
+    for (int l = 0; l < NL; l++) {
+        A[l].ln1 = falloc(NC); A[l].ln1m = falloc(N); A[l].ln1r = falloc(N);
+        A[l].qkv = falloc(3 * NC); A[l].atty = falloc(NC); A[l].preatt = falloc(att_sz);
+        A[l].att = falloc(att_sz); A[l].attproj = falloc(NC); A[l].res2 = falloc(NC);
+        A[l].ln2 = falloc(NC); A[l].ln2m = falloc(N); A[l].ln2r = falloc(N);
+        A[l].fch = falloc(4 * NC); A[l].fchg = falloc(4 * NC); A[l].fcproj = falloc(NC);
+        A[l].res3 = falloc(NC);
+    }
+    float *x0 = falloc(NC), *lnf = falloc(NC), *lnfm = falloc(N), *lnfr = falloc(N);
+    float *logits = falloc((size_t)N * Vp), *losses = falloc(N);
+    float *dres = falloc(NC), *dln = falloc(NC), *dqkv = falloc(3 * NC), *datty = falloc(NC);
+    float *dfch = falloc(4 * NC), *dfchg = falloc(4 * NC);
+    float *dpre = falloc(att_sz), *datt = falloc(att_sz);
+    int *inp = (int*)malloc(sizeof(int) * N), *tgt = (int*)malloc(sizeof(int) * N);
+    for (int i = 0; i < N; i++) inp[i] = (int)((frnd() + 1) * 0.5f * V) % V;
+    for (int i = 0; i < N; i++) tgt[i] = i + 1 < N ? inp[i + 1] : 0;
+
+    /* model FLOPs per token: 6 per matmul weight (fwd 2, bwd 4) plus
+       attention's two T x T products, counted causal (half): 6*T*C per layer */
+    double mm_params = (double)Vp * C + (double)NL * 12 * C * C;
+    double flops_tok = 6.0 * mm_params + (double)NL * 6.0 * T * C;
+    printf("== training step L%d NH%d C%d B%d T%d: %.2fM params, %.1f MFLOP/token, "
+           "%d threads\n", NL, NH, C, B, T, P / 1e6, flops_tok / 1e6, cpu_num_threads());
+    double best = 1e30, total = 0;
+    double gbest[G_N];
+    for (int s = 0; s <= steps; s++) {
+        memset(gtime, 0, sizeof gtime);
+        double t0 = now_s();
+        tmark = t0;
+        /* forward */
+        encoder_forward(x0, inp, wte, wpe, B, T, C); tick(G_ENC);
+        for (int l = 0; l < NL; l++) {
+            Layer* w = &Lp[l]; Acts* a = &A[l];
+            float* res = l == 0 ? x0 : A[l - 1].res3;
+            layernorm_forward(a->ln1, a->ln1m, a->ln1r, res, w->ln1w, w->ln1b, N, C); tick(G_LN);
+            matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C); tick(G_MATMUL);
+            attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH); tick(G_ATTN);
+            matmul_forward(a->attproj, a->atty, w->attprojw, w->attprojb, N, C, C); tick(G_MATMUL);
+            residual_forward(a->res2, res, a->attproj, (int)NC); tick(G_GELU_RES);
+            layernorm_forward(a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, N, C); tick(G_LN);
+            matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, N, C, 4 * C); tick(G_MATMUL);
+            gelu_forward(a->fchg, a->fch, (int)(4 * NC)); tick(G_GELU_RES);
+            matmul_forward(a->fcproj, a->fchg, w->fcprojw, w->fcprojb, N, 4 * C, C); tick(G_MATMUL);
+            residual_forward(a->res3, a->res2, a->fcproj, (int)NC); tick(G_GELU_RES);
+        }
+        float* resL = A[NL - 1].res3;
+        layernorm_forward(lnf, lnfm, lnfr, resL, lnfw, lnfb, N, C); tick(G_LN);
+        matmul_forward(logits, lnf, wte, NULL, N, C, Vp); tick(G_MATMUL);
+        fused_classifier(logits, losses, tgt, N, V, Vp, 1.0f / N); tick(G_CLS);
+        double loss = 0;
+        for (int i = 0; i < N; i++) loss += losses[i];
+        loss /= N;
+        /* backward */
+        memset(grads, 0, P * sizeof(float));
+        memset(dres, 0, NC * sizeof(float));
+        memset(dln, 0, NC * sizeof(float)); tick(G_ZERO);
+        matmul_backward(dln, dwte, NULL, logits, lnf, wte, N, C, Vp); tick(G_MATMUL);
+        layernorm_backward(dres, dlnfw, dlnfb, dln, resL, lnfw, lnfm, lnfr, N, C); tick(G_LN);
+        for (int l = NL - 1; l >= 0; l--) {
+            Layer* w = &Lp[l]; Layer* g = &Lg[l]; Acts* a = &A[l];
+            float* res = l == 0 ? x0 : A[l - 1].res3;
+            memset(dfchg, 0, 4 * NC * sizeof(float)); memset(dfch, 0, 4 * NC * sizeof(float));
+            memset(dln, 0, NC * sizeof(float)); memset(datty, 0, NC * sizeof(float));
+            memset(dqkv, 0, 3 * NC * sizeof(float)); tick(G_ZERO);
+            matmul_backward(dfchg, g->fcprojw, g->fcprojb, dres, a->fchg, w->fcprojw, N, 4 * C, C); tick(G_MATMUL);
+            gelu_backward(dfch, a->fch, dfchg, (int)(4 * NC)); tick(G_GELU_RES);
+            matmul_backward(dln, g->fcw, g->fcb, dfch, a->ln2, w->fcw, N, C, 4 * C); tick(G_MATMUL);
+            layernorm_backward(dres, g->ln2w, g->ln2b, dln, a->res2, w->ln2w, a->ln2m, a->ln2r, N, C); tick(G_LN);
+            matmul_backward(datty, g->attprojw, g->attprojb, dres, a->atty, w->attprojw, N, C, C); tick(G_MATMUL);
+            attention_backward(dqkv, dpre, datt, datty, a->qkv, a->att, B, T, C, NH); tick(G_ATTN);
+            memset(dln, 0, NC * sizeof(float)); tick(G_ZERO);
+            matmul_backward(dln, g->qkvw, g->qkvb, dqkv, a->ln1, w->qkvw, N, C, 3 * C); tick(G_MATMUL);
+            layernorm_backward(dres, g->ln1w, g->ln1b, dln, res, w->ln1w, a->ln1m, a->ln1r, N, C); tick(G_LN);
+        }
+        encoder_backward(dwte, dwpe, dres, inp, B, T, C); tick(G_ENC);
+        /* optimizer: clip to norm 1, AdamW */
+        double norm = sqrt(sum_squares(grads, P));
+        float gs = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
+        float b1 = 0.9f, b2 = 0.95f;
+        adamw_update(params, NULL, grads, m, v, P, 1e-3f, b1, b2, 1.0f - powf(b1, s + 1),
+                     1.0f - powf(b2, s + 1), 1e-8f, 0.0f, gs); tick(G_OPT);
+        double dt = now_s() - t0;
+        printf("step %d: loss %.4f  grad norm %.3f  %.1f ms  %.0f tok/s\n", s, loss, norm,
+               dt * 1e3, N / dt);
+        if (s > 0) { /* step 0 is warm-up */
+            total += dt;
+            if (dt < best) { best = dt; memcpy(gbest, gtime, sizeof gbest); }
+        }
+    }
+    if (steps > 0) {
+        printf("best step %.1f ms = %.0f tokens/s, %.1f GFLOP/s model FLOPs; mean %.0f tok/s\n",
+               best * 1e3, N / best, flops_tok * N / best * 1e-9, N * steps / total);
+        for (int g = 0; g < G_N; g++)
+            printf("   %-15s %8.1f ms  %5.1f%%\n", gname[g], gbest[g] * 1e3, 100 * gbest[g] / best);
+    }
+    for (int l = 0; l < NL; l++) {
+        float* f[16] = {A[l].ln1, A[l].ln1m, A[l].ln1r, A[l].qkv, A[l].atty, A[l].preatt,
+                        A[l].att, A[l].attproj, A[l].res2, A[l].ln2, A[l].ln2m, A[l].ln2r,
+                        A[l].fch, A[l].fchg, A[l].fcproj, A[l].res3};
+        for (int i = 0; i < 16; i++) free(f[i]);
+    }
+    free(A); free(Lp); free(Lg); free(params); free(grads); free(m); free(v);
+    free(x0); free(lnf); free(lnfm); free(lnfr); free(logits); free(losses); free(dres);
+    free(dln); free(dqkv); free(datty); free(dfch); free(dfchg); free(dpre); free(datt);
+    free(inp); free(tgt);
+}
+
+int main(int argc, char** argv) {
+#if !defined(LLMC_USE_DNNL) && defined(OPENBLAS_THREAD)
+    printf("BLAS: %s (corename %s)\n", openblas_get_config(), openblas_get_corename());
+#elif defined(LLMC_USE_DNNL)
+    printf("BLAS: oneDNN dnnl_sgemm\n");
+#else
+    printf("BLAS: CBLAS (not OpenBLAS)\n");
+#endif
+#ifdef LLMC_BLAS_THREADED
+    printf("mode: big products threaded by the BLAS (LLMC_BLAS_THREADED)\n");
+#else
+    printf("mode: big products split over OpenMP threads, BLAS single-threaded\n");
+#endif
+    int all = argc < 2;
+    if (all || strcmp(argv[1], "gemm") == 0) bench_gemm();
+    if (argc >= 7 && strcmp(argv[1], "step") == 0) {
+        bench_step(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
+                   argc >= 8 ? atoi(argv[7]) : 3);
+    } else if (all) {
+        bench_step(6, 6, 384, 4, 256, 3);   /* d6 */
+        bench_step(12, 12, 768, 4, 64, 3);  /* GPT-2 124M */
+    }
+    return 0;
+}

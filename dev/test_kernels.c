@@ -1,0 +1,576 @@
+/*
+ * dev/test_kernels.c -- checks every kernel of llmc/cpu/kernels.h against a
+ * straightforward double-precision loop implementation written here, on odd
+ * sizes (and on sizes that take the blocked/threaded code paths). The double
+ * references of the backward passes are themselves checked by central
+ * finite differences of a scalar loss L = sum(out * w) (w random).
+ * A check passes when max|got - ref| <= 1e-5 * max|ref|. Backward kernels
+ * are called on gradient buffers that already hold random values, to check
+ * that they accumulate (+=); attention scratch is pre-filled with NaN to
+ * check that it is never read.
+ * Prints one line per check and "N passed, M failed"; exit 1 on failure.
+ *
+ * build: gcc -O3 -mavx2 -mfma -fopenmp -std=c11 -I. dev/test_kernels.c \
+ *            -lopenblas -lm -o test_kernels   (any CBLAS; see bench_kernels.c)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/cpu/kernels.h"
+
+static int n_pass = 0, n_fail = 0;
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static unsigned long long rng_state = 0x2545F4914F6CDD1DULL;
+/* uniform in [-1, 1) */
+static double urand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+static float* frand(size_t n, double scale) {
+    float* p = (float*)malloc(n * sizeof(float) + 16);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(urand() * scale);
+    return p;
+}
+static double* dup_d(const float* x, size_t n) {
+    double* p = (double*)malloc(n * sizeof(double) + 16);
+    for (size_t i = 0; i < n; i++) p[i] = x[i];
+    return p;
+}
+static float* dup_f(const float* x, size_t n) {
+    float* p = (float*)malloc(n * sizeof(float) + 16);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+static double* dzeros(size_t n) { return (double*)calloc(n + 2, sizeof(double)); }
+static float* fnan(size_t n) {
+    float* p = (float*)malloc(n * sizeof(float) + 16);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+/* compares got (float) against ref (double): error relative to max|ref| */
+static void check(const char* name, const float* got, const double* ref, size_t n,
+                  double tol) {
+    double maxerr = 0, maxref = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - ref[i]);
+        if (!(e == e)) bad = 1;
+        if (e > maxerr) maxerr = e;
+        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    }
+    double rel = maxerr / (maxref > 0 ? maxref : 1.0);
+    int ok = !bad && rel <= tol;
+    printf("%-4s %-44s max_abs_err %.3e  max|ref| %.3e  rel %.3e\n", ok ? "ok" : "FAIL",
+           name, maxerr, maxref, rel);
+    if (ok) n_pass++; else n_fail++;
+}
+/* same for two double arrays (finite-difference checks of the references) */
+static void check_dd(const char* name, const double* got, const double* ref, size_t n,
+                     double tol) {
+    double maxerr = 0, maxref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - ref[i]);
+        if (!(e <= maxerr)) maxerr = e;
+        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    }
+    double rel = maxerr / (maxref > 0 ? maxref : 1.0);
+    int ok = rel <= tol;
+    printf("%-4s %-44s max_abs_err %.3e  max|ref| %.3e  rel %.3e\n", ok ? "ok" : "FAIL",
+           name, maxerr, maxref, rel);
+    if (ok) n_pass++; else n_fail++;
+}
+static void check_true(const char* name, int cond) {
+    printf("%-4s %s\n", cond ? "ok" : "FAIL", name);
+    if (cond) n_pass++; else n_fail++;
+}
+
+static double dot_d(const double* a, const double* b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ---- double references -------------------------------------------------- */
+
+static void ref_layernorm_fwd(double* out, double* mean, double* rstd, const double* x,
+                              const double* w, const double* b, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double* xr = x + (size_t)n * C;
+        double m = 0, v = 0;
+        for (int i = 0; i < C; i++) m += xr[i];
+        m /= C;
+        for (int i = 0; i < C; i++) v += (xr[i] - m) * (xr[i] - m);
+        v /= C;
+        double r = 1.0 / sqrt(v + 1e-5);
+        for (int i = 0; i < C; i++) out[(size_t)n * C + i] = (xr[i] - m) * r * w[i] + b[i];
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+static void ref_layernorm_bwd(double* dx, double* dw, double* db, const double* dout,
+                              const double* x, const double* w, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const double* xr = x + (size_t)n * C;
+        const double* d = dout + (size_t)n * C;
+        double m = 0, v = 0;
+        for (int i = 0; i < C; i++) m += xr[i];
+        m /= C;
+        for (int i = 0; i < C; i++) v += (xr[i] - m) * (xr[i] - m);
+        v /= C;
+        double r = 1.0 / sqrt(v + 1e-5), mg = 0, mgx = 0;
+        for (int i = 0; i < C; i++) {
+            double xh = (xr[i] - m) * r;
+            mg += d[i] * w[i];
+            mgx += d[i] * w[i] * xh;
+            db[i] += d[i];
+            dw[i] += d[i] * xh;
+        }
+        mg /= C;
+        mgx /= C;
+        for (int i = 0; i < C; i++) {
+            double xh = (xr[i] - m) * r;
+            dx[(size_t)n * C + i] += r * (d[i] * w[i] - mg - xh * mgx);
+        }
+    }
+}
+static void ref_matmul_fwd(double* out, const double* x, const double* w, const double* b,
+                           int N, int C, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = b ? b[o] : 0.0;
+            for (int i = 0; i < C; i++) s += x[(size_t)n * C + i] * w[(size_t)o * C + i];
+            out[(size_t)n * OC + o] = s;
+        }
+}
+static void ref_matmul_bwd(double* dx, double* dw, double* db, const double* dout,
+                           const double* x, const double* w, int N, int C, int OC) {
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double d = dout[(size_t)n * OC + o];
+            if (db) db[o] += d;
+            for (int i = 0; i < C; i++) {
+                if (dx) dx[(size_t)n * C + i] += d * w[(size_t)o * C + i];
+                dw[(size_t)o * C + i] += d * x[(size_t)n * C + i];
+            }
+        }
+}
+static void ref_attention_fwd(double* out, double* att, const double* qkv, int B, int T,
+                              int C, int NH) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double* a = att + (((size_t)b * NH + h) * T + t) * T;
+                double mx = -1e300;
+                for (int s = 0; s <= t; s++) {
+                    const double* k = qkv + ((size_t)b * T + s) * 3 * C + C + h * hs;
+                    a[s] = scale * dot_d(q, k, hs);
+                    if (a[s] > mx) mx = a[s];
+                }
+                double sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    a[s] = exp(a[s] - mx);
+                    sum += a[s];
+                }
+                for (int s = 0; s < T; s++) a[s] = s <= t ? a[s] / sum : 0.0;
+                double* o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) {
+                    double acc = 0;
+                    for (int s = 0; s <= t; s++)
+                        acc += a[s] * qkv[((size_t)b * T + s) * 3 * C + 2 * C + h * hs + i];
+                    o[i] = acc;
+                }
+            }
+}
+static void ref_attention_bwd(double* dqkv, const double* dout, const double* qkv,
+                              const double* att, int B, int T, int C, int NH) {
+    int hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    double* da = (double*)malloc(sizeof(double) * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double* a = att + (((size_t)b * NH + h) * T + t) * T;
+                const double* d = dout + ((size_t)b * T + t) * C + h * hs;
+                double dotp = 0;
+                for (int s = 0; s <= t; s++) {
+                    const double* v = qkv + ((size_t)b * T + s) * 3 * C + 2 * C + h * hs;
+                    double* dv = dqkv + ((size_t)b * T + s) * 3 * C + 2 * C + h * hs;
+                    da[s] = dot_d(d, v, hs);
+                    for (int i = 0; i < hs; i++) dv[i] += a[s] * d[i];
+                    dotp += a[s] * da[s];
+                }
+                const double* q = qkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                double* dq = dqkv + ((size_t)b * T + t) * 3 * C + h * hs;
+                for (int s = 0; s <= t; s++) {
+                    double dp = a[s] * (da[s] - dotp) * scale;
+                    const double* k = qkv + ((size_t)b * T + s) * 3 * C + C + h * hs;
+                    double* dk = dqkv + ((size_t)b * T + s) * 3 * C + C + h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += dp * k[i];
+                        dk[i] += dp * q[i];
+                    }
+                }
+            }
+    free(da);
+}
+#define PI_D 3.14159265358979323846
+static double ref_gelu(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / PI_D) * (x + 0.044715 * x * x * x)));
+}
+static double ref_gelu_grad(double x) {
+    double k = sqrt(2.0 / PI_D), u = k * (x + 0.044715 * x * x * x), th = tanh(u);
+    return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * k * (1 + 3 * 0.044715 * x * x);
+}
+/* losses and (if dl) dlogits = dloss (softmax - onehot); pad columns 0 */
+static void ref_classifier(double* losses, double* dl, const double* logits,
+                           const int* tg, int N, int V, int Vp, double dloss) {
+    for (int n = 0; n < N; n++) {
+        const double* l = logits + (size_t)n * Vp;
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < V; j++) if (l[j] > mx) mx = l[j];
+        for (int j = 0; j < V; j++) sum += exp(l[j] - mx);
+        losses[n] = log(sum) - (l[tg[n]] - mx);
+        if (dl)
+            for (int j = 0; j < Vp; j++)
+                dl[(size_t)n * Vp + j] =
+                    j < V ? dloss * (exp(l[j] - mx) / sum - (j == tg[n])) : 0.0;
+    }
+}
+
+/* ---- finite-difference checks of the double references ----------------- */
+/* L(x) = sum(f(x) * wout); compares the analytic dL/dx with central
+   differences, eps 1e-6, at a handful of entries */
+
+static void fd_layernorm(void) {
+    int N = 3, C = 9;
+    float* xf = frand(N * C, 1.5); float* wf = frand(C, 1); float* bf = frand(C, 1);
+    float* gf = frand(N * C, 1);
+    double *x = dup_d(xf, N * C), *w = dup_d(wf, C), *b = dup_d(bf, C), *g = dup_d(gf, N * C);
+    double *out = dzeros(N * C), *mean = dzeros(N), *rstd = dzeros(N);
+    double *dx = dzeros(N * C), *dw = dzeros(C), *db = dzeros(C);
+    ref_layernorm_bwd(dx, dw, db, g, x, w, N, C);
+    double fd[3 * 27], an[3 * 27];
+    int m = 0;
+    double* ps[3] = {x, w, b};
+    double* gs[3] = {dx, dw, db};
+    int ns[3] = {N * C, C, C};
+    for (int p = 0; p < 3; p++)
+        for (int i = 0; i < ns[p]; i += 2) {
+            double old = ps[p][i], lp, lm;
+            ps[p][i] = old + 1e-6; ref_layernorm_fwd(out, mean, rstd, x, w, b, N, C);
+            lp = dot_d(out, g, N * C);
+            ps[p][i] = old - 1e-6; ref_layernorm_fwd(out, mean, rstd, x, w, b, N, C);
+            lm = dot_d(out, g, N * C);
+            ps[p][i] = old;
+            fd[m] = (lp - lm) / 2e-6; an[m] = gs[p][i]; m++;
+        }
+    check_dd("fd: layernorm reference backward", an, fd, m, 1e-6);
+    free(xf); free(wf); free(bf); free(gf); free(x); free(w); free(b); free(g);
+    free(out); free(mean); free(rstd); free(dx); free(dw); free(db);
+}
+static void fd_attention(void) {
+    int B = 1, T = 5, C = 6, NH = 2;
+    float* qf = frand(B * T * 3 * C, 1.5); float* gf = frand(B * T * C, 1);
+    double *qkv = dup_d(qf, B * T * 3 * C), *g = dup_d(gf, B * T * C);
+    double *out = dzeros(B * T * C), *att = dzeros(B * NH * T * T), *dq = dzeros(B * T * 3 * C);
+    ref_attention_fwd(out, att, qkv, B, T, C, NH);
+    ref_attention_bwd(dq, g, qkv, att, B, T, C, NH);
+    int n = B * T * 3 * C;
+    double* fd = dzeros(n);
+    for (int i = 0; i < n; i++) {
+        double old = qkv[i], lp, lm;
+        qkv[i] = old + 1e-6; ref_attention_fwd(out, att, qkv, B, T, C, NH); lp = dot_d(out, g, B * T * C);
+        qkv[i] = old - 1e-6; ref_attention_fwd(out, att, qkv, B, T, C, NH); lm = dot_d(out, g, B * T * C);
+        qkv[i] = old;
+        fd[i] = (lp - lm) / 2e-6;
+    }
+    check_dd("fd: attention reference backward", dq, fd, n, 1e-6);
+    free(qf); free(gf); free(qkv); free(g); free(out); free(att); free(dq); free(fd);
+}
+static void fd_gelu_classifier(void) {
+    int n = 16;
+    double fd[16], an[16];
+    for (int i = 0; i < n; i++) {
+        double x = -4.0 + 0.5 * i + 0.1;
+        fd[i] = (ref_gelu(x + 1e-6) - ref_gelu(x - 1e-6)) / 2e-6;
+        an[i] = ref_gelu_grad(x);
+    }
+    check_dd("fd: gelu reference derivative", an, fd, n, 1e-6);
+    int N = 2, V = 7, Vp = 9;
+    float* lf = frand(N * Vp, 3);
+    double* l = dup_d(lf, N * Vp);
+    int tg[2] = {3, 6};
+    double losses[2], lp[2], lm[2], dl[18], fdd[18];
+    ref_classifier(losses, dl, l, tg, N, V, Vp, 0.5);
+    for (int i = 0; i < N * Vp; i++) {
+        double old = l[i];
+        l[i] = old + 1e-6; ref_classifier(lp, NULL, l, tg, N, V, Vp, 0);
+        l[i] = old - 1e-6; ref_classifier(lm, NULL, l, tg, N, V, Vp, 0);
+        l[i] = old;
+        fdd[i] = (i % Vp) < V ? 0.5 * (lp[0] + lp[1] - lm[0] - lm[1]) / 2e-6 : 0.0;
+    }
+    check_dd("fd: classifier reference dlogits", dl, fdd, N * Vp, 1e-6);
+    free(lf); free(l);
+}
+
+/* ---- kernel tests --------------------------------------------------------- */
+
+static const double TOL = 1e-5;
+
+static void test_encoder(int B, int T, int C, int V) {
+    char name[96];
+    int* inp = (int*)malloc(sizeof(int) * B * T);
+    for (int i = 0; i < B * T; i++) inp[i] = (int)((urand() + 1) * 0.5 * V) % V;
+    inp[0] = inp[B * T - 1] = inp[B * T / 2]; /* duplicate token ids */
+    float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1);
+    float* out = fnan((size_t)B * T * C);
+    encoder_forward(out, inp, wte, wpe, B, T, C);
+    double* ref = dzeros((size_t)B * T * C);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int i = 0; i < C; i++)
+            ref[(size_t)bt * C + i] = (double)wte[(size_t)inp[bt] * C + i] + wpe[(size_t)(bt % T) * C + i];
+    snprintf(name, sizeof name, "encoder_forward B%d T%d C%d", B, T, C);
+    check(name, out, ref, (size_t)B * T * C, TOL);
+    float* dout = frand((size_t)B * T * C, 1);
+    float *dwte = frand((size_t)V * C, 1), *dwpe = frand((size_t)T * C, 1);
+    double *rwte = dup_d(dwte, (size_t)V * C), *rwpe = dup_d(dwpe, (size_t)T * C);
+    encoder_backward(dwte, dwpe, dout, inp, B, T, C);
+    for (int bt = 0; bt < B * T; bt++)
+        for (int i = 0; i < C; i++) {
+            rwte[(size_t)inp[bt] * C + i] += dout[(size_t)bt * C + i];
+            rwpe[(size_t)(bt % T) * C + i] += dout[(size_t)bt * C + i];
+        }
+    snprintf(name, sizeof name, "encoder_backward dwte B%d T%d C%d", B, T, C);
+    check(name, dwte, rwte, (size_t)V * C, TOL);
+    snprintf(name, sizeof name, "encoder_backward dwpe B%d T%d C%d", B, T, C);
+    check(name, dwpe, rwpe, (size_t)T * C, TOL);
+    free(inp); free(wte); free(wpe); free(out); free(ref); free(dout); free(dwte);
+    free(dwpe); free(rwte); free(rwpe);
+}
+
+static void test_layernorm(int N, int C) {
+    char name[96];
+    float *x = frand((size_t)N * C, 2), *w = frand(C, 1), *b = frand(C, 1);
+    for (size_t i = 0; i < (size_t)N * C; i++) x[i] += 3.0f; /* non-zero mean */
+    float *out = fnan((size_t)N * C), *mean = fnan(N), *rstd = fnan(N);
+    layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    double *xd = dup_d(x, (size_t)N * C), *wd = dup_d(w, C), *bd = dup_d(b, C);
+    double *ro = dzeros((size_t)N * C), *rm = dzeros(N), *rr = dzeros(N);
+    ref_layernorm_fwd(ro, rm, rr, xd, wd, bd, N, C);
+    snprintf(name, sizeof name, "layernorm_forward out N%d C%d", N, C); check(name, out, ro, (size_t)N * C, TOL);
+    snprintf(name, sizeof name, "layernorm_forward mean N%d C%d", N, C); check(name, mean, rm, N, TOL);
+    snprintf(name, sizeof name, "layernorm_forward rstd N%d C%d", N, C); check(name, rstd, rr, N, TOL);
+    float* dout = frand((size_t)N * C, 1);
+    float *dx = frand((size_t)N * C, 1), *dw = frand(C, 1), *db = frand(C, 1);
+    double *rdx = dup_d(dx, (size_t)N * C), *rdw = dup_d(dw, C), *rdb = dup_d(db, C);
+    double* dd = dup_d(dout, (size_t)N * C);
+    layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    ref_layernorm_bwd(rdx, rdw, rdb, dd, xd, wd, N, C);
+    snprintf(name, sizeof name, "layernorm_backward dinp N%d C%d", N, C); check(name, dx, rdx, (size_t)N * C, TOL);
+    snprintf(name, sizeof name, "layernorm_backward dweight N%d C%d", N, C); check(name, dw, rdw, C, TOL);
+    snprintf(name, sizeof name, "layernorm_backward dbias N%d C%d", N, C); check(name, db, rdb, C, TOL);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(xd); free(wd); free(bd);
+    free(ro); free(rm); free(rr); free(dout); free(dx); free(dw); free(db); free(rdx); free(rdw);
+    free(rdb); free(dd);
+}
+
+static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp) {
+    char name[96];
+    float *x = frand((size_t)N * C, 1), *w = frand((size_t)OC * C, 1), *b = frand(OC, 1);
+    float* out = fnan((size_t)N * OC);
+    matmul_forward(out, x, w, with_bias ? b : NULL, N, C, OC);
+    double *xd = dup_d(x, (size_t)N * C), *wd = dup_d(w, (size_t)OC * C), *bd = dup_d(b, OC);
+    double* ro = dzeros((size_t)N * OC);
+    ref_matmul_fwd(ro, xd, wd, with_bias ? bd : NULL, N, C, OC);
+    snprintf(name, sizeof name, "matmul_forward N%d C%d OC%d bias%d", N, C, OC, with_bias);
+    check(name, out, ro, (size_t)N * OC, TOL);
+    float* dout = frand((size_t)N * OC, 1);
+    float *dx = frand((size_t)N * C, 1), *dw = frand((size_t)OC * C, 1), *db = frand(OC, 1);
+    double *rdx = dup_d(dx, (size_t)N * C), *rdw = dup_d(dw, (size_t)OC * C), *rdb = dup_d(db, OC);
+    double* dd = dup_d(dout, (size_t)N * OC);
+    matmul_backward(with_dinp ? dx : NULL, dw, with_bias ? db : NULL, dout, x, w, N, C, OC);
+    ref_matmul_bwd(with_dinp ? rdx : NULL, rdw, with_bias ? rdb : NULL, dd, xd, wd, N, C, OC);
+    snprintf(name, sizeof name, "matmul_backward dinp%s N%d C%d OC%d", with_dinp ? "" : "(NULL)", N, C, OC);
+    check(name, dx, rdx, (size_t)N * C, TOL);
+    snprintf(name, sizeof name, "matmul_backward dweight N%d C%d OC%d", N, C, OC);
+    check(name, dw, rdw, (size_t)OC * C, TOL);
+    snprintf(name, sizeof name, "matmul_backward dbias%s N%d C%d OC%d", with_bias ? "" : "(NULL)", N, C, OC);
+    check(name, db, rdb, OC, TOL);
+    free(x); free(w); free(b); free(out); free(xd); free(wd); free(bd); free(ro); free(dout);
+    free(dx); free(dw); free(db); free(rdx); free(rdw); free(rdb); free(dd);
+}
+
+static void test_attention(int B, int T, int C, int NH) {
+    char name[96];
+    size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    float* qkv = frand(nq, 1.5);
+    float *out = fnan(no), *pre = fnan(na), *att = fnan(na);
+    attention_forward(out, pre, att, qkv, B, T, C, NH);
+    double *qd = dup_d(qkv, nq), *ro = dzeros(no), *ra = dzeros(na);
+    ref_attention_fwd(ro, ra, qd, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_forward out B%d T%d C%d NH%d", B, T, C, NH);
+    check(name, out, ro, no, TOL);
+    snprintf(name, sizeof name, "attention_forward att B%d T%d C%d NH%d", B, T, C, NH);
+    check(name, att, ra, na, TOL);
+    int zeros_ok = 1;
+    for (int bh = 0; bh < B * NH; bh++)
+        for (int t = 0; t < T; t++)
+            for (int s = t + 1; s < T; s++)
+                if (att[((size_t)bh * T + t) * T + s] != 0.0f) zeros_ok = 0;
+    snprintf(name, sizeof name, "attention_forward att exactly 0 for s>t T%d", T);
+    check_true(name, zeros_ok);
+    float* dout = frand(no, 1);
+    float* dq = frand(nq, 1);
+    double *rdq = dup_d(dq, nq), *dd = dup_d(dout, no);
+    float *dpre = fnan(na), *datt = fnan(na);
+    attention_backward(dq, dpre, datt, dout, qkv, att, B, T, C, NH);
+    ref_attention_bwd(rdq, dd, qd, ra, B, T, C, NH);
+    snprintf(name, sizeof name, "attention_backward dqkv B%d T%d C%d NH%d", B, T, C, NH);
+    check(name, dq, rdq, nq, TOL);
+    free(qkv); free(out); free(pre); free(att); free(qd); free(ro); free(ra); free(dout);
+    free(dq); free(rdq); free(dd); free(dpre); free(datt);
+}
+
+static void test_gelu_residual(int N) {
+    char name[96];
+    float* x = frand(N, 5);
+    float* out = fnan(N);
+    gelu_forward(out, x, N);
+    double* r = dzeros(N);
+    for (int i = 0; i < N; i++) r[i] = ref_gelu(x[i]);
+    snprintf(name, sizeof name, "gelu_forward N%d", N); check(name, out, r, N, TOL);
+    float *dout = frand(N, 1), *dx = frand(N, 1);
+    double* rdx = dup_d(dx, N);
+    gelu_backward(dx, x, dout, N);
+    for (int i = 0; i < N; i++) rdx[i] += ref_gelu_grad(x[i]) * dout[i];
+    snprintf(name, sizeof name, "gelu_backward N%d", N); check(name, dx, rdx, N, TOL);
+    float* y = frand(N, 1);
+    residual_forward(out, x, y, N);
+    for (int i = 0; i < N; i++) r[i] = (double)x[i] + y[i];
+    snprintf(name, sizeof name, "residual_forward N%d", N); check(name, out, r, N, TOL);
+    free(x); free(out); free(r); free(dout); free(dx); free(rdx); free(y);
+}
+
+static void test_classifier(int N, int V, int Vp, double lscale) {
+    char name[96];
+    float* logits = frand((size_t)N * Vp, lscale);
+    int* tg = (int*)malloc(sizeof(int) * N);
+    for (int n = 0; n < N; n++) tg[n] = (int)((urand() + 1) * 0.5 * V) % V;
+    tg[0] = 0; tg[N - 1] = V - 1;
+    double* ld = dup_d(logits, (size_t)N * Vp);
+    double *rl = dzeros(N), *rdl = dzeros((size_t)N * Vp);
+    float dloss = 1.0f / N;
+    ref_classifier(rl, rdl, ld, tg, N, V, Vp, dloss);
+    float* keep = dup_f(logits, (size_t)N * Vp);
+    float* losses = fnan(N);
+    fused_classifier(logits, losses, tg, N, V, Vp, 0.0f);
+    snprintf(name, sizeof name, "fused_classifier losses (dloss=0) N%d V%d", N, V);
+    check(name, losses, rl, N, TOL);
+    check_true("fused_classifier dloss=0 leaves logits untouched",
+               memcmp(keep, logits, sizeof(float) * N * Vp) == 0);
+    float* losses2 = fnan(N);
+    fused_classifier(logits, losses2, tg, N, V, Vp, dloss);
+    snprintf(name, sizeof name, "fused_classifier losses N%d V%d Vp%d", N, V, Vp);
+    check(name, losses2, rl, N, TOL);
+    snprintf(name, sizeof name, "fused_classifier dlogits N%d V%d Vp%d", N, V, Vp);
+    check(name, logits, rdl, (size_t)N * Vp, TOL);
+    free(logits); free(tg); free(ld); free(rl); free(rdl); free(keep); free(losses); free(losses2);
+}
+
+static void test_sum_squares(size_t n) {
+    char name[96];
+    float* x = frand(n, 1);
+    double ref = 0;
+    for (size_t i = 0; i < n; i++) ref += (double)x[i] * x[i];
+    float got = (float)sum_squares(x, n);
+    double rel = fabs(sum_squares(x, n) - ref) / (ref > 0 ? ref : 1);
+    snprintf(name, sizeof name, "sum_squares n%zu", n);
+    check(name, &got, &ref, 1, 1e-6);
+    snprintf(name, sizeof name, "sum_squares n%zu rel err %.2e < 1e-9", n, rel);
+    check_true(name, rel < 1e-9);
+    free(x);
+}
+
+static void test_adamw(size_t n, int with_master) {
+    char name[96];
+    float *p = frand(n, 1), *g = frand(n, 0.1), *m = frand(n, 0.01), *v = frand(n, 0.001);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float* master = with_master ? dup_f(p, n) : NULL;
+    if (master) for (size_t i = 0; i < n; i++) p[i] = 0; /* params are written from master */
+    double *rp = dup_d(with_master ? master : p, n), *rm = dup_d(m, n), *rv = dup_d(v, n);
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+    int t = 3;
+    float c1 = 1.0f - powf(b1, t), c2 = 1.0f - powf(b2, t);
+    for (size_t i = 0; i < n; i++) {
+        double gg = (double)g[i] * gs;
+        rm[i] = b1 * rm[i] + (1.0 - b1) * gg;
+        rv[i] = b2 * rv[i] + (1.0 - b2) * gg * gg;
+        double mh = rm[i] / c1, vh = rv[i] / c2;
+        rp[i] = rp[i] - lr * (mh / (sqrt(vh) + eps) + wd * rp[i]);
+    }
+    adamw_update(p, master, g, m, v, n, lr, b1, b2, c1, c2, eps, wd, gs);
+    snprintf(name, sizeof name, "adamw_update params master%d n%zu", with_master, n);
+    check(name, p, rp, n, TOL);
+    if (master) {
+        snprintf(name, sizeof name, "adamw_update master n%zu", n);
+        check(name, master, rp, n, TOL);
+    }
+    snprintf(name, sizeof name, "adamw_update m n%zu", n); check(name, m, rm, n, TOL);
+    snprintf(name, sizeof name, "adamw_update v n%zu", n); check(name, v, rv, n, TOL);
+    free(p); free(g); free(m); free(v); free(master); free(rp); free(rm); free(rv);
+}
+
+static void test_expf(void) {
+    /* the vectorizable exp used by softmax/gelu: relative error over a range */
+    double maxrel = 0;
+    for (int i = 0; i <= 200000; i++) {
+        float x = -87.0f + (175.0f * i) / 200000.0f;
+        double r = exp((double)x), e = fabs(cpu_expf(x) - r) / r;
+        if (e > maxrel) maxrel = e;
+    }
+    char name[96];
+    snprintf(name, sizeof name, "cpu_expf max rel err on [-87,88] = %.2e < 5e-7", maxrel);
+    check_true(name, maxrel < 5e-7);
+}
+
+int main(void) {
+    printf("threads: %d\n", cpu_num_threads());
+    fd_layernorm();
+    fd_attention();
+    fd_gelu_classifier();
+    test_expf();
+    /* odd sizes of the brief: B=2, T=7, C=12, NH=3, V=37, Vp=40 */
+    test_encoder(2, 7, 12, 37);
+    test_encoder(3, 33, 100, 50);
+    test_layernorm(2 * 7, 12);
+    test_layernorm(67, 771);
+    test_matmul(2 * 7, 12, 36, 1, 1);
+    test_matmul(2 * 7, 12, 37, 0, 0);
+    /* sizes that take the threaded split (M >= N and N > M) */
+    test_matmul(300, 65, 130, 1, 1);
+    test_matmul(70, 130, 700, 1, 1);
+    test_attention(2, 7, 12, 3);
+    test_attention(2, 130, 48, 3); /* T > the 64-row causal block, partial block */
+    test_attention(1, 64, 16, 1);
+    test_gelu_residual(2 * 7 * 12);
+    test_gelu_residual(10001);
+    test_classifier(2 * 7, 37, 40, 3.0);
+    test_classifier(5, 1000, 1024, 20.0);
+    test_classifier(3, 2051, 2051, 1.0);
+    test_sum_squares(37);
+    test_sum_squares(1000003);
+    test_adamw(1001, 1);
+    test_adamw(1001, 0);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail ? 1 : 0;
+}
