@@ -199,6 +199,8 @@ static void test_layout(const TList* l) {
                         size_t lo, hi, a = 0;
                         zero_update_range(&P, u, &lo, &hi);
                         size_t n = zero_tensor_overlap(&P, i, lo, hi, &a);
+                        if (!n) continue;
+                        if (a < lo || a + n > hi || a < e.toff[i] || a + n > e.toff[i] + l->t[i].size) { ok_upd = 0; continue; }
                         for (size_t x = a; x < a + n; x++) { tm[x - e.toff[i]]++; if (!is_t[x]) ok_pad = 0; }
                     }
                     unsigned want = stage == 0 ? (unsigned)N : 1u;

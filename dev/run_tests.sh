@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs every check a CPU machine can run (called by `make test`, which first
+# installs packages, prepares the data, regenerates the PyTorch reference
+# files and builds). Each suite prints "N passed, M failed" as its last line;
+# this script adds them up and exits non-zero if any suite failed.
+set -u
+cd "$(dirname "$0")/.."
+total_pass=0; total_fail=0; failed_suites=()
+CC_TEST="gcc -O2 -std=gnu11 -Wall -I."
+mkdir -p build
+
+suite() { # name command...
+  local name=$1; shift
+  echo "=== $name"
+  local log="build/test_${name// /_}.log"
+  local t0=$(date +%s)
+  "$@" > "$log" 2>&1
+  local rc=$?
+  local last=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$log" | tail -1)
+  local p=$(echo "$last" | awk '{print $1}'); local f=$(echo "$last" | awk '{print $3}')
+  [ -z "$p" ] && { p=0; f=1; }
+  [ $rc -ne 0 ] && [ "$f" = 0 ] && f=1
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+  if [ "$f" != 0 ] || [ $rc -ne 0 ]; then
+    failed_suites+=("$name"); tail -25 "$log"
+  fi
+  echo "    $name: ${last:-no summary line} (exit $rc, $(( $(date +%s) - t0 )) s)"
+}
+
+suite "reference selftest" /usr/bin/python3 dev/reference_selftest.py --dir data/ref
+suite "dataloader" bash -c "$CC_TEST dev/test_dataloader.c -o build/test_dataloader && ./build/test_dataloader"
+if [ -f dev/test_zero.c ]; then
+  suite "shard plan" bash -c "$CC_TEST dev/test_zero.c -o build/test_zero -lm && ./build/test_zero"
+fi
+if [ -f dev/test_kernels.c ]; then
+  suite "cpu kernels" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp dev/test_kernels.c -o build/test_kernels -lopenblas -lm && ./build/test_kernels"
+fi
+[ -f dev/test_estimator.sh ] && suite "estimator" bash dev/test_estimator.sh
+suite "zero sweep" bash dev/test_zero_sweep.sh
+[ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh
+[ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
+[ -f dev/test_cuda_build.sh ] && suite "cuda build" bash dev/test_cuda_build.sh
+
+echo
+[ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
+echo "$total_pass passed, $total_fail failed"
+[ $total_fail -eq 0 ]
