@@ -13,6 +13,9 @@
 #   - no crash: no "Segmentation", "core dumped", signal or glibc abort text,
 #   - it ends within 30 s (each run is killed after 60 s: a hang),
 #   - no partial output: no checkpoint (*.bin) or *.tmp in the -o dir.
+# Cases of kind "rank1" run with 2 ranks where only rank 1 gets the bad
+# argument (MPMD: a file one node cannot read), so rank 0 must learn of it.
+# In a case's arguments @NP@ stands for the rank count of the run.
 # Two control cases (a good 1-step training run, test_gpt on the odd
 # reference) must pass, so a failure is the bad input's and not the harness's.
 # Runs that pass but let MPI_Abort print its banner are marked "warn".
@@ -49,6 +52,11 @@ for f in ./train_gpt_cpu ./test_gpt_cpu "$ODD" "$ODD_STATE" "$SMALL" data/gpt2_t
     fi
 done
 
+# rank counts / accumulations that do not divide the debug state's batch B
+STATE_B=$(od -An -t d4 -j 8 -N 4 "$ODD_STATE" | tr -d ' ')
+NP_BAD=5; while [ $((STATE_B % NP_BAD)) = 0 ]; do NP_BAD=$((NP_BAD + 2)); done
+ACC_BAD=5; while [ $((STATE_B % ACC_BAD)) = 0 ]; do ACC_BAD=$((ACC_BAD + 2)); done
+
 START=$(date +%s%N)
 W=$(mktemp -d /tmp/badinput.XXXXXX)
 if [ "$KEEP" = 1 ]; then echo "temp dir: $W (kept)"; else trap 'rm -rf "$W"' EXIT; fi
@@ -69,18 +77,21 @@ TRAIN_BASE=(-e "$ODD" -b 1 -t 16 -x 1 -v 0 -s 0 -i "$D/good_train.bin" -j "$D/go
 # ---------------------------------------------------------------- registry
 NC=0
 declare -a C_NAME C_NPS C_KIND C_NEEDLE C_RULE C_PROG C_ARGS
-# bad NAME NPS NEEDLE RULE PROG ARGS... ; PROG: train (base flags + -o) or test (as given)
+# bad NAME NPS NEEDLE RULE PROG ARGS... ; PROG: train (base flags + -o), test (as given)
+# or rank1 (train, 2 ranks, only rank 1 gets ARGS)
 bad() {
     C_NAME[NC]=$1; C_NPS[NC]=$2; C_KIND[NC]=bad; C_NEEDLE[NC]=$3; C_RULE[NC]=$4; C_PROG[NC]=$5
     shift 5
-    C_ARGS[NC]=$(printf '%q ' "$@")
+    C_ARGS[NC]=""
+    [ $# -eq 0 ] || C_ARGS[NC]=$(printf '%q ' "$@")
     NC=$((NC + 1))
 }
 # good NAME NPS PROG ARGS... : a control that must exit 0 (train: and write its checkpoint)
 good() {
     C_NAME[NC]=$1; C_NPS[NC]=$2; C_KIND[NC]=good; C_NEEDLE[NC]=""; C_RULE[NC]=""; C_PROG[NC]=$3
     shift 3
-    C_ARGS[NC]=$(printf '%q ' "$@")
+    C_ARGS[NC]=""
+    [ $# -eq 0 ] || C_ARGS[NC]=$(printf '%q ' "$@")
     NC=$((NC + 1))
 }
 
@@ -104,6 +115,8 @@ bad shard_token_eq_vocab "1 2" "$D/shard_token_eq_vocab.bin" "vocab" train -i "$
 bad shard_token_oob_vocab_flag "1 2" "$D/shard_token_oob.bin" "vocab" train -e d1 --vocab 1000 -i "$D/shard_token_oob.bin"
 bad val_token_oob "1 2" "$D/val_token_oob.bin" "vocab" train -v 1 -j "$D/val_token_oob.bin"
 bad shard_too_small "1 2" "$D/shard_too_small.bin" "too small" train -i "$D/shard_too_small.bin"
+bad shard_too_small_for_2_ranks "2" "$D/shard_20tok.bin" "too small" train -i "$D/shard_20tok.bin"
+bad vocab_above_uint16 "1 2" "vocab" "65536|uint16" train -e d1 --vocab 70000
 bad glob_second_shard_bad "1 2" "$D/two_shards/part_001.bin" "magic" train -i "$D/two_shards/*.bin"
 bad shard_is_directory "1 2" "$D/shard_is_dir.bin" "regular file|directory" train -i "$D/shard_is_dir.bin"
 bad val_glob_no_match "1 2" "$D/nonexistent_val/*.bin" "no file matches" train -v 1 -j "$D/nonexistent_val/*.bin"
@@ -138,6 +151,8 @@ bad t_above_maxT "1 2" "-t 64" "max_seq_len|48" train -t 64
 # flags
 bad d_not_multiple "1 2" "-d 17" "multiple" train -d 17
 bad d_zero "1 2" "-d" "positive" train -d 0
+bad d_not_multiple_of_ranks "2" "-d 48" "multiple" train -d 48
+bad d_accum_overflows_int "1 2" "-d" "accum|too large|overflow|at most" train -d 137438953536
 bad z_5 "1 2" "-z" "0\.\.3|0, 1, 2 or 3" train -z 5
 bad z_abc "1 2" "-z" "integer" train -z abc
 bad b_0 "1 2" "-b" "1\.\.|>= ?1|positive" train -b 0
@@ -160,6 +175,8 @@ bad o_without_value "1 2" "-o" "needs a value" train -o
 bad ledger_bogus "1 2" "--ledger" "rank0 or all" train --ledger bogus
 bad descriptor_d0 "1 2" "d0" "dN|descriptor" train -e d0
 bad descriptor_heads_indivisible "1 2" "heads" "divisible" train -e d1 --heads 3
+bad descriptor_too_many_layers "1 2" "layers" "at most|too many|4096" train -e d1 --layers 400
+bad descriptor_d200_memory "1 2" "d200" "memory" train -e d200
 bad batch_absurd_memory "1 2" "-b" "memory" train -e d1 -b 1048576 -t 1024
 bad estimate_bad_dtype "1 2" "--dtype" "bf16 or fp32" train --estimate --dtype fp16
 bad estimate_bad_params "1 2" "--params" "positive" train --estimate --params -5
@@ -169,6 +186,13 @@ bad estimate_bad_ckpt "1 2" "$D/ck_bad_magic.bin" "magic" train --estimate -e "$
 bad o_in_proc "1 2" "/proc/forbidden" "cannot|denied|no such" train -o /proc/forbidden
 bad o_under_a_file "1 2" "$D/a_file/out" "cannot|not a directory" train -o "$D/a_file/out"
 bad o_is_a_file "1 2" "$D/a_file" "cannot|not a directory" train -o "$D/a_file"
+bad ckpt_tmp_name_blocked "1 2" "model_00000001.bin.tmp" "cannot|directory" train -o "$D/out_tmp_blocked_@NP@"
+bad ckpt_final_name_is_dir "1 2" "model_00000001.bin" "cannot|directory" train -o "$D/out_target_dir_@NP@"
+
+# only rank 1 sees the bad input
+bad rank1_only_bad_shard "2" "$D/shard_bad_magic.bin" "magic" rank1 -i "$D/shard_bad_magic.bin"
+bad rank1_only_token_oob "2" "$D/shard_token_oob.bin" "vocab" rank1 -i "$D/shard_token_oob.bin"
+bad rank1_only_missing_ckpt "2" "$D/missing_model.bin" "cannot open|no such" rank1 -e "$D/missing_model.bin"
 
 # tokenizer (-s 1 loads it)
 bad tok_missing "1 2" "$D/missing_tok.bin" "cannot open|no such" train -s 1 --tokenizer "$D/missing_tok.bin"
@@ -180,8 +204,8 @@ bad tok_trailing "1 2" "$D/tok_trailing.bin" "trailing" train -s 1 --tokenizer "
 bad tok_eot_out_of_range "1 2" "$D/tok_eot_out_of_range.bin" "eot" train -s 1 --tokenizer "$D/tok_eot_out_of_range.bin"
 
 # test_gpt
-bad tg_batch_not_divisible_np5 "5" "odd_debug_state.bin" "divisible" test -e "$ODD" -s "$ODD_STATE"
-bad tg_accum_not_divisible "1 2" "odd_debug_state.bin" "divisible" test -e "$ODD" -s "$ODD_STATE" --accum 5
+bad tg_batch_not_divisible_np$NP_BAD "$NP_BAD" "odd_debug_state.bin" "divisible" test -e "$ODD" -s "$ODD_STATE"
+bad tg_accum_not_divisible "1 2" "odd_debug_state.bin" "divisible" test -e "$ODD" -s "$ODD_STATE" --accum "$ACC_BAD"
 bad tg_state_bad_magic "1 2" "$D/ds_bad_magic.bin" "magic" test -e "$ODD" -s "$D/ds_bad_magic.bin"
 bad tg_state_bad_version "1 2" "$D/ds_bad_version.bin" "version" test -e "$ODD" -s "$D/ds_bad_version.bin"
 bad tg_state_truncated "1 2" "$D/ds_truncated.bin" "truncated" test -e "$ODD" -s "$D/ds_truncated.bin"
@@ -207,10 +231,12 @@ run_one() {
     local out=$W/out/$i.$np log=$W/log/$i.$np res=$W/res/$i.$np
     local -a args cmd outdirs
     eval "args=(${C_ARGS[i]})"
-    if [ "$prog" = train ]; then
-        cmd=(./train_gpt_cpu "${TRAIN_BASE[@]}" -o "$out" "${args[@]}")
-    else
+    args=("${args[@]//@NP@/$np}")
+    local -a cmd0=(./train_gpt_cpu "${TRAIN_BASE[@]}" -o "$out")
+    if [ "$prog" = test ]; then
         cmd=(./test_gpt_cpu "${args[@]}")
+    else
+        cmd=(./train_gpt_cpu "${TRAIN_BASE[@]}" -o "$out" "${args[@]}")
     fi
     # every -o the command line names (the last one wins in the trainer)
     outdirs=()
@@ -220,7 +246,9 @@ run_one() {
     done
     local t0 t1 rc
     t0=$(date +%s%N)
-    if [ "$np" = 1 ]; then
+    if [ "$prog" = rank1 ]; then
+        timeout -k 5 60 "${MPIRUN[@]}" -np 1 "${cmd0[@]}" : -np 1 "${cmd[@]}" >"$log.out" 2>"$log.err" </dev/null
+    elif [ "$np" = 1 ]; then
         timeout -k 5 60 "${cmd[@]}" >"$log.out" 2>"$log.err" </dev/null
     else
         timeout -k 5 60 "${MPIRUN[@]}" -np "$np" "${cmd[@]}" >"$log.out" 2>"$log.err" </dev/null
@@ -265,7 +293,7 @@ run_one() {
         local d partial
         for d in "${outdirs[@]}"; do
             [ -d "$d" ] || continue
-            partial=$(find "$d" -maxdepth 1 \( -name '*.bin' -o -name '*.tmp' \) 2>/dev/null | head -n 3 | tr '\n' ' ')
+            partial=$(find "$d" -maxdepth 1 -type f \( -name '*.bin' -o -name '*.tmp' \) 2>/dev/null | head -n 3 | tr '\n' ' ')
             [ -z "$partial" ] || why+=("partial output left: $partial")
         done
         if grep -aq 'MPI_ABORT was invoked' "$log.err" "$log.out"; then warn="MPI_Abort banner instead of a clean collective exit"; fi

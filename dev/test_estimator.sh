@@ -10,12 +10,12 @@
 #                                        train_gpt_cpu with make if needed)
 # Environment: LAUNCH="mpirun --allow-run-as-root -np 1" to launch through
 # mpirun (default: run the binary directly, MPI singleton init);
-# SKIP_BUILD=1 to use the existing binary as is.
+# SKIP_BUILD=1 to use the existing binary as is; BIN=path to test another binary.
 # Last line: "N passed, M failed"; exit 1 if any check failed.
 
 cd "$(dirname "$0")/.." || exit 1
 REPO=$(pwd)
-BIN="$REPO/train_gpt_cpu"
+BIN=${BIN:-"$REPO/train_gpt_cpu"}
 LAUNCH=${LAUNCH:-}
 pass=0
 fail=0

@@ -304,7 +304,8 @@ static void test_memory(const TList* l) {
             if (stage == 3 && L > 0) slots = reshard ? (1 + pf < L ? 1 + pf : L) : L;
             unsigned long long egath = stage == 3 ? p * (e.root + (unsigned long long)slots * e.maxblk) : 0;
             unsigned long long eug = stage >= 2 ? g * (e.root + e.maxblk) : 0;
-            unsigned long long escr = (stage >= 1 && N > 1) ? g * e.maxshard : 0;
+            /* reduce-scatters and all-gathers run in place: no scratch at any stage */
+            unsigned long long escr = 0;
             const char* ctx = "N=%d p=%d stage %d reshard %d prefetch %d: %s %llu, expected %llu";
             CHECK(Lg.predicted[MEM_PARAMS] == ep, ctx, N, pb, stage, reshard, pf, mem_names[MEM_PARAMS], Lg.predicted[MEM_PARAMS], ep);
             CHECK(Lg.predicted[MEM_GRADS] == eg, ctx, N, pb, stage, reshard, pf, mem_names[MEM_GRADS], Lg.predicted[MEM_GRADS], eg);

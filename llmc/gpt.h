@@ -369,11 +369,11 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     backend_to_device(m->inputs, inputs, BT * sizeof(int));
     if (targets) backend_to_device(m->targets, targets, BT * sizeof(int));
     floatX* root = zero_unit_params(E, 0);
-    zero_prefetch_unit(E, 1);
+    zero_prefetch_ahead(E, 0, +1);
     encoder_forward(m->encoded, m->inputs, gpt2_tp(m, root, T_WTE), gpt2_tp(m, root, T_WPE), B, T, C);
     for (int l = 0; l < L; l++) {
         floatX* w = zero_unit_params(E, l + 1);
-        zero_prefetch_unit(E, l + 2);
+        zero_prefetch_ahead(E, l + 1, +1);
         floatX* x = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
         float* ln1m = m->ln1_mean + (size_t)l * BT;
@@ -432,7 +432,7 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
                        gpt2_tp(m, root, T_LNFW), m->lnf_mean, m->lnf_rstd, (int)BT, C);
     for (int l = L - 1; l >= 0; l--) {
         floatX* w = zero_unit_params(E, l + 1);
-        zero_prefetch_unit(E, l);
+        zero_prefetch_ahead(E, l + 1, -1);
         floatX* g = zero_unit_grads(E, l + 1);
         int b0 = gpt2_block_tensor(l, 0);
         floatX* xin = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;

@@ -91,6 +91,11 @@ typedef struct {
     int num_slots;            /* stage 3: gathered block buffers */
 } ZeroPlan;
 
+static inline void zero_plan_free(ZeroPlan* P) {
+    free(P->units); free(P->tensors);
+    P->units = NULL; P->tensors = NULL;
+}
+
 /* Build the plan. tensors: n entries, grouped by unit (unit numbers
    non-decreasing), copied. Returns 0, or 1 with a message in err for an
    impossible configuration (stage outside 0..3, N < 1, rank out of range,
@@ -103,9 +108,15 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, 
     if (zero_stage < 0 || zero_stage > 3) return set_err(err, errlen, "-z %d: zero_stage must be 0, 1, 2 or 3", zero_stage);
     if (num_ranks < 1 || rank < 0 || rank >= num_ranks) return set_err(err, errlen, "shard plan: rank %d of %d is invalid", rank, num_ranks);
     if (param_bytes != 2 && param_bytes != 4) return set_err(err, errlen, "shard plan: param_bytes %d must be 2 or 4", param_bytes);
+    if (grad_bytes != 2 && grad_bytes != 4) return set_err(err, errlen, "shard plan: grad_bytes %d must be 2 or 4", grad_bytes);
     if (n < 1 || n > ZERO_MAX_TENSORS || num_units < 1) return set_err(err, errlen, "shard plan: %d tensors in %d units is invalid", n, num_units);
     if (prefetch < 0) return set_err(err, errlen, "--prefetch %d: must be >= 0", prefetch);
     if (grad_accum_steps < 1) return set_err(err, errlen, "shard plan: grad_accum_steps %d must be >= 1", grad_accum_steps);
+    for (int i = 0, prev = 0; i < n; i++) {
+        if (tensors[i].unit < prev || tensors[i].unit >= num_units) return set_err(err, errlen, "shard plan: tensor %s in unit %d is out of order", tensors[i].name, tensors[i].unit);
+        if (tensors[i].size == 0) return set_err(err, errlen, "shard plan: tensor %s has size 0", tensors[i].name);
+        prev = tensors[i].unit;
+    }
     P->zero_stage = zero_stage; P->num_ranks = num_ranks; P->rank = rank;
     P->param_bytes = param_bytes; P->grad_bytes = grad_bytes;
     P->master_bytes = param_bytes < 4 ? 4 : 0;
@@ -115,12 +126,8 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, 
     P->units = (ZeroUnit*)calloc_or_die((size_t)num_units, sizeof(ZeroUnit), "shard plan units");
     P->tensors = (ZeroTensor*)calloc_or_die((size_t)n, sizeof(ZeroTensor), "shard plan tensors");
     memcpy(P->tensors, tensors, (size_t)n * sizeof(ZeroTensor));
-    int prev_unit = 0;
     for (int i = 0; i < n; i++) {
         ZeroTensor* t = &P->tensors[i];
-        if (t->unit < prev_unit || t->unit >= num_units) return set_err(err, errlen, "shard plan: tensor %s in unit %d is out of order", t->name, t->unit);
-        if (t->size == 0) return set_err(err, errlen, "shard plan: tensor %s has size 0", t->name);
-        prev_unit = t->unit;
         ZeroUnit* u = &P->units[t->unit];
         t->offset = u->size;
         u->size = round_up(t->offset + t->size, ZERO_ALIGN);
@@ -143,14 +150,9 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, 
     P->num_slots = 0;
     if (zero_stage == 3 && blocks > 0) {
         P->num_slots = P->reshard_after_forward ? (1 + prefetch < blocks ? 1 + prefetch : blocks) : blocks;
-        if (P->num_slots > ZERO_MAX_SLOTS) return set_err(err, errlen, "shard plan: %d gathered slots exceed %d", P->num_slots, ZERO_MAX_SLOTS);
+        if (P->num_slots > ZERO_MAX_SLOTS) { zero_plan_free(P); return set_err(err, errlen, "shard plan: %d gathered slots exceed %d", P->num_slots, ZERO_MAX_SLOTS); }
     }
     return 0;
-}
-
-static inline void zero_plan_free(ZeroPlan* P) {
-    free(P->units); free(P->tensors);
-    P->units = NULL; P->tensors = NULL;
 }
 
 /* Is buffer kind b held FULL (1) or SHARDED (0) at this stage? */
@@ -235,8 +237,8 @@ static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long act
         L->predicted[MEM_GATHERED] = p * (P->units[0].padded + (unsigned long long)P->num_slots * P->max_block_padded);
     if (P->zero_stage >= 2)
         L->predicted[MEM_UNIT_GRADS] = g * (P->units[0].padded + (P->num_units > 1 ? P->max_block_padded : 0));
-    if (P->zero_stage >= 1 && P->num_ranks > 1)
-        L->predicted[MEM_COMM_SCRATCH] = g * P->max_shard;
+    /* MEM_COMM_SCRATCH stays 0: reduce-scatters run in place (the own shard
+       of a full unit buffer receives the sum), all-gathers too. */
 }
 
 /* Model-state bytes (params, grads, master, m, v) of a ledger column. */
@@ -303,7 +305,7 @@ static inline unsigned long long zero_min_ranks(int stage, unsigned long long ps
    per step in Psi, whether each fits in gpu_mem bytes (if > 0) and the
    smallest rank count that fits. */
 static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem) {
-    fprintf(out, "ZeRO estimate: Psi = %.6g parameters, N = %d ranks, %d+%d+%d = %d bytes/param", psi, N, p, g, k, p + g + k);
+    fprintf(out, "ZeRO estimate: Psi = %.0f parameters (%.4g), N = %d ranks, %d+%d+%d = %d bytes/param", psi, psi, N, p, g, k, p + g + k);
     if (gpu_mem > 0) fprintf(out, ", device memory %.1f GB", gpu_mem / 1e9);
     fprintf(out, "\n");
     fprintf(out, "%-6s %-28s %14s %10s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "traffic", "fits", "min ranks");
@@ -364,7 +366,6 @@ typedef struct {
     int root_gathered;
     floatX* unit_grads_root;  /* stages 2-3: full grads of the root unit for one backward */
     floatX* unit_grads_block; /* stages 2-3: full grads of one block */
-    floatX* scratch;          /* reduce-scatter output (one unit's shard) */
 } ZeroEngine;
 
 static inline void zero_engine_track_gathered(ZeroEngine* E) {
@@ -399,8 +400,6 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
         E->unit_grads_root = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->units[0].padded);
         if (P->num_units > 1) E->unit_grads_block = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->max_block_padded);
     }
-    if (P->zero_stage >= 1 && P->num_ranks > 1)
-        E->scratch = (floatX*)ledger_alloc(L, c, MEM_COMM_SCRATCH, gb * P->max_shard);
 }
 
 static inline void zero_engine_free(ZeroEngine* E) {
@@ -416,7 +415,6 @@ static inline void zero_engine_free(ZeroEngine* E) {
     for (int s = 0; s < P->num_slots; s++) ledger_free(L, MEM_GATHERED, E->slots[s], pb * P->max_block_padded);
     ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_root, gb * P->units[0].padded);
     ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_block, gb * P->max_block_padded);
-    ledger_free(L, MEM_COMM_SCRATCH, E->scratch, gb * P->max_shard);
 }
 
 /* All-gather unit u into dst (padded elements), own shard taken from src. */
@@ -461,6 +459,12 @@ static inline void zero_prefetch_unit(ZeroEngine* E, int u) {
     (void)zero_unit_params(E, u);
 }
 
+/* Stage 3: gather the `prefetch` blocks that follow unit u in the direction
+   dir (+1 forward, -1 backward), each into its own slot. */
+static inline void zero_prefetch_ahead(ZeroEngine* E, int u, int dir) {
+    for (int k = 1; k <= E->plan->prefetch; k++) zero_prefetch_unit(E, u + dir * k);
+}
+
 /* Stage 3: free block u's gathered params. after_forward=1 keeps it when
    reshard_after_forward is 0 (FSDP's reshard_after_forward=False). */
 static inline void zero_release_unit(ZeroEngine* E, int u, int after_forward) {
@@ -492,20 +496,17 @@ static inline floatX* zero_unit_grads(ZeroEngine* E, int u) {
     return g;
 }
 
-/* Stages 2-3: reduce-scatter unit u's grads now and add the own shard into
-   the persistent grad shard (sum over ranks and micro-steps). */
+/* Stages 2-3: reduce-scatter unit u's grads now (in place) and add the own
+   shard into the persistent grad shard (sum over ranks and micro-steps). */
 static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 2) return;
     const ZeroUnit* U = &P->units[u];
     floatX* g = (u == 0) ? E->unit_grads_root : E->unit_grads_block;
     floatX* dst = E->grads + U->shard_offset;
-    if (P->num_ranks > 1) {
-        backend_reduce_scatter_sum(E->comm, E->scratch, g, U->shard);
-        backend_add(dst, E->scratch, U->shard);
-    } else {
-        backend_add(dst, g, U->shard);
-    }
+    size_t mine = (size_t)P->rank * U->shard;
+    if (P->num_ranks > 1) backend_reduce_scatter_sum(E->comm, g, U->shard);
+    backend_add(dst, g + mine, U->shard);
 }
 
 /* Start of an optimizer step: zero the gradient accumulators. */
@@ -523,11 +524,8 @@ static inline void zero_reduce_grads(ZeroEngine* E) {
     if (P->zero_stage == 0) {
         backend_all_reduce_sum(E->comm, E->grads, P->padded_parameters);
     } else if (P->zero_stage == 1) {
-        for (int u = 0; u < P->num_units; u++) {
-            const ZeroUnit* U = &P->units[u];
-            backend_reduce_scatter_sum(E->comm, E->scratch, E->grads + U->offset, U->shard);
-            backend_memcpy(E->grads + U->offset + (size_t)P->rank * U->shard, E->scratch, U->shard * sizeof(floatX));
-        }
+        for (int u = 0; u < P->num_units; u++)
+            backend_reduce_scatter_sum(E->comm, E->grads + P->units[u].offset, P->units[u].shard);
     }
 }
 

@@ -67,6 +67,7 @@ def main():
     w("shard_token_eq_vocab.bin", shard(late))
     w("val_token_oob.bin", shard(oob[:1024]))
     w("shard_too_small.bin", shard(good[:10]))                         # needs B*T*ranks+1 = 17 or 33
+    w("shard_20tok.bin", shard(good[:20]))                             # enough for 1 rank, not for 2
     os.makedirs(os.path.join(out, "two_shards"), exist_ok=True)
     w("two_shards/part_000.bin", shard(good))
     w("two_shards/part_001.bin", shard(good, magic=1234))              # the 2nd shard of a glob is bad
@@ -117,6 +118,14 @@ def main():
 
     # ---- a plain file, to put an output dir under ----
     w("a_file", b"not a directory\n")
+
+    # ---- output dirs where the checkpoint cannot be written (one per rank count) ----
+    for np_ in (1, 2):
+        # the temporary name is taken by a directory: open(2) of <ckpt>.tmp fails
+        os.makedirs(os.path.join(out, "out_tmp_blocked_%d" % np_, "model_00000001.bin.tmp"), exist_ok=True)
+        # the final name is a non-empty directory: rename(2) of <ckpt>.tmp fails
+        os.makedirs(os.path.join(out, "out_target_dir_%d" % np_, "model_00000001.bin"), exist_ok=True)
+        w("out_target_dir_%d/model_00000001.bin/keep" % np_, b"x")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@
 
  Collectives (sizes in elements; each reports to the Comm counters):
    backend_all_reduce_sum(c, buf, n)               buf[0..n) summed over ranks, in place
-   backend_reduce_scatter_sum(c, recv, send, s)    send has N*s elements; recv (s) = sum over
-                                                   ranks of send[r*s .. r*s+s) for this rank r
-                                                   (MPI_Reduce_scatter_block)
+   backend_reduce_scatter_sum(c, buf, s)           in place over N*s elements: afterwards
+                                                   buf[r*s .. r*s+s) on rank r holds the sum over
+                                                   ranks of that shard; the rest of buf is
+                                                   undefined (NCCL's in-place convention)
    backend_all_gather(c, buf, s)                   in place: rank r's s elements sit at
                                                    buf + r*s; afterwards every rank has all
 */
@@ -57,9 +58,12 @@ static inline void backend_all_reduce_sum(Comm* c, floatX* buf, size_t n) {
     comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
 }
 
-static inline void backend_reduce_scatter_sum(Comm* c, floatX* recv, const floatX* send, size_t shard) {
+static inline void backend_reduce_scatter_sum(Comm* c, floatX* buf, size_t shard) {
     if (shard > BACKEND_MPI_CHUNK) comm_fatal(c, "reduce-scatter of %zu elements per rank exceeds the MPI int count", shard);
-    MPI_Reduce_scatter_block(send, recv, (int)shard, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    /* MPI's in-place form leaves the reduced shard at the START of buf; move
+       it to this rank's place, as NCCL's in-place form does directly. */
+    MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)shard, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (c->rank > 0) memcpy(buf + (size_t)c->rank * shard, buf, shard * sizeof(floatX));
     comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
 }
 

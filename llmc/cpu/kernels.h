@@ -114,51 +114,85 @@ static inline void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha,
 #endif
 }
 
-/* Same product as cpu_sgemm, computed by all OpenMP threads: the larger of
-   the two output dimensions (M or N) is cut into one contiguous slice per
-   thread (multiples of 64) and each thread makes one single-threaded BLAS
-   call on its slice. Results do not depend on the thread count beyond the
-   BLAS's own blocking. With -DLLMC_BLAS_THREADED it is instead one call
-   from serial code, threaded by the BLAS itself (for comparison only; the
-   attention kernels still call the BLAS from inside parallel regions). */
+/* Products below this many multiply-adds are not split among threads. */
+#ifndef CPU_GEMM_SPLIT_MIN
+#define CPU_GEMM_SPLIT_MIN 2e6
+#endif
+
+/* Thread ith's share (of nth) of the product of cpu_sgemm: the larger of the
+   two output dimensions (M or N) is cut into contiguous slices (multiples of
+   64), one per thread, and the slice is one single-threaded BLAS call.
+   Products smaller than CPU_GEMM_SPLIT_MIN are done whole by thread 0. If
+   bias is not NULL, the slice of C is first set to the broadcast row bias
+   (N) and beta must be 1 (for matmul_forward). Call it from every thread of
+   a parallel region (or with ith=0, nth=1); slices are disjoint, so no
+   barrier is needed between consecutive calls on different outputs. */
+static inline void cpu_sgemm_part(int ith, int nth, int ta, int tb, int M,
+                                  int N, int K, float alpha, const float* A,
+                                  int lda, const float* B, int ldb, float beta,
+                                  float* C, int ldc, const float* bias) {
+    size_t lo = 0, hi = 0;
+    int split_m = M >= N;
+    if ((double)M * N * K < CPU_GEMM_SPLIT_MIN || nth <= 1) {
+        if (ith == 0) hi = (size_t)(split_m ? M : N);
+    } else {
+        cpu_split_range((size_t)(split_m ? M : N), ith, nth, 64, &lo, &hi);
+    }
+    if (hi <= lo) return;
+    int n = (int)(hi - lo), o = (int)lo;
+    if (split_m) {
+        /* rows o..o+n of C need rows o.. of op(A) */
+        float* Cp = C + (size_t)o * ldc;
+        if (bias)
+            for (int i = 0; i < n; i++) memcpy(Cp + (size_t)i * ldc, bias, sizeof(float) * N);
+        const float* Ap = ta ? A + o : A + (size_t)o * lda;
+        cpu_sgemm(ta, tb, n, N, K, alpha, Ap, lda, B, ldb, beta, Cp, ldc);
+    } else {
+        /* columns o..o+n of C need columns o.. of op(B) */
+        if (bias)
+            for (int i = 0; i < M; i++)
+                memcpy(C + (size_t)i * ldc + o, bias + o, sizeof(float) * n);
+        const float* Bp = tb ? B + (size_t)o * ldb : B + o;
+        cpu_sgemm(ta, tb, M, n, K, alpha, A, lda, Bp, ldb, beta, C + o, ldc);
+    }
+}
+
+/* index of this thread and size of the current team (0, 1 outside OpenMP) */
+static inline void cpu_thread_id(int* ith, int* nth) {
+#ifdef _OPENMP
+    *ith = omp_get_thread_num();
+    *nth = omp_get_num_threads();
+#else
+    *ith = 0;
+    *nth = 1;
+#endif
+}
+
+/* Same product as cpu_sgemm, computed by all OpenMP threads, each doing its
+   slice (cpu_sgemm_part) with a single-threaded BLAS call. With
+   -DLLMC_BLAS_THREADED it is instead one call from serial code, threaded by
+   the BLAS itself (for comparison only; the attention kernels still call
+   the BLAS from inside parallel regions). */
 static inline void cpu_sgemm_par(int ta, int tb, int M, int N, int K,
                                  float alpha, const float* A, int lda,
                                  const float* B, int ldb, float beta, float* C,
                                  int ldc) {
     cpu_blas_init();
-    int nth = cpu_num_threads();
 #ifdef LLMC_BLAS_THREADED
-    nth = 1; /* benchmarking alternative: one call, the BLAS's own threads */
-#endif
-    if (nth <= 1 || (double)M * N * K < 2e6) {
+    cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    if ((double)M * N * K < CPU_GEMM_SPLIT_MIN || cpu_num_threads() <= 1) {
         cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    int split_m = M >= N;
-#pragma omp parallel num_threads(nth)
+#pragma omp parallel
     {
-#ifdef _OPENMP
-        int ith = omp_get_thread_num(), nthr = omp_get_num_threads();
-#else
-        int ith = 0, nthr = 1;
-#endif
-        size_t lo, hi;
-        cpu_split_range((size_t)(split_m ? M : N), ith, nthr, 64, &lo, &hi);
-        if (hi > lo) {
-            int n = (int)(hi - lo), o = (int)lo;
-            if (split_m) {
-                /* rows o..o+n of C need rows o.. of op(A) */
-                const float* Ap = ta ? A + o : A + (size_t)o * lda;
-                cpu_sgemm(ta, tb, n, N, K, alpha, Ap, lda, B, ldb, beta,
-                          C + (size_t)o * ldc, ldc);
-            } else {
-                /* columns o..o+n of C need columns o.. of op(B) */
-                const float* Bp = tb ? B + (size_t)o * ldb : B + o;
-                cpu_sgemm(ta, tb, M, n, K, alpha, A, lda, Bp, ldb, beta,
-                          C + o, ldc);
-            }
-        }
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        cpu_sgemm_part(ith, nth, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                       ldc, NULL);
     }
+#endif
 }
 
 /* ------------------------------------------------------------------------ */
@@ -228,11 +262,8 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe,
                                     int T, int C) {
 #pragma omp parallel
     {
-#ifdef _OPENMP
-        int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-        int ith = 0, nth = 1;
-#endif
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
         size_t lo, hi;
         cpu_split_range((size_t)C, ith, nth, 16, &lo, &hi);
         for (int bt = 0; bt < B * T && hi > lo; bt++) {
@@ -316,11 +347,8 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight,
                 di[i] += r * (d[i] * weight[i] - mg - xh * mgx);
             }
         }
-#ifdef _OPENMP
-        int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-        int ith = 0, nth = 1;
-#endif
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
         size_t lo, hi;
         cpu_split_range((size_t)C, ith, nth, 16, &lo, &hi);
         if (hi > lo) {
@@ -351,56 +379,69 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight,
 /* matmul                                                                   */
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
-   Writes out (no accumulation). One sgemm split across threads. */
+   Writes out (no accumulation). One parallel region: each thread sets its
+   slice of out to the bias and multiplies into it (cpu_sgemm_part). */
 static inline void matmul_forward(floatX* out, const floatX* inp,
                                   const floatX* weight, const floatX* bias,
                                   int N, int C, int OC) {
-    float beta = 0.0f;
+    cpu_blas_init();
+    float beta = bias ? 1.0f : 0.0f;
+#ifdef LLMC_BLAS_THREADED
     if (bias) {
 #pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; n++) {
-            floatX* o = out + (size_t)n * OC;
-#pragma omp simd
-            for (int j = 0; j < OC; j++) o[j] = bias[j];
-        }
-        beta = 1.0f;
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, sizeof(float) * OC);
     }
-    cpu_sgemm_par(0, 1, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+    cpu_sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+#else
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        cpu_sgemm_part(ith, nth, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, beta, out,
+                       OC, bias);
+    }
+#endif
 }
 
 /* Backward of matmul_forward, all three accumulate:
      dinp (N,C)     += dout (N,OC) @ weight (OC,C)       (skipped if NULL)
      dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
      dbias (OC)     += sum over the N rows of dout      (skipped if NULL)
-   dbias: columns split among threads, summed over rows in double. */
+   One parallel region, no barrier inside: each thread does its slice of
+   dinp, then its slice of dweight (cpu_sgemm_part), then its columns of
+   dbias (summed over rows in order, in double). */
 static inline void matmul_backward(floatX* dinp, floatX* dweight,
                                    floatX* dbias, const floatX* dout,
                                    const floatX* inp, const floatX* weight,
                                    int N, int C, int OC) {
-    if (dinp)
-        cpu_sgemm_par(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
-    cpu_sgemm_par(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias) {
-#pragma omp parallel
-        {
-#ifdef _OPENMP
-            int ith = omp_get_thread_num(), nth = omp_get_num_threads();
-#else
-            int ith = 0, nth = 1;
+    cpu_blas_init();
+#ifdef LLMC_BLAS_THREADED
+    if (dinp) cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+    cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
 #endif
-            size_t lo, hi;
-            cpu_split_range((size_t)OC, ith, nth, 16, &lo, &hi);
-            if (hi > lo) {
-                size_t w = hi - lo;
-                double* acc = (double*)calloc(w, sizeof(double));
-                for (int n = 0; n < N; n++) {
-                    const floatX* d = dout + (size_t)n * OC + lo;
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+#ifndef LLMC_BLAS_THREADED
+        if (dinp)
+            cpu_sgemm_part(ith, nth, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f,
+                           dinp, C, NULL);
+        cpu_sgemm_part(ith, nth, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight,
+                       C, NULL);
+#endif
+        size_t lo, hi;
+        cpu_split_range((size_t)OC, ith, nth, 16, &lo, &hi);
+        if (dbias && hi > lo) {
+            size_t w = hi - lo;
+            double* acc = (double*)calloc(w, sizeof(double));
+            for (int n = 0; n < N; n++) {
+                const floatX* d = dout + (size_t)n * OC + lo;
 #pragma omp simd
-                    for (size_t j = 0; j < w; j++) acc[j] += d[j];
-                }
-                for (size_t j = 0; j < w; j++) dbias[lo + j] += (float)acc[j];
-                free(acc);
+                for (size_t j = 0; j < w; j++) acc[j] += d[j];
             }
+            for (size_t j = 0; j < w; j++) dbias[lo + j] += (float)acc[j];
+            free(acc);
         }
     }
 }
@@ -639,11 +680,8 @@ static inline double sum_squares(const floatX* x, size_t n) {
     for (int i = 0; i < nth; i++) part[i] = 0.0;
 #pragma omp parallel num_threads(nth)
     {
-#ifdef _OPENMP
-        int ith = omp_get_thread_num(), nt = omp_get_num_threads();
-#else
-        int ith = 0, nt = 1;
-#endif
+        int ith, nt;
+        cpu_thread_id(&ith, &nt);
         size_t lo, hi;
         cpu_split_range(n, ith, nt, 1024, &lo, &hi);
         double acc = 0.0;
@@ -682,7 +720,7 @@ static inline void adamw_update(floatX* params, float* master,
         for (size_t i = 0; i < n; i++) {
             float g = grads[i] * grad_scale;
             float mi = m[i] + om1 * (g - m[i]);
-            float vi = beta2 * v[i] + om2 * g * g;
+            float vi = beta2 * v[i] + om2 * (g * g);
             m[i] = mi;
             v[i] = vi;
             float w = master[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
@@ -694,7 +732,7 @@ static inline void adamw_update(floatX* params, float* master,
         for (size_t i = 0; i < n; i++) {
             float g = grads[i] * grad_scale;
             float mi = m[i] + om1 * (g - m[i]);
-            float vi = beta2 * v[i] + om2 * g * g;
+            float vi = beta2 * v[i] + om2 * (g * g);
             m[i] = mi;
             v[i] = vi;
             params[i] = params[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));

@@ -1,0 +1,163 @@
+/*
+ cuda/backend.cuh: the CUDA backend of the trainer: bf16 storage (floatX =
+ __nv_bfloat16), fp32 master weights and Adam moments, device memory, NCCL
+ collectives, and the kernels of the other headers in this directory. It
+ offers exactly the functions of llmc/cpu/backend.h and llmc/cpu/kernels.h,
+ with the same names and signatures, plus backend_init(Comm*) (GPU, streams,
+ NCCL; call it right after comm_init), backend_all_gather_start /
+ backend_wait_comm (overlap, see comm_nccl.cuh) and backend_finalize.
+
+ Execution model (what gpt.h and zero.h can rely on):
+   - every kernel, memset and device copy runs on ONE compute stream, in
+     program order; the calls return before the GPU is done (asynchronous);
+   - collectives run on a comm stream, ordered against the compute stream by
+     events (comm_nccl.cuh); no device-wide synchronisation inside a step;
+   - the host waits for the GPU only in: backend_to_host, backend_floatX_to_
+     floats, backend_floats_to_floatX, sum_squares (the grad norm),
+     backend_synchronize, backend_free (cudaFree) and backend_malloc
+     (cudaMalloc may synchronise). gpt2_forward with targets therefore
+     waits once per micro-step (the losses), zero_grad_norm once per tensor.
+   - all int* token arrays given to kernels are device memory.
+
+ Memory: backend_malloc = cudaMalloc (NULL on failure; 256-byte aligned).
+ Outside the ledger, and seen only by backend_peak_process_bytes(): the CUDA
+ context, the 32 MiB cuBLAS workspace, NCCL's buffers, the stream-ordered
+ scratch of some kernels (column-sum partials, the token sort) and pinned
+ host staging buffers (host memory, not counted).
+*/
+#ifndef LLMC_CUDA_BACKEND_CUH
+#define LLMC_CUDA_BACKEND_CUH
+
+#include "common.cuh"   /* floatX = __nv_bfloat16 before anything checks it */
+#include <mpi.h>
+#include "../utils.h"
+#include "../comm.h"
+#include "encoder.cuh"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+#include "attention.cuh"
+#include "gelu.cuh"
+#include "fused_classifier.cuh"
+#include "adamw.cuh"
+#include "global_norm.cuh"
+#include "comm_nccl.cuh"
+
+#define BACKEND_NAME "cuda-bf16"
+
+/* ------------------------------------------------------------------------ */
+/* device memory use (an independent measure beside the ledger)             */
+
+static unsigned long long cuda_mem_peak_used = 0;
+
+/* Samples cudaMemGetInfo: used = total - free on this rank's GPU, i.e. ALL
+   memory in use on the device (this process's allocations, context,
+   workspaces, NCCL, memory pools, and any other process on the same GPU). */
+static inline void cuda_mem_sample(void) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) { (void)cudaGetLastError(); return; }
+    unsigned long long used = (unsigned long long)(total_b - free_b);
+    if (used > cuda_mem_peak_used) cuda_mem_peak_used = used;
+}
+
+/* Peak device memory in use on this rank's GPU, in bytes, from cudaMemGetInfo
+   sampled after every backend_malloc, at every backend_synchronize and now.
+   Memory is only allocated at start-up and on first use of a shape (scratch
+   growth), so sampling at these points sees the peak. 0 if unknown. */
+static inline unsigned long long backend_peak_process_bytes(void) {
+    cuda_mem_sample();
+    return cuda_mem_peak_used;
+}
+
+/* ------------------------------------------------------------------------ */
+/* buffers                                                                  */
+
+/* Device memory; NULL on failure (the ledger turns that into one message). */
+static inline void* backend_malloc(size_t bytes) {
+    void* p = NULL;
+    if (cudaMalloc(&p, bytes > 0 ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    cuda_mem_sample();
+    return p;
+}
+static inline void backend_free(void* p) {
+    if (p) cudaCheck(cudaFree(p));
+}
+/* async on the compute stream */
+static inline void backend_memset_zero(void* p, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_ctx.stream));
+}
+/* device to device, async on the compute stream; regions must not overlap */
+static inline void backend_memcpy(void* dst, const void* src, size_t bytes) {
+    if (bytes && dst != src) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+}
+
+/* Host -> device, ordered on the compute stream. The host buffer may be
+   reused as soon as this returns: for pageable memory (malloc) the driver
+   has staged it before cudaMemcpyAsync returns; for page-locked memory we
+   wait for the copy. */
+static inline void backend_to_device(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_ctx.stream));
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, src) == cudaSuccess) {
+        if (at.type == cudaMemoryTypeHost) cuda_wait_compute();
+    } else {
+        (void)cudaGetLastError();
+        cuda_wait_compute();
+    }
+}
+
+/* Device -> host; waits for everything queued before it (host sync). */
+static inline void backend_to_host(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_wait_compute();
+}
+
+/* The host waits until the compute and comm streams are idle. */
+static inline void backend_synchronize(void) {
+    cuda_wait_compute();
+    if (nccl_state.ready) cuda_wait_stream(nccl_state.comm_stream);
+    cuda_mem_sample();
+}
+
+/* pinned host staging for the conversions (grow-only) */
+static uint16_t* cuda_staging = NULL;
+static size_t cuda_staging_elems = 0;
+static uint16_t* cuda_staging_get(size_t n) {
+    if (n > cuda_staging_elems) {
+        if (cuda_staging) cudaCheck(cudaFreeHost(cuda_staging));
+        size_t m = n < ((size_t)1 << 20) ? ((size_t)1 << 20) : n;
+        cudaCheck(cudaMallocHost((void**)&cuda_staging, m * sizeof(uint16_t)));
+        cuda_staging_elems = m;
+    }
+    return cuda_staging;
+}
+
+/* host fp32 -> device bf16, round to nearest even (host sync). */
+static inline void backend_floats_to_floatX(floatX* dst_device, const float* src_host, size_t n) {
+    if (!n) return;
+    cuda_wait_compute(); /* the staging buffer may still feed an earlier copy */
+    uint16_t* s = cuda_staging_get(n);
+    for (size_t i = 0; i < n; i++) s[i] = host_float_to_bf16_bits(src_host[i]);
+    cudaCheck(cudaMemcpyAsync(dst_device, s, n * sizeof(uint16_t), cudaMemcpyHostToDevice, cuda_ctx.stream));
+    cuda_wait_compute();
+}
+
+/* device bf16 -> host fp32 (exact; host sync). */
+static inline void backend_floatX_to_floats(float* dst_host, const floatX* src_device, size_t n) {
+    if (!n) return;
+    uint16_t* s = cuda_staging_get(n);
+    cudaCheck(cudaMemcpyAsync(s, src_device, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_wait_compute();
+    for (size_t i = 0; i < n; i++) dst_host[i] = host_bf16_bits_to_float(s[i]);
+}
+
+/* dst[i] += src[i], i < n (device, fp32 add, round to nearest even) */
+static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
+    cuda_add_inplace(dst, src, n);
+}
+
+#endif /* LLMC_CUDA_BACKEND_CUH */

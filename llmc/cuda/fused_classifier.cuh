@@ -1,0 +1,95 @@
+/*
+ cuda/fused_classifier.cuh: softmax + cross-entropy loss + its gradient,
+ fused, over logits (N,Vp) whose columns V..Vp-1 are padding. Per row n:
+   losses[n] = log(sum_{j<V} exp(l_j - max)) - (l_target - max)
+ and if dloss != 0 the row is overwritten with
+   dlogits[j] = dloss * (softmax_j - [j == target])  for j < V, 0 for j >= V.
+ One block per row. Pass 1 keeps a running (max, sum) per thread ("online
+ softmax": sum is rescaled by exp(old max - new max) when the max grows);
+ the block combines the pairs in a fixed order. Pass 2 (only with dloss != 0)
+ recomputes exp(l_j - max) / sum and writes the gradient. fp32 throughout.
+ losses is a DEVICE buffer of N floats (may be NULL); targets DEVICE ints.
+*/
+#ifndef LLMC_CUDA_FUSED_CLASSIFIER_CUH
+#define LLMC_CUDA_FUSED_CLASSIFIER_CUH
+
+#include "common.cuh"
+
+#define CLASSIFIER_THREADS 512
+
+__device__ __forceinline__ void online_add(float& m, float& s, float x) {
+    if (x > m) { s = s * expf(m - x) + 1.0f; m = x; }
+    else s += expf(x - m);
+}
+__device__ __forceinline__ void online_merge(float& m, float& s, float m2, float s2) {
+    if (m2 == -INFINITY) return;
+    if (m == -INFINITY) { m = m2; s = s2; return; }
+    float M = fmaxf(m, m2);
+    s = s * expf(m - M) + s2 * expf(m2 - M);
+    m = M;
+}
+
+__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, int V, int Vp,
+                                        float dloss, int vec) {
+    __shared__ float shm[32], shs[32];
+    __shared__ float lt_sh;
+    int row = blockIdx.x;
+    floatX* l = logits + (size_t)row * Vp;
+    int tgt = targets[row];
+    if (threadIdx.x == 0) lt_sh = bf(l[tgt]);
+    float m = -INFINITY, s = 0.0f;
+    if (vec) {
+        for (int j0 = threadIdx.x * 8; j0 < V; j0 += blockDim.x * 8) {
+            float x[8];
+            load8(x, l + j0);
+#pragma unroll
+            for (int i = 0; i < 8; i++) if (j0 + i < V) online_add(m, s, x[i]);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) online_add(m, s, bf(l[j]));
+    }
+    /* warp, then block: pairs merged in a fixed order */
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        online_merge(m, s, m2, s2);
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) { shm[warp] = m; shs[warp] = s; }
+    __syncthreads();
+    m = -INFINITY; s = 0.0f;
+    for (int w = 0; w < nw; w++) online_merge(m, s, shm[w], shs[w]);
+    /* every thread now holds the row's max m and sum s; lt_sh was written
+       before the barrier above and before any thread overwrites the row */
+    if (threadIdx.x == 0 && losses) losses[row] = logf(s) - (lt_sh - m);
+    if (dloss == 0.0f) return;
+    float inv = 1.0f / s;
+    if (vec) {
+        for (int j0 = threadIdx.x * 8; j0 < Vp; j0 += blockDim.x * 8) {
+            float x[8];
+            load8(x, l + j0);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                int j = j0 + i;
+                x[i] = j < V ? dloss * (expf(x[i] - m) * inv - (j == tgt ? 1.0f : 0.0f)) : 0.0f;
+            }
+            store8(l + j0, x);
+        }
+    } else {
+        for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+            float x = bf(l[j]);
+            l[j] = tobf(j < V ? dloss * (expf(x - m) * inv - (j == tgt ? 1.0f : 0.0f)) : 0.0f);
+        }
+    }
+}
+
+/* logits (N,Vp) bf16, losses (N) fp32 device or NULL, targets (N) device. */
+static inline void fused_classifier(floatX* logits, float* losses, const int* targets, int N, int V, int Vp,
+                                    float dloss) {
+    if (N <= 0) return;
+    int vec = Vp % 8 == 0 && aligned16(logits);
+    fused_classifier_kernel<<<(unsigned)N, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(logits, losses, targets, V, Vp,
+                                                                                     dloss, vec);
+    cudaCheckLaunch("fused_classifier_kernel");
+}
+
+#endif /* LLMC_CUDA_FUSED_CLASSIFIER_CUH */

@@ -1,0 +1,482 @@
+/*
+ state.h: the training state beside a model checkpoint, so that a run can
+ stop anywhere and resume exactly, with any rank count and ZeRO stage.
+
+ What a resume needs beyond the weights (which model_%08d.bin holds, in
+ llm.c's format, see checkpoint.h): the optimizer step, the Adam moments m
+ and v, and where the train data loader stands. None of it depends on the
+ world size: m and v are stored whole, in the checkpoint's tensor-major
+ order, and the data position is the global token position of the next
+ global micro-batch, identical on every rank.
+
+ File state_%08d.bin (little-endian, the host order of every machine the
+ trainer runs on). Header: 128 int64 words = 1024 bytes:
+   [0]  20240612 (STATE_MAGIC)           [1]  1 (STATE_VERSION)
+   [2]  step: optimizer steps completed  [3]  num_parameters (Psi, unpadded)
+   [4]  max_seq_len  [5] vocab_size  [6] padded_vocab_size
+   [7]  num_layers   [8] num_heads   [9] channels        (the model config)
+   [10] data current_shard   [11] data current_position (token index in
+        that shard where the next global micro-batch starts: the train
+        loader at the step boundary, the same on every rank)
+   [12] train shards and [13] train tokens the position refers to (a resume
+        with other train data is refused)
+   [14] seed (--seed)
+   [15] zero_stage and [16] world size it was written with (informational:
+        the file does not depend on them)
+   [17] has_master: 1 if the fp32 master weights follow v
+   [18..127] 0 (reserved)
+ Then fp32 arrays of num_parameters elements each, in checkpoint order
+ (gpt2_checkpoint_order: wte, wpe, ln1w[L], ..., fcprojb[L], lnfw, lnfb):
+   Adam m at byte 1024, Adam v at 1024 + 4 Psi, and if has_master the fp32
+   master weights at 1024 + 8 Psi. Element i of tensor t therefore sits at
+   the same offset as in an fp32 model checkpoint, plus 0, 4 Psi or 8 Psi.
+ File size = 1024 + 4 Psi (2 + has_master).
+
+ Master weights: not stored by default. The model checkpoint written beside
+ the state (checkpoint.h) is written from the fp32 master copy when one
+ exists (else from the fp32 params), so it already holds the master weights
+ exactly, and the resume loads them from it (gpt2_load_checkpoint sets the
+ params and the master copy). LLMC_STATE_MASTER=1 stores them a second time
+ (for a model file that were lossy, and to test the code path); a resume
+ then takes the weights from the state file.
+
+ Writing (state_save, collective): like checkpoint.h. Rank 0 creates
+ <path>.tmp with the header and its full size; every rank pwrite(2)s the
+ elements of its OWN shard (zero_own_range) of m and v (and master) at their
+ file offsets and fsyncs; only when every rank succeeded does rank 0 rename
+ it to <path> (and fsync the directory). A failure (e.g. a full disk: EFBIG,
+ ENOSPC) is one error line on every rank's behalf and removes the .tmp; the
+ previous complete checkpoint is untouched.
+ Reading (state_load, local): each rank preads the elements of its HELD
+ range of the optimizer buffers (zero_held_range(ZB_OPT): everything at
+ stage 0, the own shard at stages 1-3). So a state saved with N ranks at
+ stage s resumes with M ranks at stage t.
+
+ Resume (state_resume, collective, flag -y 1): in the -o directory the
+ latest step S for which both model_S.bin and state_S.bin exist (never a
+ .tmp) is loaded: weights from the former, m, v, step and data position from
+ the latter; training continues at step S+1. With none, training starts
+ fresh (one line says so). After a resume with another world size the loader
+ continues at the same token; only where a shard ends can the two runs
+ differ (a global micro-batch of another size fits there or not).
+
+ Test hooks (environment): LLMC_TEST_DIE_IN_SAVE=S makes rank 1 (rank 0 on
+ one rank) _exit(3) in the middle of writing state_S.bin.tmp (m written, v
+ not); LLMC_LOG_POSITIONS=1 makes rank 0 print the data position of every
+ training micro-step (state_log_position).
+*/
+#ifndef LLMC_STATE_H
+#define LLMC_STATE_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "gpt.h"
+#include "dataloader.h"
+
+#define STATE_MAGIC 20240612
+#define STATE_VERSION 1
+#define STATE_HEADER_BYTES 1024
+#define STATE_HEADER_WORDS 128
+
+typedef struct {
+    long long step;
+    long long num_parameters;
+    GPT2Config config;
+    long long data_shard, data_position;
+    long long data_num_shards, data_num_tokens;
+    unsigned long long seed;
+    int zero_stage, world_size;   /* informational */
+    int has_master;
+} TrainState;
+
+/* Byte offset of element 0 of every plan tensor in the m section (= its
+   offset in an fp32 model checkpoint). out: num_tensors entries. */
+static inline void state_tensor_offsets(const GPT2Config* c, const ZeroPlan* P, long long* out) {
+    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "state order");
+    gpt2_checkpoint_order(c, order);
+    long long off = STATE_HEADER_BYTES;
+    for (int k = 0; k < P->num_tensors; k++) {
+        out[order[k]] = off;
+        off += 4LL * (long long)P->tensors[order[k]].size;
+    }
+    free(order);
+}
+
+/* Psi of a config, computed as the model does (no plan needed). -1 when the
+   config is not valid. */
+static inline long long state_config_parameters(const GPT2Config* c) {
+    if (gpt2_config_check(c, "state", NULL, 0)) return -1;
+    int n = gpt2_num_tensors(c);
+    ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
+    gpt2_build_tensors(c, ts);
+    long long total = 0;
+    for (int i = 0; i < n; i++) total += (long long)ts[i].size;
+    free(ts);
+    return total;
+}
+
+/* pread/pwrite of exactly n bytes (loops over short transfers). 0, or -1
+   with errno (0 for a read that met the end of the file). */
+static inline int state_pwrite_all(int fd, const void* p, size_t n, long long off) {
+    const char* c = (const char*)p;
+    while (n > 0) {
+        ssize_t w = pwrite(fd, c, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) { if (w == 0) errno = ENOSPC; return -1; }
+        c += w; off += w; n -= (size_t)w;
+    }
+    return 0;
+}
+static inline int state_pread_all(int fd, void* p, size_t n, long long off) {
+    char* c = (char*)p;
+    while (n > 0) {
+        ssize_t r = pread(fd, c, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) { if (r == 0) errno = 0; return -1; }
+        c += r; off += r; n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Read and validate the header of a state file: magic, version, a valid
+   config whose Psi equals num_parameters, sane fields, and the exact file
+   size. Local (no MPI). 0, or 1 with one line in err naming the file. */
+static inline int state_read_header(const char* path, TrainState* s, char* err, size_t errlen) {
+    memset(s, 0, sizeof(*s));
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return set_err(err, errlen, "state %s: cannot open (%s)", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return set_err(err, errlen, "state %s: not a regular file", path); }
+    long long fsz = (long long)st.st_size;
+    int64_t h[STATE_HEADER_WORDS];
+    int rc = state_pread_all(fd, h, sizeof(h), 0);
+    close(fd);
+    if (rc) return set_err(err, errlen, "state %s: file is %lld bytes, shorter than the %d-byte header", path, fsz, STATE_HEADER_BYTES);
+    if (h[0] != STATE_MAGIC) return set_err(err, errlen, "state %s: bad magic %lld (expected %d, a training state file)", path, (long long)h[0], STATE_MAGIC);
+    if (h[1] != STATE_VERSION) return set_err(err, errlen, "state %s: unsupported version %lld (expected %d)", path, (long long)h[1], STATE_VERSION);
+    for (int i = 4; i <= 9; i++)
+        if (h[i] < 1 || h[i] > 100000000) return set_err(err, errlen, "state %s: header word %d (model config) is %lld, not a valid size", path, i, (long long)h[i]);
+    GPT2Config* c = &s->config;
+    c->max_seq_len = (int)h[4]; c->vocab_size = (int)h[5]; c->padded_vocab_size = (int)h[6];
+    c->num_layers = (int)h[7]; c->num_heads = (int)h[8]; c->channels = (int)h[9];
+    char cerr[ERRLEN];
+    if (gpt2_config_check(c, "config", cerr, sizeof(cerr))) return set_err(err, errlen, "state %s: %s", path, cerr);
+    long long psi = state_config_parameters(c);
+    if (h[3] != psi) return set_err(err, errlen, "state %s: num_parameters %lld does not match its config (L=%d C=%d Vp=%d maxT=%d: %lld)", path,
+                                    (long long)h[3], c->num_layers, c->channels, c->padded_vocab_size, c->max_seq_len, psi);
+    if (h[2] < 0 || h[2] > (1LL << 30)) return set_err(err, errlen, "state %s: step %lld out of range", path, (long long)h[2]);
+    if (h[12] < 1 || h[13] < 1 || h[10] < 0 || h[10] >= h[12] || h[11] < 0 || h[11] > h[13])
+        return set_err(err, errlen, "state %s: data position (shard %lld, token %lld of %lld shards, %lld tokens) is invalid", path,
+                       (long long)h[10], (long long)h[11], (long long)h[12], (long long)h[13]);
+    if (h[15] < 0 || h[15] > 3 || h[16] < 1) return set_err(err, errlen, "state %s: zero_stage %lld / world size %lld invalid", path, (long long)h[15], (long long)h[16]);
+    if (h[17] != 0 && h[17] != 1) return set_err(err, errlen, "state %s: has_master flag %lld must be 0 or 1", path, (long long)h[17]);
+    long long expect = STATE_HEADER_BYTES + 4LL * psi * (2 + h[17]);
+    if (fsz != expect) return set_err(err, errlen, "state %s: %lld bytes, but its header (%lld parameters, m, v%s) implies %lld", path, fsz,
+                                      psi, h[17] ? ", master" : "", expect);
+    s->step = h[2]; s->num_parameters = h[3];
+    s->data_shard = h[10]; s->data_position = h[11]; s->data_num_shards = h[12]; s->data_num_tokens = h[13];
+    s->seed = (unsigned long long)h[14]; s->zero_stage = (int)h[15]; s->world_size = (int)h[16]; s->has_master = (int)h[17];
+    return 0;
+}
+
+/* Load a state file into the model on this rank: validates the header and
+   that its config equals m->config, then reads m and v of the rank's held
+   optimizer range (and, if stored, the master weights: params and master of
+   every held range), checking that m is finite and v finite and >= 0.
+   Local (no MPI): the caller makes the error collective (comm_check_all).
+   0, or 1 with one line in err naming the file. */
+static inline int state_load(GPT2* m, const char* path, TrainState* s, char* err, size_t errlen) {
+    if (state_read_header(path, s, err, errlen)) return 1;
+    const GPT2Config* a = &s->config; const GPT2Config* b = &m->config;
+    if (memcmp(a, b, sizeof(*a)) != 0)
+        return set_err(err, errlen, "state %s: model config L=%d NH=%d C=%d maxT=%d V=%d Vp=%d does not match the model's L=%d NH=%d C=%d maxT=%d V=%d Vp=%d",
+                       path, a->num_layers, a->num_heads, a->channels, a->max_seq_len, a->vocab_size, a->padded_vocab_size,
+                       b->num_layers, b->num_heads, b->channels, b->max_seq_len, b->vocab_size, b->padded_vocab_size);
+    const ZeroPlan* P = &m->plan;
+    if ((long long)P->num_parameters != s->num_parameters)
+        return set_err(err, errlen, "state %s: %lld parameters, the model has %zu", path, s->num_parameters, P->num_parameters);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return set_err(err, errlen, "state %s: cannot open (%s)", path, strerror(errno));
+    long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
+    state_tensor_offsets(&m->config, P, offs);
+    size_t maxsz = 0;
+    for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
+    float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "state buffer");
+    long long psi4 = 4LL * s->num_parameters;
+    int rc = 0;
+    for (int t = 0; t < P->num_tensors && !rc; t++) {
+        int u = P->tensors[t].unit;
+        size_t lo, hi, x;
+        zero_held_range(P, ZB_OPT, u, &lo, &hi);
+        size_t n = zero_tensor_overlap(P, t, lo, hi, &x);
+        if (!n) continue;
+        size_t first = x - P->tensors[t].offset, io = zero_index(P, ZB_OPT, u, x);
+        for (int which = 0; which < 2 && !rc; which++) {
+            long long off = offs[t] + which * psi4 + 4LL * (long long)first;
+            if (state_pread_all(fd, buf, n * sizeof(float), off)) {
+                rc = set_err(err, errlen, "state %s: read of adam %c, tensor %s failed at byte %lld (%s)", path, which ? 'v' : 'm',
+                             P->tensors[t].name, off, errno ? strerror(errno) : "end of file");
+                break;
+            }
+            for (size_t i = 0; i < n; i++)
+                if (!isfinite(buf[i]) || (which == 1 && buf[i] < 0.0f)) {
+                    rc = set_err(err, errlen, "state %s: adam %c of tensor %s element %zu is %g (must be finite%s)", path, which ? 'v' : 'm',
+                                 P->tensors[t].name, first + i, (double)buf[i], which ? " and >= 0" : "");
+                    break;
+                }
+            if (!rc) backend_to_device((which ? m->engine.adam_v : m->engine.adam_m) + io, buf, n * sizeof(float));
+        }
+    }
+    for (int t = 0; t < P->num_tensors && !rc && s->has_master; t++) {
+        size_t n = P->tensors[t].size;
+        long long off = offs[t] + 2 * psi4;
+        if (state_pread_all(fd, buf, n * sizeof(float), off)) {
+            rc = set_err(err, errlen, "state %s: read of master weights, tensor %s failed at byte %lld (%s)", path, P->tensors[t].name, off,
+                         errno ? strerror(errno) : "end of file");
+            break;
+        }
+        for (size_t i = 0; i < n && !rc; i++)
+            if (!isfinite(buf[i])) rc = set_err(err, errlen, "state %s: master weight of tensor %s element %zu is not finite", path, P->tensors[t].name, i);
+        if (!rc) gpt2_set_tensor(m, t, buf);
+    }
+    close(fd);
+    free(buf); free(offs);
+    return rc;
+}
+
+/* Test hook: the step at which rank 1 dies inside state_save, or -1. */
+static inline long state_test_die_step(void) {
+    const char* e = getenv("LLMC_TEST_DIE_IN_SAVE");
+    long v;
+    if (!e || parse_long(e, &v)) return -1;
+    return v;
+}
+
+/* Collective: write the training state of optimizer step `step` (steps
+   completed) to `path`, atomically (see the top comment). train is the
+   train loader at the step boundary; seed is recorded. On failure every
+   rank exits with one message (comm_check_all); the previous file at path,
+   if any, is untouched and no .tmp is left behind. */
+static inline void state_save(GPT2* m, const char* path, int step, const DataLoader* train, unsigned long long seed) {
+    Comm* c = m->comm;
+    const ZeroPlan* P = &m->plan;
+    char err[ERRLEN] = "";
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) set_err(err, ERRLEN, "state path %s is too long", path);
+    const char* me = getenv("LLMC_STATE_MASTER");
+    int has_master = me && me[0] == '1';
+    long long psi = (long long)P->num_parameters;
+    long long total = STATE_HEADER_BYTES + 4LL * psi * (2 + has_master);
+    /* the data position must agree on every rank (it is global) */
+    long long pos[2] = {train->current_shard, (long long)train->current_position}, lo[2], hi[2];
+    MPI_Allreduce(pos, lo, 2, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(pos, hi, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (lo[0] != hi[0] || lo[1] != hi[1]) set_err(err, ERRLEN, "state %s: the ranks' data positions differ (shard %lld..%lld, token %lld..%lld)", path, lo[0], hi[0], lo[1], hi[1]);
+    if (c->rank == 0 && !err[0]) {
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) set_err(err, ERRLEN, "cannot write state %s (%s)", tmp, strerror(errno));
+        else {
+            int64_t h[STATE_HEADER_WORDS];
+            memset(h, 0, sizeof(h));
+            const GPT2Config* g = &m->config;
+            h[0] = STATE_MAGIC; h[1] = STATE_VERSION; h[2] = step; h[3] = psi;
+            h[4] = g->max_seq_len; h[5] = g->vocab_size; h[6] = g->padded_vocab_size;
+            h[7] = g->num_layers; h[8] = g->num_heads; h[9] = g->channels;
+            h[10] = train->current_shard; h[11] = (int64_t)train->current_position;
+            h[12] = train->num_shards; h[13] = (int64_t)train->num_tokens;
+            h[14] = (int64_t)seed; h[15] = P->zero_stage; h[16] = P->num_ranks; h[17] = has_master;
+            if (state_pwrite_all(fd, h, sizeof(h), 0) != 0 || ftruncate(fd, (off_t)total) != 0)
+                set_err(err, ERRLEN, "cannot write state %s (%s)", tmp, strerror(errno));
+            close(fd);
+            if (err[0]) unlink(tmp);
+        }
+    }
+    comm_check_all(c, err);
+    int fd = open(tmp, O_WRONLY);
+    if (fd < 0) set_err(err, ERRLEN, "cannot open state %s on rank %d (%s)", tmp, c->rank, strerror(errno));
+    long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
+    state_tensor_offsets(&m->config, P, offs);
+    size_t maxsz = 0;
+    for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
+    float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "state buffer");
+    int die = state_test_die_step() == step && c->rank == (c->world_size > 1 ? 1 : 0);
+    for (int which = 0; which < 2 + has_master && fd >= 0 && !err[0]; which++) {
+        if (which == 1 && die) {
+            fprintf(stderr, "test hook LLMC_TEST_DIE_IN_SAVE: rank %d exits while writing %s\n", c->rank, tmp);
+            fflush(stderr);
+            _exit(3);
+        }
+        for (int t = 0; t < P->num_tensors && !err[0]; t++) {
+            int u = P->tensors[t].unit;
+            size_t lo_, hi_, x, first = 0, n;
+            if (which < 2) {
+                zero_own_range(P, u, &lo_, &hi_);
+                n = zero_tensor_overlap(P, t, lo_, hi_, &x);
+                if (!n) continue;
+                first = x - P->tensors[t].offset;
+                backend_to_host(buf, (which ? m->engine.adam_v : m->engine.adam_m) + zero_index(P, ZB_OPT, u, x), n * sizeof(float));
+            } else {
+                n = gpt2_get_own(m, t, buf, &first);
+                if (!n) continue;
+            }
+            long long off = offs[t] + which * 4LL * psi + 4LL * (long long)first;
+            if (state_pwrite_all(fd, buf, n * sizeof(float), off) != 0)
+                set_err(err, ERRLEN, "writing state %s failed on rank %d (%s)", tmp, c->rank, strerror(errno));
+        }
+    }
+    free(buf); free(offs);
+    if (fd >= 0) {
+        if (!err[0] && fsync(fd) != 0) set_err(err, ERRLEN, "fsync of state %s failed on rank %d (%s)", tmp, c->rank, strerror(errno));
+        close(fd);
+    }
+    /* everyone must have written before the rename */
+    int mine = err[0] ? 1 : 0, any = 0;
+    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any) {
+        if (c->rank == 0) unlink(tmp);
+        comm_check_all(c, err); /* any > 0: some rank has a message; every rank exits here */
+    }
+    if (c->rank == 0) {
+        if (rename(tmp, path) != 0) { set_err(err, ERRLEN, "cannot rename %s to %s (%s)", tmp, path, strerror(errno)); unlink(tmp); }
+        else {
+            /* make the rename durable: fsync the directory */
+            char dir[4096];
+            snprintf(dir, sizeof(dir), "%s", path);
+            char* slash = strrchr(dir, '/');
+            if (slash) { if (slash == dir) slash[1] = 0; else *slash = 0; } else snprintf(dir, sizeof(dir), ".");
+            int dfd = open(dir, O_RDONLY);
+            if (dfd >= 0) { fsync(dfd); close(dfd); }
+        }
+    }
+    comm_check_all(c, err);
+}
+
+/* Is name exactly "<prefix>%08d.bin" (8 digits, nothing after)? Sets *step. */
+static inline int state_match_name(const char* name, const char* prefix, long* step) {
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0) return 0;
+    const char* d = name + pl;
+    for (int i = 0; i < 8; i++) if (d[i] < '0' || d[i] > '9') return 0;
+    if (strcmp(d + 8, ".bin") != 0) return 0;
+    long v = 0;
+    for (int i = 0; i < 8; i++) v = v * 10 + (d[i] - '0');
+    *step = v;
+    return 1;
+}
+
+/* The latest step S in dir for which dir/model_S.bin and dir/state_S.bin
+   both exist as regular files (%08d; a .tmp never counts): *step = S, or
+   -1 if there is none. Local. 0, or 1 with err if dir cannot be read. */
+static inline int state_find_latest(const char* dir, long* step, char* err, size_t errlen) {
+    *step = -1;
+    DIR* d = opendir(dir);
+    if (!d) return set_err(err, errlen, "-y 1: cannot read the output directory %s (%s)", dir, strerror(errno));
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        long s;
+        if (!state_match_name(e->d_name, "state_", &s) || s <= *step) continue;
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        snprintf(p, sizeof(p), "%s/model_%08ld.bin", dir, s);
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        *step = s;
+    }
+    closedir(d);
+    return 0;
+}
+
+/* Collective (-y 1): find the latest complete checkpoint in dir (rank 0
+   looks, the step is broadcast), load the weights from model_S.bin, m, v
+   from state_S.bin, seek the train loader to the saved data position.
+   Returns S, the optimizer steps already done (0 and one line "starting
+   fresh" when dir holds none). Every error (a corrupt or mismatched file,
+   other train data, S > max_steps) ends every rank with one line. */
+static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int max_steps) {
+    Comm* c = m->comm;
+    char err[ERRLEN] = "";
+    long step = -1;
+    if (c->rank == 0) state_find_latest(dir, &step, err, ERRLEN);
+    comm_check_all(c, err);
+    MPI_Bcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    if (step < 0) {
+        if (c->rank == 0) { printf("resume: no complete checkpoint (model_*.bin with state_*.bin) in %s, starting fresh\n", dir); fflush(stdout); }
+        return 0;
+    }
+    char mp[4096], sp[4096];
+    snprintf(mp, sizeof(mp), "%s/model_%08ld.bin", dir, step);
+    snprintf(sp, sizeof(sp), "%s/state_%08ld.bin", dir, step);
+    if (step > max_steps) set_err(err, ERRLEN, "-y 1: the latest checkpoint %s is at step %ld, beyond -x %d", sp, step, max_steps);
+    comm_check_all(c, err);
+    gpt2_load_checkpoint(m, mp, err, ERRLEN);
+    comm_check_all(c, err);
+    TrainState s;
+    if (!state_load(m, sp, &s, err, ERRLEN)) {
+        if (s.step != step) set_err(err, ERRLEN, "state %s: its header says step %lld", sp, s.step);
+        else if (s.data_num_shards != train->num_shards || s.data_num_tokens != (long long)train->num_tokens)
+            set_err(err, ERRLEN, "state %s: saved for train data of %lld tokens in %lld shard(s), but -i matches %zu tokens in %d shard(s)", sp,
+                    s.data_num_tokens, s.data_num_shards, train->num_tokens, train->num_shards);
+        else if (s.data_position > (long long)train->shard_ntok[s.data_shard])
+            set_err(err, ERRLEN, "state %s: data position %lld beyond the %zu tokens of shard %lld", sp, s.data_position, train->shard_ntok[s.data_shard], s.data_shard);
+    }
+    comm_check_all(c, err);
+    dataloader_seek(train, (int)s.data_shard, (size_t)s.data_position);
+    if (c->rank == 0) {
+        printf("resumed from step %ld: %s and %s (written by %d rank%s at zero_stage %d%s), data at shard %lld token %lld\n", step, mp, sp,
+               s.world_size, s.world_size > 1 ? "s" : "", s.zero_stage, s.has_master ? ", with master weights" : "", s.data_shard, s.data_position);
+        fflush(stdout);
+    }
+    return (int)step;
+}
+
+/* Collective: make sure every rank can create files in the output dir
+   before any training (rank 0 creates it if missing, then every rank
+   creates, writes, fsyncs and removes a probe file). Errors end every rank
+   with one line naming the directory. */
+static inline void state_check_output_dir(Comm* c, const char* dir) {
+    char err[ERRLEN] = "";
+    struct stat st;
+    if (c->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        set_err(err, ERRLEN, "-o %s: cannot create the output directory (%s)", dir, strerror(errno));
+    comm_check_all(c, err);
+    if (stat(dir, &st) != 0) set_err(err, ERRLEN, "-o %s: cannot access the output directory (%s)", dir, strerror(errno));
+    else if (!S_ISDIR(st.st_mode)) set_err(err, ERRLEN, "-o %s: exists and is not a directory", dir);
+    else {
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/.write_test.%d", dir, c->rank);
+        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        char block[512];
+        memset(block, 0, sizeof(block));
+        if (fd < 0) set_err(err, ERRLEN, "-o %s: output directory is not writable (%s)", dir, strerror(errno));
+        else {
+            if (state_pwrite_all(fd, block, sizeof(block), 0) != 0 || fsync(fd) != 0)
+                set_err(err, ERRLEN, "-o %s: cannot write to the output directory (%s)", dir, strerror(errno));
+            close(fd);
+            unlink(p);
+        }
+    }
+    comm_check_all(c, err);
+}
+
+/* Debug (LLMC_LOG_POSITIONS=1): rank 0 prints where the global micro-batch
+   that the next dataloader_next_batch reads starts, one line per micro-step:
+   "data position: step S micro K shard H start P tokens M" (M = global
+   micro-batch in tokens, the next read covers tokens [P, P+M) of shard H
+   plus one target token). Call it just before dataloader_next_batch. */
+static inline void state_log_position(const DataLoader* dl, int step, int micro) {
+    static int enabled = -1;
+    if (enabled < 0) { const char* e = getenv("LLMC_LOG_POSITIONS"); enabled = e && e[0] == '1'; }
+    if (!enabled || dl->rank != 0) return;
+    size_t M = (size_t)dl->num_ranks * (size_t)dl->B * (size_t)dl->T;
+    int shard = dl->current_shard;
+    size_t pos = dl->current_position;
+    if (pos + M + 1 > dl->shard_ntok[shard]) { shard = (shard + 1) % dl->num_shards; pos = 0; } /* as next_batch does */
+    printf("data position: step %d micro %d shard %d start %zu tokens %zu\n", step, micro, shard, pos, M);
+    fflush(stdout);
+}
+
+#endif /* LLMC_STATE_H */
