@@ -82,9 +82,11 @@ int main(int argc, char** argv) {
     if (!f) set_err(err, ERRLEN, "debug state %s: cannot open (%s)", state_path, strerror(errno));
     else if (read_exact(f, h, sizeof(int), 256)) set_err(err, ERRLEN, "debug state %s: shorter than its header", state_path);
     else if (h[0] != 20240327 || h[1] != 2) set_err(err, ERRLEN, "debug state %s: bad magic/version %d/%d (expected 20240327/2)", state_path, h[0], h[1]);
+    else if (h[2] < 1 || h[3] < 1 || h[3] > cfg.max_seq_len)
+        set_err(err, ERRLEN, "debug state %s: B=%d T=%d must be >= 1 with T <= max_seq_len %d of %s", state_path, h[2], h[3], cfg.max_seq_len, model_path);
     comm_check_all(&comm, err);
     int Bref = h[2], T = h[3], N = comm.world_size, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
-    if (Bref % (N * (int)accum) != 0) set_err(err, ERRLEN, "debug state batch %d is not divisible by ranks*accum = %d*%ld", Bref, N, accum);
+    if (Bref % (N * (int)accum) != 0) set_err(err, ERRLEN, "debug state %s: batch %d is not divisible by ranks*accum = %d*%ld", state_path, Bref, N, accum);
     comm_check_all(&comm, err);
     int Bm = Bref / (N * (int)accum);
     size_t BT = (size_t)Bref * T;

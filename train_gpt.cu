@@ -112,8 +112,15 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         const char* f = argv[i];
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { *want_help = 1; return 0; }
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
+        static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
+            "-x", "-v", "-m", "-s", "-g", "-n", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
+            "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype"};
+        int is_known = 0;
+        for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
+        if (!is_known) return set_err(err, errlen, "unknown flag '%s' (see -h)", f);
         if (i + 1 >= argc) return set_err(err, errlen, "flag %s needs a value (see -h)", f);
         const char* v = argv[++i];
+        if (!v[0]) return set_err(err, errlen, "flag %s: the value must not be empty", f);
         long n = 0; double d = 0;
 #define INTFLAG(name, field, lo, hi) if (!strcmp(f, name)) { if (parse_long(v, &n) || n < (lo) || n > (hi)) return set_err(err, errlen, "flag %s: '%s' must be an integer in %ld..%ld", f, v, (long)(lo), (long)(hi)); field = (int)n; continue; }
 #define FLOATFLAG(name, field, lo, hi) if (!strcmp(f, name)) { if (parse_double(v, &d) || d < (lo) || d > (hi)) return set_err(err, errlen, "flag %s: '%s' must be a number in %g..%g", f, v, (double)(lo), (double)(hi)); field = (float)d; continue; }
@@ -160,7 +167,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         }
 #undef INTFLAG
 #undef FLOATFLAG
-        return set_err(err, errlen, "unknown flag %s (see -h)", f);
+        return set_err(err, errlen, "unknown flag '%s' (see -h)", f);
     }
     return 0;
 }
@@ -296,11 +303,16 @@ int main(int argc, char** argv) {
     if (a.total_batch < 0) a.total_batch = tokens_per_micro;
     if (a.total_batch % tokens_per_micro != 0)
         set_err(err, ERRLEN, "-d %ld: total batch must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens", a.total_batch, a.B, a.T, N, tokens_per_micro);
+    if (!err[0] && a.total_batch / tokens_per_micro > (1L << 20))
+        set_err(err, ERRLEN, "-d %ld: grad accumulation of %ld micro-steps is too large (at most %ld)", a.total_batch, a.total_batch / tokens_per_micro, 1L << 20);
     comm_check_all(&comm, err);
     int accum = (int)(a.total_batch / tokens_per_micro);
 
     GPT2 model;
-    gpt2_init(&model, &cfg, &comm, a.zero_stage, a.reshard_after_forward, a.prefetch, accum, a.B, a.T, err, ERRLEN);
+    if (gpt2_init(&model, &cfg, &comm, a.zero_stage, a.reshard_after_forward, a.prefetch, accum, a.B, a.T, err, ERRLEN)) {
+        size_t l = strlen(err);
+        snprintf(err + l, ERRLEN - l, " [-e %s]", a.init);
+    }
     comm_check_all(&comm, err);
     if (from_ckpt) gpt2_load_checkpoint(&model, a.init, err, ERRLEN);
     else gpt2_init_random(&model, a.seed);
@@ -376,7 +388,8 @@ int main(int argc, char** argv) {
         zero_begin_step(&model.engine);
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
-            if (dataloader_next_batch(&train, err, ERRLEN)) comm_fatal(&comm, "%s", err);
+            dataloader_next_batch(&train, err, ERRLEN);
+            comm_check_all(&comm, err);
             loss += gpt2_forward(&model, train.inputs, train.targets, a.B, a.T, dloss);
             gpt2_backward(&model, a.B, a.T);
         }

@@ -47,6 +47,47 @@ static void fill(float* p, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) p[i] = scale * frnd();
 }
 
+/* ---- 0. the machine's fp32 peak ------------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* 24 independent chains of AVX-512 FMAs (16 lanes x 2 flops = 32 flops per
+   instruction): returns GFLOP/s of this thread */
+__attribute__((target("avx512f"))) static double fma_peak_avx512(long iters) {
+    __m512 acc[24];
+    for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps(0.001f * i);
+    const __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
+    double t0 = now_s();
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 24; i++) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    double dt = now_s() - t0;
+    __m512 s = acc[0];
+    for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
+    volatile float sink = _mm512_reduce_add_ps(s);
+    (void)sink;
+    return 24.0 * 32.0 * iters / dt * 1e-9;
+}
+#endif
+
+/* fp32 peak GFLOP/s of all OpenMP threads together (register-only FMA
+   loop); 0 if the CPU has no AVX-512 */
+static double machine_peak(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!__builtin_cpu_supports("avx512f")) return 0.0;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double tot = 0;
+#pragma omp parallel reduction(+ : tot)
+        tot += fma_peak_avx512(4000000);
+        if (tot > best) best = tot;
+    }
+    return best;
+#else
+    return 0.0;
+#endif
+}
+static double g_peak = 0;
+
 /* ---- 1. sgemm shapes ---------------------------------------------------- */
 
 /* times cpu_sgemm_par on one product; best of >= 3 runs and >= 0.3 s */
@@ -73,6 +114,7 @@ static void bench_gemm(void) {
     printf("== sgemm through cpu_sgemm_par, %d OpenMP threads (GFLOP/s, best of runs)\n",
            cpu_num_threads());
     printf("%-30s %9s %9s %9s\n", "shape N x C -> OC", "fwd", "dinp", "dweight");
+    fflush(stdout);
     int shapes[][3] = {{1024, 384, 1152}, {1024, 384, 384},  {1024, 384, 1536},
                        {1024, 1536, 384}, {1024, 384, 50304}, {256, 768, 2304},
                        {256, 768, 3072},  {256, 3072, 768},  {256, 768, 50304}};
@@ -86,6 +128,7 @@ static void bench_gemm(void) {
         char name[64];
         snprintf(name, sizeof name, "%5d x %4d -> %5d", N, C, OC);
         printf("%-30s %9.1f %9.1f %9.1f\n", name, f, di, dw);
+        fflush(stdout);
     }
     /* attention, one (b,h) per thread: preatt = q k^T as the kernel does */
     {
@@ -264,8 +307,11 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         }
     }
     if (steps > 0) {
-        printf("best step %.1f ms = %.0f tokens/s, %.1f GFLOP/s model FLOPs; mean %.0f tok/s\n",
-               best * 1e3, N / best, flops_tok * N / best * 1e-9, N * steps / total);
+        double gf = flops_tok * N / best * 1e-9;
+        printf("best step %.1f ms = %.0f tokens/s, %.1f GFLOP/s model FLOPs", best * 1e3,
+               N / best, gf);
+        if (g_peak > 0) printf(" = %.0f%% of peak", 100 * gf / g_peak);
+        printf("; mean %.0f tok/s\n", N * steps / total);
         for (int g = 0; g < G_N; g++)
             printf("   %-15s %8.1f ms  %5.1f%%\n", gname[g], gbest[g] * 1e3, 100 * gbest[g] / best);
     }
@@ -294,6 +340,9 @@ int main(int argc, char** argv) {
 #else
     printf("mode: big products split over OpenMP threads, BLAS single-threaded\n");
 #endif
+    g_peak = machine_peak();
+    printf("fp32 peak (AVX-512 FMA loop, %d threads): %.1f GFLOP/s\n", cpu_num_threads(),
+           g_peak);
     int all = argc < 2;
     if (all || strcmp(argv[1], "gemm") == 0) bench_gemm();
     if (argc >= 7 && strcmp(argv[1], "step") == 0) {

@@ -175,7 +175,7 @@ bad o_without_value "1 2" "-o" "needs a value" train -o
 bad ledger_bogus "1 2" "--ledger" "rank0 or all" train --ledger bogus
 bad descriptor_d0 "1 2" "d0" "dN|descriptor" train -e d0
 bad descriptor_heads_indivisible "1 2" "heads" "divisible" train -e d1 --heads 3
-bad descriptor_too_many_layers "1 2" "layers" "at most|too many|4096" train -e d1 --layers 400
+bad descriptor_too_many_layers "1 2" "--layers" "1\.\.1000" train -e d1 --layers 1001
 bad descriptor_d200_memory "1 2" "d200" "memory" train -e d200
 bad batch_absurd_memory "1 2" "-b" "memory" train -e d1 -b 1048576 -t 1024
 bad estimate_bad_dtype "1 2" "--dtype" "bf16 or fp32" train --estimate --dtype fp16

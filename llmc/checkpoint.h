@@ -70,9 +70,11 @@ static inline int gpt2_save_checkpoint(GPT2* m, const char* path) {
     if (any) {
         if (c->rank == 0) unlink(tmp);
         comm_check_all(c, err[0] ? err : NULL);
-        comm_check_all(c, "checkpoint write failed on another rank");
     }
-    if (c->rank == 0 && rename(tmp, path) != 0) set_err(err, ERRLEN, "cannot rename %s to %s (%s)", tmp, path, strerror(errno));
+    if (c->rank == 0 && rename(tmp, path) != 0) {
+        set_err(err, ERRLEN, "cannot rename %s to %s (%s)", tmp, path, strerror(errno));
+        unlink(tmp);
+    }
     comm_check_all(c, err);
     return 0;
 }

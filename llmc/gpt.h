@@ -25,6 +25,7 @@
 #ifndef LLMC_GPT_H
 #define LLMC_GPT_H
 
+#include <sys/stat.h>
 #include "utils.h"
 #include "zero.h"
 #include "rand.h"
@@ -195,6 +196,14 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, int zero
     m->inputs = (int*)gpt2_act(m, BT * sizeof(int));
     m->targets = (int*)gpt2_act(m, BT * sizeof(int));
     m->host_losses = (float*)malloc_or_die(BT * f, "host losses");
+    if (m->ledger.failed_category >= 0) {
+        unsigned long long need = 0;
+        for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
+        return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
+                       "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
+                       m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
+                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, zero_stage);
+    }
     return 0;
 }
 
@@ -272,6 +281,8 @@ static inline void gpt2_init_random(GPT2* m, unsigned long long seed) {
 /* Read an llm.c checkpoint header; 0 or 1 with a message naming the file.
    *version gets 3 or 5. */
 static inline int gpt2_read_checkpoint_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return set_err(err, errlen, "checkpoint %s: not a regular file", path);
     FILE* f = fopen(path, "rb");
     if (!f) return set_err(err, errlen, "checkpoint %s: cannot open (%s)", path, strerror(errno));
     int h[256];

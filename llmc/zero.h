@@ -45,7 +45,7 @@
 #include "utils.h"
 
 #define ZERO_ALIGN 16         /* elements; tensor starts and shard sizes are multiples */
-#define ZERO_MAX_TENSORS 4096
+#define ZERO_MAX_TENSORS 65536
 #define ZERO_MAX_SLOTS 1024
 
 /* ------------------------------------------------------------------------ */
@@ -219,13 +219,16 @@ typedef struct {
     unsigned long long allocated[MEM_NUM];
     unsigned long long current, peak;           /* all categories */
     unsigned long long gathered_in_use, gathered_peak; /* stage-3 gathered bytes actually holding a unit */
+    int failed_category;                        /* first allocation that failed, -1 if none */
+    unsigned long long failed_bytes;
 } Ledger;
 
 /* Predicted per-rank bytes of every model-state category and of the
    transient buffers, from the plan alone. Activations are predicted by the
    model (gpt.h) and passed in. */
 static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long activation_bytes, Ledger* L) {
-    memset(L->predicted, 0, sizeof(L->predicted));
+    memset(L, 0, sizeof(*L));
+    L->failed_category = -1;
     unsigned long long p = (unsigned long long)P->param_bytes, g = (unsigned long long)P->grad_bytes;
     L->predicted[MEM_PARAMS] = p * zero_held_elements(P, ZB_PARAMS);
     L->predicted[MEM_GRADS] = g * zero_held_elements(P, ZB_GRADS);
@@ -331,12 +334,14 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
 #ifndef ZERO_PLAN_ONLY
 #include "comm.h"
 
-/* Allocate through the ledger; a failed allocation ends every rank with a
-   message naming the category and size. */
+/* Allocate through the ledger. A failed allocation returns NULL and is
+   recorded (failed_category, failed_bytes) for the caller to report as one
+   collective error (see gpt2_init); later allocations are skipped. */
 static inline void* ledger_alloc(Ledger* L, Comm* c, int cat, size_t bytes) {
-    if (bytes == 0) return NULL;
+    (void)c;
+    if (bytes == 0 || L->failed_category >= 0) return NULL;
     void* p = backend_malloc(bytes);
-    if (!p) comm_fatal(c, "out of memory allocating %zu bytes for %s", bytes, mem_names[cat]);
+    if (!p) { L->failed_category = cat; L->failed_bytes = bytes; return NULL; }
     backend_memset_zero(p, bytes);
     L->allocated[cat] += bytes;
     L->current += bytes;

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# dev/test_resume.sh: stop anywhere, resume exactly, with any rank count and
+# ZeRO stage (llmc/state.h, flag -y 1).
+#
+# Data: three small train shards cut from the Brown train shard, of 577, 769
+# and 385 tokens (3, 4 and 2 steps of 192 tokens plus the final target), so
+# ten steps cross two shard boundaries and wrap to shard 0, and every split
+# of the 192-token step used below (global micro-batches of 64 or 96 tokens)
+# ends each shard at the same place.
+#  1. reference: 2 ranks, zero_stage 3, B=2 T=16, 3 micro-steps per step,
+#     -n 5 -x 10, uninterrupted; it writes model_ and state_00000005/10.
+#  2. the step-5 files copied alone into a fresh -o dir, -y 1 -x 10 with the
+#     same N and stage: the train losses of steps 6-10 in main.log equal the
+#     reference's as printed strings, and the final model_00000010.bin and the
+#     m, v of state_00000010.bin are byte-identical to the reference's.
+#  3. the same with N=1 zero_stage 0 (B=4, 3 micro-steps) and N=3 zero_stage 1
+#     (B=2, 2 micro-steps), from a state that also stores the master weights
+#     (LLMC_STATE_MASTER=1): losses of steps 6-10 within 1e-5 relative.
+#  4. data positions (LLMC_LOG_POSITIONS=1): the reference reads every
+#     16-token sequence of every shard once per epoch, in order (no gap, no
+#     overlap); each resumed run's steps 6-10 read exactly the sequences the
+#     reference read at steps 6-10: none seen twice, none skipped.
+#  5. -y 1 with no checkpoint starts fresh (one line says so); -y 1 without
+#     -o, and resuming from a bad or mismatched state (config, magic, size,
+#     NaN in m, other train data, step beyond -x) ends with exit 1 and one
+#     "error:" line on stderr.
+# Usage: bash dev/test_resume.sh   (TRAIN_GPT=path to test another binary)
+# Last line: "N passed, M failed"; exit 1 if any failed.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TRAIN=${TRAIN_GPT:-./train_gpt_cpu}
+MPIRUN="mpirun --allow-run-as-root --oversubscribe"
+PY=/usr/bin/python3
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d); [ -n "${KEEP:-}" ] && echo "keeping $tmp" || trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass+1)); echo "ok   $1"; }
+bad() { fail=$((fail+1)); echo "FAIL $1"; }
+for f in "$TRAIN" data/brown/brown_train_000000.bin; do
+  [ -e "$f" ] || { echo "missing $f (make all; bash dev/data/prepare.sh)"; echo "0 passed, 1 failed"; exit 1; }
+done
+
+$PY - "$tmp" <<'PY'
+import sys, numpy as np
+src = np.fromfile("data/brown/brown_train_000000.bin", dtype="<u2", offset=1024)
+off = 0
+for i, n in enumerate([577, 769, 385]):
+    h = np.zeros(256, dtype="<i4"); h[0], h[1], h[2] = 20240520, 1, n
+    with open(f"{sys.argv[1]}/shard_{i}.bin", "wb") as f:
+        f.write(h.tobytes()); f.write(src[off:off + n].tobytes())
+    off += n
+PY
+set -f  # the -i pattern below is a glob for the trainer, not for the shell
+DATA="$tmp/shard_*.bin"
+COMMON="-i $DATA -e d2 --channels 64 --heads 2 --max-seq-len 64 -t 16 -d 192 -v 0 -s 0 -l 3e-3 -u 2 -n 5"
+
+train() { # name np args... ; output in $tmp/name.out
+  local name=$1 np=$2; shift 2
+  LLMC_LOG_POSITIONS=1 timeout 300 $MPIRUN -np "$np" "$TRAIN" $COMMON "$@" > "$tmp/$name.out" 2> "$tmp/$name.err"
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "     $name exited $rc:"; tail -n 3 "$tmp/$name.err"; tail -n 3 "$tmp/$name.out"; }
+  return $rc
+}
+
+# 1. the reference
+if LLMC_STATE_MASTER=0 train ref 2 -b 2 -z 3 -x 10 -o "$tmp/ref"; then ok "reference run: 2 ranks, zero_stage 3, 10 steps"
+else bad "reference run"; echo "$pass passed, $fail failed"; exit 1; fi
+for f in model_00000005 state_00000005 model_00000010 state_00000010; do
+  [ -f "$tmp/ref/$f.bin" ] || bad "the reference run did not write $f.bin"
+done
+
+# a state file at step 5 that also stores the master weights (the same m, v)
+$PY - "$tmp/ref/state_00000005.bin" "$tmp/state5_master.bin" "$tmp/ref/model_00000005.bin" <<'PY'
+import sys, numpy as np
+raw = open(sys.argv[1], "rb").read()
+h = np.frombuffer(raw[:1024], dtype="<i8").copy()
+assert h[0] == 20240612 and h[1] == 1 and h[17] == 0, h[:18]
+psi = int(h[3]); assert len(raw) == 1024 + 8 * psi
+h[17] = 1
+w = open(sys.argv[3], "rb").read()[1024:]
+assert len(w) == 4 * psi
+open(sys.argv[2], "wb").write(h.tobytes() + raw[1024:] + w)
+PY
+
+resume_dir() { # name [state file]: a fresh -o dir holding only the step-5 checkpoint
+  mkdir -p "$tmp/$1"; cp "$tmp/ref/model_00000005.bin" "$tmp/$1/"
+  cp "${2:-$tmp/ref/state_00000005.bin}" "$tmp/$1/state_00000005.bin"
+}
+
+# 2. same N and stage
+resume_dir same
+if train same 2 -b 2 -z 3 -x 10 -o "$tmp/same" -y 1 && grep -q "^resumed from step 5" "$tmp/same.out"; then
+  a=$(grep -E "^step (6|7|8|9|10) train_loss" "$tmp/ref/main.log" | awk '{print $1, $2, $3, $4}')
+  b=$(grep -E "^step [0-9]+ train_loss" "$tmp/same/main.log" | awk '{print $1, $2, $3, $4}')
+  if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "same N=2 zero_stage 3: train losses of steps 6-10 identical ($(echo $b | awk '{print $4}') .. $(echo "$b" | tail -1 | awk '{print $4}'))"
+  else bad "same N and stage: losses differ"; diff <(echo "$a") <(echo "$b") | head; fi
+  if cmp -s "$tmp/ref/model_00000010.bin" "$tmp/same/model_00000010.bin" && cmp -s "$tmp/ref/state_00000010.bin" "$tmp/same/state_00000010.bin"
+  then ok "same N and stage: model_00000010.bin and state_00000010.bin byte-identical to the uninterrupted run's"
+  else bad "same N and stage: final checkpoint or state differs from the uninterrupted run's"; fi
+else bad "resume with the same N and stage did not run or did not say 'resumed from step 5'"; fi
+
+# 3. other N and stage, from the state with master weights
+for cfg in "n1z0 1 -b 4 -z 0" "n3z1 3 -b 2 -z 1" "n2z2 2 -b 6 -z 2"; do
+  set -- $cfg; name=$1; np=$2; shift 2
+  resume_dir "$name" "$tmp/state5_master.bin"
+  if train "$name" "$np" "$@" -x 10 -o "$tmp/$name" -y 1 && grep -q "^resumed from step 5.*with master weights" "$tmp/$name.out"; then
+    if $PY - "$tmp/ref/main.log" "$tmp/$name/main.log" <<'PY'
+import sys
+def L(p):
+    return {int(f[1]): float(f[3]) for f in (l.split() for l in open(p)) if len(f) > 3 and f[2] == "train_loss"}
+a, b = L(sys.argv[1]), L(sys.argv[2])
+assert sorted(b) == [6, 7, 8, 9, 10], sorted(b)
+rel = max(abs(a[s] - b[s]) / abs(a[s]) for s in b)
+print(f"     max relative difference of the losses of steps 6-10: {rel:.2e}")
+sys.exit(0 if rel <= 1e-5 else 1)
+PY
+    then ok "saved N=2 zero_stage 3, resumed $name ($*): losses within 1e-5"; else bad "resumed $name: losses differ by more than 1e-5"; fi
+  else bad "resume $name did not run or did not load the master weights"; fi
+done
+
+# 4. data positions
+if $PY - "$tmp" <<'PY'
+import sys, re, numpy as np
+tmp = sys.argv[1]
+ntok = [577, 769, 385]
+def seqs(run, T=16):
+    out = {}
+    for l in open(f"{tmp}/{run}.out"):
+        m = re.match(r"data position: step (\d+) micro (\d+) shard (\d+) start (\d+) tokens (\d+)", l)
+        if m:
+            s, k, sh, st, n = map(int, m.groups())
+            out.setdefault(s, []).extend((sh, st + i) for i in range(0, n, T))
+    return out
+ref = seqs("ref")
+assert sorted(ref) == list(range(1, 11)), sorted(ref)
+flat = [q for s in range(1, 11) for q in ref[s]]
+# the reference walks every shard sequence by sequence, then wraps
+expect = [(sh, p) for sh in range(3) for p in range(0, ntok[sh] - 1, 16)]
+expect = (expect * 2)[:len(flat)]
+ok = flat == expect
+print(f"     reference: {len(flat)} sequences of 16 tokens, shards 0,1,2 then 0 again: {'in order, no gap, no overlap' if ok else 'WRONG'}")
+bad = 0 if ok else 1
+for run in ["same", "n1z0", "n3z1", "n2z2"]:
+    r = seqs(run)
+    got = [q for s in sorted(r) for q in r[s]]
+    combined = [q for s in range(1, 6) for q in ref[s]] + got
+    good = sorted(r) == [6, 7, 8, 9, 10] and combined == expect
+    print(f"     {run}: steps 1-5 of the reference + steps 6-10 resumed = {len(combined)} sequences: "
+          f"{'every sequence once per epoch, in order' if good else 'WRONG (a sequence skipped or seen twice)'}")
+    bad += not good
+sys.exit(1 if bad else 0)
+PY
+then ok "data: no sequence seen twice or skipped across the resume, for every N and stage"; else bad "data positions after resume"; fi
+
+# 5. fresh start, and errors
+mkdir -p "$tmp/empty"
+if train fresh 1 -b 4 -x 1 -o "$tmp/empty" -y 1 && grep -q "^resume: no complete checkpoint .* starting fresh" "$tmp/fresh.out" \
+   && [ "$(grep -c "^resume" "$tmp/fresh.out")" = 1 ]; then ok "-y 1 with an empty -o dir starts fresh, saying so on one line"
+else bad "-y 1 with an empty -o dir"; fi
+
+err_case() { # name np expect-regex setup-python args...
+  local name=$1 np=$2 re=$3 setup=$4; shift 4
+  resume_dir "e_$name"
+  [ -n "$setup" ] && $PY -c "import numpy as np; p='$tmp/e_$name/state_00000005.bin'; raw=bytearray(open(p,'rb').read()); $setup; open(p,'wb').write(raw)"
+  LLMC_LOG_POSITIONS=0 timeout 120 $MPIRUN -np "$np" "$TRAIN" $COMMON -b 2 -o "$tmp/e_$name" -y 1 "$@" > "$tmp/e_$name.out" 2> "$tmp/e_$name.err"
+  local rc=$? n=$(grep -c "^error" "$tmp/e_$name.err") line=$(grep "^error" "$tmp/e_$name.err" | head -1)
+  if [ $rc -eq 1 ] && [ "$n" = 1 ] && echo "$line" | grep -Eq "$re" && ! grep -q "^step " "$tmp/e_$name.out"; then ok "$name: exit 1, one line: $line"
+  else bad "$name: exit $rc, $n error lines (want 1 matching /$re/): $(head -c 300 "$tmp/e_$name.err")"; fi
+}
+err_case magic 2 "state .*state_00000005.bin: bad magic" "raw[0:8]=(7).to_bytes(8,'little')" -x 10
+err_case truncated 2 "state .*: [0-9]+ bytes, but its header .* implies" "del raw[-4:]" -x 10
+err_case config 2 "state .*: model config .* does not match the model" "raw[40:48]=(50256).to_bytes(8,'little')" -x 10
+err_case nan 2 "state .*: adam m of tensor .* is nan" "raw[1024+40:1024+44]=np.float32('nan').tobytes()" -x 10
+err_case version 1 "unsupported version" "raw[8:16]=(9).to_bytes(8,'little')" -x 10 -b 4
+err_case beyond 2 "step 5, beyond -x 3" "" -x 3
+err_case otherdata 2 "saved for train data of 1731 tokens in 3 shard" "" -x 10 -i data/brown/brown_train_000000.bin
+timeout 60 $MPIRUN -np 2 "$TRAIN" -y 1 -x 1 -s 0 -v 0 > "$tmp/noo.out" 2> "$tmp/noo.err"
+if [ $? -eq 1 ] && [ "$(grep -c "^error" "$tmp/noo.err")" = 1 ] && grep -q "^error: -y 1: resuming needs -o" "$tmp/noo.err"; then ok "-y 1 without -o: exit 1, one line"
+else bad "-y 1 without -o: $(cat "$tmp/noo.err" | head -3)"; fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
