@@ -21,9 +21,12 @@ ZERO ?= 1
 STEPS ?= 300
 ARGS ?=
 
-.PHONY: all train test deps data ref bench cuda clean
+.PHONY: all train test deps data ref bench clean
 
 all: train_gpt_cpu test_gpt_cpu
+
+# the CUDA build: make cuda (./train_gpt ./test_gpt), make cuda-dev (dev/cuda kernel checks)
+include cuda.mk
 
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(MPICC) $(CFLAGS_ALL) -x c train_gpt.cu -o $@ $(LIBS)

@@ -53,6 +53,7 @@ static int read_exact(FILE* f, void* p, size_t size, size_t n) { return fread(p,
 int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
+    backend_init(&comm); /* GPU + NCCL (CUDA build); no-op on the CPU */
     char err[ERRLEN] = "";
     const char* model_path = NULL; const char* state_path = NULL; const char* losses_out = NULL;
     long zero_stage = 0, reshard = 1, accum = 1, prefetch = 1;

@@ -296,6 +296,8 @@ int main(int argc, char** argv) {
         return 0;
     }
 
+    backend_init(&comm); /* GPU + NCCL (CUDA build); -h and --estimate above need no device */
+
     resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
     comm_check_all(&comm, err);
     int N = comm.world_size;

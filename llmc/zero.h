@@ -369,6 +369,8 @@ typedef struct {
     floatX* slots[ZERO_MAX_SLOTS];    /* stage 3: gathered blocks */
     int slot_unit[ZERO_MAX_SLOTS];    /* which unit a slot holds, -1 = free */
     int root_gathered;
+    unsigned long long root_fence;                 /* backend fence of the root's last all-gather (0: none) */
+    unsigned long long slot_fence[ZERO_MAX_SLOTS]; /* fence of the last all-gather into each slot */
     floatX* unit_grads_root;  /* stages 2-3: full grads of the root unit for one backward */
     floatX* unit_grads_block; /* stages 2-3: full grads of one block */
 } ZeroEngine;
@@ -422,37 +424,60 @@ static inline void zero_engine_free(ZeroEngine* E) {
     ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_block, gb * P->max_block_padded);
 }
 
-/* All-gather unit u into dst (padded elements), own shard taken from src. */
-static inline void zero_gather_into(ZeroEngine* E, int u, floatX* dst, const floatX* own_shard) {
+/* Start the all-gather of unit u into dst (padded elements), own shard taken
+   from own_shard. Returns the backend fence that must be waited on
+   (backend_wait_comm) before dst is read; 0 if nothing was sent. prev is the
+   fence of the previous gather into dst: waited on first, so that the copy
+   of the own shard never races a gather still writing dst (a prefetched unit
+   released unused). With the CUDA backend the gather runs on the comm stream
+   and overlaps the compute stream until someone waits on the fence; on the
+   CPU both hooks are no-ops. */
+static inline unsigned long long zero_gather_into(ZeroEngine* E, int u, floatX* dst, const floatX* own_shard,
+                                                  unsigned long long prev) {
     const ZeroPlan* P = E->plan;
     const ZeroUnit* U = &P->units[u];
     floatX* mine = dst + (size_t)P->rank * U->shard;
+    backend_wait_comm(prev);
     if (mine != own_shard) backend_memcpy(mine, own_shard, U->shard * sizeof(floatX));
-    if (P->num_ranks > 1) backend_all_gather(E->comm, dst, U->shard);
+    return P->num_ranks > 1 ? backend_all_gather_start(E->comm, dst, U->shard) : 0;
 }
 
 /* Parameters of unit u, full (padded) size, ready for compute. Stages 0-2:
    a view into the full buffer. Stage 3: all-gathered into the root buffer
    or a block slot if not already there (the forward and the backward each
    call this; a block freed after forward is gathered again). */
+static inline floatX* zero_gather_unit(ZeroEngine* E, int u, unsigned long long* fence);
 static inline floatX* zero_unit_params(ZeroEngine* E, int u) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 3) return E->params + P->units[u].offset;
+    unsigned long long fence = 0;
+    floatX* p = zero_gather_unit(E, u, &fence);
+    backend_wait_comm(fence); /* compute waits for this unit's gather only */
+    return p;
+}
+
+/* Stage 3: the buffer of unit u (root buffer or its slot), with an all-gather
+   into it issued if it does not hold u yet; *fence = what to wait on before
+   reading it. Does not wait (prefetch). */
+static inline floatX* zero_gather_unit(ZeroEngine* E, int u, unsigned long long* fence) {
+    const ZeroPlan* P = E->plan;
     const floatX* own = E->params + P->units[u].shard_offset;
     if (u == 0) {
         if (!E->root_gathered) {
-            zero_gather_into(E, 0, E->gathered_root, own);
+            E->root_fence = zero_gather_into(E, 0, E->gathered_root, own, E->root_fence);
             E->root_gathered = 1;
             zero_engine_track_gathered(E);
         }
+        *fence = E->root_fence;
         return E->gathered_root;
     }
     int s = (u - 1) % P->num_slots;
     if (E->slot_unit[s] != u) {
-        zero_gather_into(E, u, E->slots[s], own);
+        E->slot_fence[s] = zero_gather_into(E, u, E->slots[s], own, E->slot_fence[s]);
         E->slot_unit[s] = u;
         zero_engine_track_gathered(E);
     }
+    *fence = E->slot_fence[s];
     return E->slots[s];
 }
 
@@ -461,7 +486,8 @@ static inline floatX* zero_unit_params(ZeroEngine* E, int u) {
 static inline void zero_prefetch_unit(ZeroEngine* E, int u) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 3 || P->prefetch == 0 || u < 1 || u >= P->num_units) return;
-    (void)zero_unit_params(E, u);
+    unsigned long long fence;
+    (void)zero_gather_unit(E, u, &fence); /* no wait: overlaps the current unit's compute */
 }
 
 /* Stage 3: gather the `prefetch` blocks that follow unit u in the direction

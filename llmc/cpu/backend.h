@@ -26,6 +26,9 @@
 #define BACKEND_NAME "cpu-fp32"
 #define FLOATX_BYTES 4
 
+/* Device / communicator set-up: nothing to do on the CPU (MPI is up). */
+static inline void backend_init(Comm* c) { (void)c; }
+
 /* Host memory, 64-byte aligned; NULL on failure. */
 static inline void* backend_malloc(size_t bytes) {
     size_t n = round_up(bytes, 64);
@@ -67,10 +70,20 @@ static inline void backend_reduce_scatter_sum(Comm* c, floatX* buf, size_t shard
     comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
 }
 
+/* Overlap hooks (the CUDA backend runs collectives on their own stream):
+   here a collective is complete when it returns, so the fence is 0 and
+   waiting is a no-op. */
+static inline void backend_wait_comm(unsigned long long fence) { (void)fence; }
+
 static inline void backend_all_gather(Comm* c, floatX* buf, size_t shard) {
     if (shard > BACKEND_MPI_CHUNK) comm_fatal(c, "all-gather of %zu elements per rank exceeds the MPI int count", shard);
     MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, MPI_COMM_WORLD);
     comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+}
+
+static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
+    backend_all_gather(c, buf, shard);
+    return 0;
 }
 
 /* dst[i] += src[i], i < n */
