@@ -421,8 +421,13 @@ int main(int argc, char** argv) {
     if (comm.rank == 0) {
         printf("peak: ledger %.1f MB (gathered units in use at most %.1f MB), process resident %.1f MB on rank 0\n",
                model.ledger.peak / 1e6, model.ledger.gathered_peak / 1e6, backend_peak_process_bytes() / 1e6);
-        if (timed > 0) printf("average %.1f ms per optimizer step (steps 2..%d), %.0f tokens/s\n", total_ms / timed, a.max_steps,
-                              (double)a.total_batch * timed / (total_ms / 1000.0));
+        if (timed > 0) {
+            double tps = (double)a.total_batch * timed / (total_ms / 1000.0);
+            /* flops per token: 6 Psi (forward + backward of every weight) + 12 L C T (attention scores and values) */
+            double fpt = 6.0 * (double)model.plan.num_parameters + 12.0 * cfg.num_layers * (double)cfg.channels * a.T;
+            printf("average %.1f ms per optimizer step (steps 2..%d), %.0f tokens/s, %.1f GFLOP/s achieved (6*Psi + 12*L*C*T = %.3g flops/token)\n",
+                   total_ms / timed, a.max_steps, tps, tps * fpt / 1e9, fpt);
+        }
     }
     if (logf) fclose(logf);
     dataloader_free(&train);
