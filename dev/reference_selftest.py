@@ -12,7 +12,7 @@ finite differences on 3 random scalar parameters (plus one wte entry of a
 token that is both input and target: tied weights) == the stored gradients.
 
 Usage:
-  /usr/bin/python3 dev/reference_selftest.py [--dir data/ref] [--configs small,odd]
+  /usr/bin/python3 dev/reference_selftest.py [--dir data/ref] [--configs small,odd,tiny]
                                              [--generate] [--seed 0]
 --generate first runs dev/reference.py --config all --out DIR.
 The last line printed is "N passed, M failed"; the exit status is 1 on failure.
@@ -30,7 +30,8 @@ import numpy as np
 # expected header values: name -> (maxT, V, L, NH, C, B, T)
 EXPECTED = {
     "small": (64, 50257, 2, 4, 64, 12, 32),
-    "odd": (48, 1001, 3, 3, 96, 12, 48),
+    "odd": (48, 1001, 3, 3, 96, 24, 48),
+    "tiny": (8, 5, 1, 1, 2, 16, 8),
 }
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
@@ -214,9 +215,10 @@ def test_config(d, cfg, seed):
             assert np.isfinite(m.t[n]).all() and np.isfinite(ds.grads[n]).all(), n
             assert ds.grads[n].any(), f"grad of {n} all zero"
         for n in ("ln1w", "ln2w", "lnfw"):
-            assert np.abs(m.t[n] - 1).max() > 0.05, f"{n} not perturbed from 1"
+            # a handful of draws (tiny config, C=2) may all be small: then only require nonzero
+            assert np.abs(m.t[n] - 1).max() > (0.05 if m.t[n].size >= 16 else 0), f"{n} not perturbed from 1"
         for n in ("ln1b", "ln2b", "lnfb", "qkvb", "attprojb", "fcb", "fcprojb"):
-            assert np.abs(m.t[n]).max() > 0.01, f"{n} not perturbed from 0"
+            assert np.abs(m.t[n]).max() > (0.01 if m.t[n].size >= 16 else 0), f"{n} not perturbed from 0"
     check(f"{cfg}: wte pad rows zero, tensors finite and perturbed", pads)
 
     def bf16():
@@ -291,7 +293,7 @@ def test_config(d, cfg, seed):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="data/ref")
-    ap.add_argument("--configs", default="small,odd")
+    ap.add_argument("--configs", default="small,odd,tiny")
     ap.add_argument("--generate", action="store_true",
                     help="run dev/reference.py --config all --out DIR first")
     ap.add_argument("--seed", type=int, default=0, help="picks the FD scalars")
