@@ -5,6 +5,8 @@
 #   make test                                        every check a CPU machine can run
 #   make bench                                       CPU speed figures (not a test)
 #   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
+#   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
+#   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
 
 SHELL := /bin/bash
 MPICC ?= mpicc
@@ -21,7 +23,7 @@ ZERO ?= 1
 STEPS ?= 300
 ARGS ?=
 
-.PHONY: all train test deps data ref bench clean
+.PHONY: all train test deps data ref bench clean sanitize fuzz
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -52,5 +54,13 @@ train: deps data train_gpt_cpu
 test: deps data ref all
 	bash dev/run_tests.sh
 
+sanitize: data ref
+	bash dev/test_sanitizers.sh
+
+FUZZ_SECONDS ?= 15
+fuzz:
+	bash dev/fuzz/run.sh $(FUZZ_SECONDS)
+
 clean:
 	rm -f train_gpt_cpu test_gpt_cpu train_gpt test_gpt
+	rm -rf build/san build/fuzz

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include "llmc/gpt.h"
 #include "llmc/checkpoint.h"
+#include "llmc/state.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 #include "llmc/schedulers.h"
@@ -39,6 +40,7 @@ typedef struct {
     float lr, final_frac, weight_decay, grad_clip;
     int warmup, max_steps, val_every, val_steps, sample_every, gen_tokens, ckpt_every;
     int zero_stage, reshard_after_forward, prefetch;
+    int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
     int ledger_all, ledger_every;
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
@@ -81,6 +83,7 @@ static void usage(FILE* out) {
 "  -s <n>      sample every n steps (0: never)             default 100\n"
 "  -g <n>      tokens to generate per sample (< T)         default 48\n"
 "  -n <n>      checkpoint every n steps (0: only at the end, with -o)  default 0\n"
+"  -y <0|1>    resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)  default 0\n"
 "ZeRO\n"
 "  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params  default 0\n"
 "  --reshard-after-forward <0|1>  stage 3: free blocks after forward  default 1\n"
@@ -113,7 +116,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) { *want_help = 1; return 0; }
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
-            "-x", "-v", "-m", "-s", "-g", "-n", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
+            "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
             "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
@@ -143,6 +146,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("-s", a->sample_every, 0, 1 << 30)
         INTFLAG("-g", a->gen_tokens, 1, 1 << 20)
         INTFLAG("-n", a->ckpt_every, 0, 1 << 30)
+        INTFLAG("-y", a->resume, 0, 1)
         INTFLAG("-z", a->zero_stage, 0, 3)
         INTFLAG("--reshard-after-forward", a->reshard_after_forward, 0, 1)
         INTFLAG("--prefetch", a->prefetch, 0, 64)
@@ -299,7 +303,10 @@ int main(int argc, char** argv) {
     backend_init(&comm); /* GPU + NCCL (CUDA build); -h and --estimate above need no device */
 
     resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
+    if (!err[0] && a.resume && !a.output_dir) set_err(err, ERRLEN, "-y 1: resuming needs -o <dir> (where the checkpoints are)");
     comm_check_all(&comm, err);
+    signal(SIGXFSZ, SIG_IGN); /* a write beyond the file size limit fails with EFBIG, reported at the save */
+    if (a.output_dir) state_check_output_dir(&comm, a.output_dir);
     int N = comm.world_size;
     long tokens_per_micro = (long)a.B * a.T * N;
     if (a.total_batch < 0) a.total_batch = tokens_per_micro;
@@ -345,11 +352,12 @@ int main(int argc, char** argv) {
             mkdir(a.output_dir, 0755);
             char p[4096];
             snprintf(p, sizeof(p), "%s/main.log", a.output_dir);
-            logf = fopen(p, "w");
+            logf = fopen(p, a.resume ? "a" : "w");
             if (!logf) set_err(err, ERRLEN, "-o %s: cannot write %s (%s)", a.output_dir, p, strerror(errno));
         }
         comm_check_all(&comm, err);
     }
+    int start_step = a.resume ? state_resume(&model, &train, a.output_dir, a.max_steps) : 0;
 
     if (comm.rank == 0) {
         printf("train_gpt (%s): %d rank%s, zero_stage %d%s\n", BACKEND_NAME, N, N > 1 ? "s" : "", a.zero_stage,
@@ -368,7 +376,7 @@ int main(int argc, char** argv) {
     AdamWConfig opt = {a.lr, 0.9f, 0.95f, 1e-8f, a.weight_decay, a.grad_clip};
     float dloss = 1.0f / (float)((double)a.B * a.T * N * accum);
     double total_ms = 0; int timed = 0;
-    for (int step = 0; step <= a.max_steps; step++) {
+    for (int step = start_step; step <= a.max_steps; step++) {
         int last = step == a.max_steps;
         comm.phase = PHASE_OTHER;
         if (have_val && (step % a.val_every == 0 || last)) {
@@ -378,11 +386,14 @@ int main(int argc, char** argv) {
         }
         if (a.sample_every > 0 && ((step > 0 && step % a.sample_every == 0) || last))
             sample(&model, &tok, have_tok, a.gen_tokens, a.seed, step);
-        if (a.output_dir && ((a.ckpt_every > 0 && step > 0 && step % a.ckpt_every == 0) || last)) {
+        if (a.output_dir && step > start_step && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
             char p[4096];
             snprintf(p, sizeof(p), "%s/model_%08d.bin", a.output_dir, step);
             gpt2_save_checkpoint(&model, p);
             if (comm.rank == 0) printf("wrote checkpoint %s\n", p);
+            snprintf(p, sizeof(p), "%s/state_%08d.bin", a.output_dir, step);
+            state_save(&model, p, step, &train, a.seed);
+            if (comm.rank == 0) printf("wrote state %s\n", p);
         }
         if (last) break;
         comm.phase = PHASE_TRAIN;
@@ -390,6 +401,7 @@ int main(int argc, char** argv) {
         zero_begin_step(&model.engine);
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
+            state_log_position(&train, step + 1, micro);
             dataloader_next_batch(&train, err, ERRLEN);
             comm_check_all(&comm, err);
             loss += gpt2_forward(&model, train.inputs, train.targets, a.B, a.T, dloss);
@@ -413,11 +425,11 @@ int main(int argc, char** argv) {
         if (!isfinite(loss)) comm_fatal(&comm, "loss became %f at step %d (lower -l?)", loss, step + 1);
         if (a.ledger_every > 0 && (step + 1) % a.ledger_every == 0) {
             int dummy = 0;
-            print_traffic_all_ranks(&model, a.ledger_all, step + 1, &dummy);
+            print_traffic_all_ranks(&model, a.ledger_all, step + 1 - start_step, &dummy);
         }
     }
     int traffic_bad = 0;
-    print_traffic_all_ranks(&model, a.ledger_all, a.max_steps, &traffic_bad);
+    print_traffic_all_ranks(&model, a.ledger_all, a.max_steps - start_step, &traffic_bad);
     if (comm.rank == 0) {
         printf("peak: ledger %.1f MB (gathered units in use at most %.1f MB), process resident %.1f MB on rank 0\n",
                model.ledger.peak / 1e6, model.ledger.gathered_peak / 1e6, backend_peak_process_bytes() / 1e6);

@@ -19,7 +19,8 @@
 #     and the state file size the state write fails, with a smaller one the
 #     model write fails; either way exit 1, one "error:" line saying "File too
 #     large", no .tmp left, the step-5 files unchanged (md5), and -y 1 then
-#     resumes from step 5.
+#     resumes from step 5. Where mount(2) is allowed, the same on a small
+#     tmpfs that fills up (ENOSPC in the middle of the ranks' writes).
 # Usage: bash dev/test_faults.sh   (TRAIN_GPT=path to test another binary;
 # KEEP=1 keeps the temporary directory). Last line: "N passed, M failed".
 set -u
@@ -27,17 +28,19 @@ cd "$(dirname "$0")/.."
 TRAIN=${TRAIN_GPT:-./train_gpt_cpu}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 export OMP_NUM_THREADS=1
-tmp=$(mktemp -d); [ -n "${KEEP:-}" ] && echo "keeping $tmp" || trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); [ -n "${KEEP:-}" ] && echo "keeping $tmp" || trap 'umount "$tmp/small" 2>/dev/null; rm -rf "$tmp"' EXIT
 pass=0; fail=0
 ok() { pass=$((pass+1)); echo "ok   $1"; }
 bad() { fail=$((fail+1)); echo "FAIL $1"; }
 [ -e "$TRAIN" ] && [ -e data/brown/brown_train_000000.bin ] || { echo "missing $TRAIN or data (make all; bash dev/data/prepare.sh)"; echo "0 passed, 1 failed"; exit 1; }
 TINY="-e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -v 0 -s 0 -l 3e-3 -u 2"
 
-# the pid of rank r among the children of mpirun $1 (OpenMPI sets OMPI_COMM_WORLD_RANK)
+# the processes under mpirun $1 (children and theirs: Open MPI 5 puts prted between)
+descendants() { local p; for p in $(pgrep -P "$1"); do echo $p; descendants $p; done; }
+# the pid of rank r among them (Open MPI sets OMPI_COMM_WORLD_RANK in each rank's environment)
 rank_pid() {
   local p
-  for p in $(pgrep -P "$1"); do
+  for p in $(descendants "$1"); do
     tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo $p; return; }
   done
 }
@@ -50,7 +53,7 @@ kill_case() { # np victim
   while ! grep -q "^step    3/" "$out" 2>/dev/null; do
     sleep 0.2; t=$((t+1)); if [ $t -gt 600 ] || ! kill -0 $mp 2>/dev/null; then break; fi
   done
-  local pids=$(pgrep -P $mp | tr '\n' ' ') vp=$(rank_pid $mp "$victim")
+  local pids=$(descendants $mp | tr '\n' ' ') vp=$(rank_pid $mp "$victim")
   if [ -z "$vp" ]; then bad "kill: no rank $victim found under mpirun $mp"; kill $mp 2>/dev/null; wait $mp; return; fi
   local t0=$(date +%s%N)
   kill -9 "$vp"
@@ -116,6 +119,34 @@ done
 timeout 300 $MPIRUN -np 2 "$TRAIN" $TINY -z 2 -n 5 -x 6 -o "$F" -y 1 > "$tmp/full2.out" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "^resumed from step 5" "$tmp/full2.out" && [ -f "$F/state_00000006.bin" ]; then ok "after the full disk, -y 1 resumed from step 5 and saved step 6"
 else bad "resume after the full disk: exit $rc $(grep -E "^error|^resum" "$tmp/full2.out")"; fi
+
+# 4b. a really full file system (ENOSPC in the middle of the ranks' pwrites,
+# not at rank 0's ftruncate): a private tmpfs of 45 or 60 MiB holding the
+# step-5 files (38 MiB); then the model (12.7 MiB) or the state (25.4 MiB)
+# of step 6 does not fit. Needs mount(2) (root with CAP_SYS_ADMIN); skipped
+# with a note otherwise.
+S=$tmp/small
+mkdir -p "$S"
+if mount -t tmpfs -o size=45m tmpfs "$S" 2>/dev/null; then
+  umount "$S"
+  for size in 60 45; do
+    what=state; [ $size = 45 ] && what=checkpoint
+    mount -t tmpfs -o size=${size}m tmpfs "$S"
+    cp "$F/model_00000005.bin" "$F/state_00000005.bin" "$S/"
+    timeout 300 $MPIRUN -np 2 "$TRAIN" $TINY -z 2 -n 5 -x 6 -o "$S" -y 1 > "$tmp/enospc.out" 2> "$tmp/enospc.err"; rc=$?
+    n=$(grep -c "^error" "$tmp/enospc.err"); line=$(grep "^error" "$tmp/enospc.err" | head -1)
+    stray=$(ls -a "$S" | grep -E "\.tmp$|state_00000006")
+    md5=$(cat "$S/model_00000005.bin" "$S/state_00000005.bin" | md5sum)
+    timeout 120 $MPIRUN -np 2 "$TRAIN" $TINY -z 2 -n 5 -x 5 -o "$S" -y 1 > "$tmp/enospc2.out" 2>&1; rc2=$?
+    if [ $rc -eq 1 ] && [ "$n" = 1 ] && echo "$line" | grep -q "$what.*No space left on device" && [ -z "$stray" ] && [ "$md5" = "$md5_5" ] \
+       && [ $rc2 -eq 0 ] && grep -q "^resumed from step 5" "$tmp/enospc2.out"; then
+      ok "tmpfs of $size MiB: the $what write at step 6 fails with one line: $line; no .tmp left, step 5 intact and resumable"
+    else bad "tmpfs of $size MiB: exit $rc, $n error lines: $(head -c 300 "$tmp/enospc.err"); left: $stray; resume exit $rc2"; fi
+    umount "$S"
+  done
+else
+  echo "note: mount(2) not permitted here; the ENOSPC cases are skipped (the ulimit -f cases above still run)"
+fi
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

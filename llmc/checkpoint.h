@@ -38,6 +38,7 @@ static inline int gpt2_save_checkpoint(GPT2* m, const char* path) {
             if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || ftruncate(fd, (off_t)total) != 0)
                 set_err(err, ERRLEN, "cannot write checkpoint %s (%s)", tmp, strerror(errno));
             close(fd);
+            if (err[0]) unlink(tmp);
         }
     }
     comm_check_all(c, err);

@@ -354,15 +354,18 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     comm_check_all(c, err);
 }
 
-/* Is name exactly "<prefix>%08d.bin" (8 digits, nothing after)? Sets *step. */
+/* Is name exactly "<prefix>%08d.bin" (8 to 10 digits as printf writes a
+   step < 2^31 with %08d, nothing after: a .tmp never matches)? Sets *step. */
 static inline int state_match_name(const char* name, const char* prefix, long* step) {
     size_t pl = strlen(prefix);
     if (strncmp(name, prefix, pl) != 0) return 0;
     const char* d = name + pl;
-    for (int i = 0; i < 8; i++) if (d[i] < '0' || d[i] > '9') return 0;
-    if (strcmp(d + 8, ".bin") != 0) return 0;
+    int nd = 0;
     long v = 0;
-    for (int i = 0; i < 8; i++) v = v * 10 + (d[i] - '0');
+    while (d[nd] >= '0' && d[nd] <= '9' && nd < 10) { v = v * 10 + (d[nd] - '0'); nd++; }
+    if (nd < 8 || strcmp(d + nd, ".bin") != 0) return 0;
+    if (nd > 8 && d[0] == '0') return 0; /* %08d pads to 8 digits only */
+    if (v > 0x7fffffffL) return 0;
     *step = v;
     return 1;
 }

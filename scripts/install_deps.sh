@@ -9,6 +9,9 @@ command -v mpicc >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 [ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h >/dev/null 2>&1 || need+=(libopenblas-dev)
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
+# the fuzz smoke test (libFuzzer) needs clang and its runtime
+command -v clang-14 >/dev/null 2>&1 || need+=(clang-14)
+ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
