@@ -561,16 +561,16 @@ static inline void zero_reduce_grads(ZeroEngine* E) {
 }
 
 /* Global grad norm: each rank sums the squares of its OWN shard of every
-   tensor (whatever the stage), the sums are all-reduced. */
+   unit (whatever the stage; padding grads are zero: never written by a
+   kernel, zeroed with the buffers), the sums are all-reduced. One sum per
+   unit keeps the host waits of the CUDA backend to num_units per step. */
 static inline double zero_grad_norm(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     double ss = 0.0;
-    for (int t = 0; t < P->num_tensors; t++) {
-        int u = P->tensors[t].unit;
-        size_t lo, hi, a;
+    for (int u = 0; u < P->num_units; u++) {
+        size_t lo, hi;
         zero_own_range(P, u, &lo, &hi);
-        size_t n = zero_tensor_overlap(P, t, lo, hi, &a);
-        if (n) ss += sum_squares(E->grads + zero_index(P, ZB_GRADS, u, a), n);
+        ss += sum_squares(E->grads + zero_index(P, ZB_GRADS, u, lo), hi - lo);
     }
     double buf[2] = {ss, 0.0};
     comm_allreduce_sum_host(E->comm, buf, 1);
