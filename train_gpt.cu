@@ -431,8 +431,13 @@ int main(int argc, char** argv) {
     int traffic_bad = 0;
     print_traffic_all_ranks(&model, a.ledger_all, a.max_steps - start_step, &traffic_bad);
     if (comm.rank == 0) {
-        printf("peak: ledger %.1f MB (gathered units in use at most %.1f MB), process resident %.1f MB on rank 0\n",
-               model.ledger.peak / 1e6, model.ledger.gathered_peak / 1e6, backend_peak_process_bytes() / 1e6);
+        printf("peak: ledger %.1f MB (gathered units in use at most %.1f MB), backend workspace %.1f MB outside the plan, "
+#ifdef __CUDACC__
+               "device memory used %.1f MB on rank 0\n",
+#else
+               "process resident %.1f MB on rank 0\n",
+#endif
+               model.ledger.peak / 1e6, model.ledger.gathered_peak / 1e6, backend_internal_bytes() / 1e6, backend_peak_process_bytes() / 1e6);
         if (timed > 0) {
             double tps = (double)a.total_batch * timed / (total_ms / 1000.0);
             /* flops per token: 6 Psi (forward + backward of every weight) + 12 L C T (attention scores and values) */

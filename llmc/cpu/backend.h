@@ -92,6 +92,9 @@ static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
     for (long i = 0; i < (long)n; i++) dst[i] += src[i];
 }
 
+/* Bytes the backend allocated for itself outside the ledger: none on the CPU. */
+static inline unsigned long long backend_internal_bytes(void) { return 0; }
+
 /* Peak resident memory of this process in bytes (VmHWM), 0 if unknown:
    an independent measure beside the ledger. */
 static inline unsigned long long backend_peak_process_bytes(void) {

@@ -63,6 +63,10 @@ static inline void cuda_mem_sample(void) {
    sampled after every backend_malloc, at every backend_synchronize and now.
    Memory is only allocated at start-up and on first use of a shape (scratch
    growth), so sampling at these points sees the peak. 0 if unknown. */
+/* Bytes the backend allocated for itself (kernel scratch, cuBLAS
+   workspace): outside the shard plan, reported beside the ledger. */
+static inline unsigned long long backend_internal_bytes(void) { return cuda_ctx.internal_bytes; }
+
 static inline unsigned long long backend_peak_process_bytes(void) {
     cuda_mem_sample();
     return cuda_mem_peak_used;
