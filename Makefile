@@ -11,8 +11,18 @@
 SHELL := /bin/bash
 MPICC ?= mpicc
 CFLAGS ?= -O3 -march=x86-64-v3 -fno-math-errno
-CFLAGS_ALL = $(CFLAGS) -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
+CFLAGS_ALL = $(CFLAGS) $(BLAS_CFLAGS) -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
+# BLAS: oneDNN's sgemm when its runtime is installed (fastest here, and it
+# picks AVX-512 kernels by itself), else OpenBLAS (the trainer re-executes
+# itself with OPENBLAS_CORETYPE set when OpenBLAS does not recognise the CPU).
+DNNL_LIB := $(wildcard /usr/lib/x86_64-linux-gnu/libdnnl.so.2)
+ifneq ($(DNNL_LIB),)
+BLAS_CFLAGS ?= -DLLMC_USE_DNNL
+BLAS_LIBS ?= -l:libdnnl.so.2 -lopenblas
+else
+BLAS_CFLAGS ?=
 BLAS_LIBS ?= -lopenblas
+endif
 LIBS = $(BLAS_LIBS) -lm
 HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h)
 PY = /usr/bin/python3
@@ -20,7 +30,7 @@ MPIRUN = mpirun --allow-run-as-root --oversubscribe
 
 NP ?= 2
 ZERO ?= 1
-STEPS ?= 300
+STEPS ?= 500
 ARGS ?=
 
 .PHONY: all train test deps data ref bench clean sanitize fuzz
@@ -47,12 +57,19 @@ ref: deps
 	@mkdir -p data/ref
 	$(PY) dev/reference.py --config all --out data/ref
 
-train: deps data train_gpt_cpu
-	OMP_NUM_THREADS=$$(( $$(nproc) / $(NP) > 0 ? $$(nproc) / $(NP) : 1 )) \
+# (sub-makes: the BLAS choice above must see what `deps` installed)
+train: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
 	$(MPIRUN) -np $(NP) ./train_gpt_cpu -z $(ZERO) -x $(STEPS) $(ARGS)
 
-test: deps data ref all
+test: deps data ref
+	@$(MAKE) --no-print-directory all
 	bash dev/run_tests.sh
+
+bench: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	@mkdir -p build
+	BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

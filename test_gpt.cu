@@ -51,6 +51,7 @@ static void check(Comm* c, int ok_local, const char* what, double value, double 
 static int read_exact(FILE* f, void* p, size_t size, size_t n) { return fread(p, size, n, f) == n ? 0 : 1; }
 
 int main(int argc, char** argv) {
+    backend_preinit(argv);
     Comm comm;
     comm_init(&comm, &argc, &argv);
     backend_init(&comm); /* GPU + NCCL (CUDA build); no-op on the CPU */

@@ -66,22 +66,22 @@ static void usage(FILE* out) {
 "              checkpoint they must agree with its header   default from -e\n"
 "  --seed <n>  random init seed                            default 1337\n"
 "batch\n"
-"  -b <n>      micro-batch per rank (sequences)            default 4\n"
-"  -t <n>      sequence length                             default 64\n"
+"  -b <n>      micro-batch per rank (sequences)            default 8\n"
+"  -t <n>      sequence length                             default 128\n"
 "  -d <n>      total batch in tokens per optimizer step (all ranks); must be a multiple\n"
 "              of B*T*ranks; the quotient is the grad accumulation  default B*T*ranks\n"
 "optimizer (AdamW, beta1 0.9, beta2 0.95, eps 1e-8)\n"
-"  -l <f>      peak learning rate                          default 1e-3\n"
+"  -l <f>      peak learning rate                          default 3e-3\n"
 "  -u <n>      warmup steps                                default 20\n"
 "  -q <f>      final lr as a fraction of the peak (cosine)   default 0.1\n"
 "  -c <f>      weight decay (2-D tensors only)             default 0.1\n"
 "  --grad-clip <f>  clip by global grad norm (0: off)      default 1.0\n"
-"  -x <n>      optimizer steps                             default 200\n"
+"  -x <n>      optimizer steps                             default 500\n"
 "evaluation and output\n"
-"  -v <n>      val loss every n steps (0: never)           default 50\n"
+"  -v <n>      val loss every n steps (0: never)           default 100\n"
 "  -m <n>      val batches per evaluation                  default 10\n"
-"  -s <n>      sample every n steps (0: never)             default 100\n"
-"  -g <n>      tokens to generate per sample (< T)         default 48\n"
+"  -s <n>      sample every n steps (0: never)             default 250\n"
+"  -g <n>      tokens to generate per sample (< T)         default 64\n"
 "  -n <n>      checkpoint every n steps (0: only at the end, with -o)  default 0\n"
 "  -y <0|1>    resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)  default 0\n"
 "ZeRO\n"
@@ -104,9 +104,9 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->train_pattern = "data/brown/brown_train_*.bin";
     a->val_pattern = "data/brown/brown_val_*.bin";
     a->init = "d4"; a->output_dir = NULL; a->tokenizer_path = "data/gpt2_tokenizer.bin";
-    a->B = 4; a->T = 64; a->total_batch = -1;
-    a->lr = 1e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
-    a->warmup = 20; a->max_steps = 200; a->val_every = 50; a->val_steps = 10; a->sample_every = 100; a->gen_tokens = 48;
+    a->B = 8; a->T = 128; a->total_batch = -1;
+    a->lr = 3e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
+    a->warmup = 20; a->max_steps = 500; a->val_every = 100; a->val_steps = 10; a->sample_every = 250; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 0; a->reshard_after_forward = 1; a->prefetch = 1;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
@@ -272,6 +272,7 @@ static void print_traffic_all_ranks(GPT2* m, int all, int steps, int* bad) {
 }
 
 int main(int argc, char** argv) {
+    backend_preinit(argv);
     Comm comm;
     comm_init(&comm, &argc, &argv);
     char err[ERRLEN] = "";

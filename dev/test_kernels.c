@@ -9,6 +9,8 @@
  * that they accumulate (+=); attention scratch is pre-filled with NaN to
  * check that it is never read.
  * Prints one line per check and "N passed, M failed"; exit 1 on failure.
+ * `test_kernels --dump DIR` instead writes inputs and outputs of every kernel
+ * for dev/kernels_ref.py (the PyTorch float64 per-op reference).
  *
  * build: gcc -O3 -mavx2 -mfma -fopenmp -std=c11 -I. dev/test_kernels.c \
  *            -lopenblas -lm -o test_kernels   (any CBLAS; see bench_kernels.c)
@@ -543,7 +545,102 @@ static void test_expf(void) {
     check_true(name, maxrel < 5e-7);
 }
 
-int main(void) {
+/* ---- --dump DIR: inputs and kernel outputs for dev/kernels_ref.py -------- */
+
+static FILE* g_manifest;
+static const char* g_dir;
+/* writes DIR/name.bin (raw little-endian) and a manifest line
+   "name dtype d0 d1 ..." */
+static void dump(const char* name, const void* p, const char* dtype, int nd, const int* dims) {
+    char path[512];
+    size_t n = 1;
+    for (int i = 0; i < nd; i++) n *= (size_t)dims[i];
+    snprintf(path, sizeof path, "%s/%s.bin", g_dir, name);
+    FILE* f = fopen(path, "wb");
+    if (!f) { perror(path); exit(2); }
+    fwrite(p, 4, n, f);
+    fclose(f);
+    fprintf(g_manifest, "%s %s", name, dtype);
+    for (int i = 0; i < nd; i++) fprintf(g_manifest, " %d", dims[i]);
+    fprintf(g_manifest, "\n");
+}
+#define DUMPF(name, p, ...) do { int d_[] = {__VA_ARGS__}; dump(name, p, "f32", (int)(sizeof d_ / sizeof d_[0]), d_); } while (0)
+#define DUMPI(name, p, ...) do { int d_[] = {__VA_ARGS__}; dump(name, p, "i32", (int)(sizeof d_ / sizeof d_[0]), d_); } while (0)
+
+/* runs each kernel once on the brief's odd sizes, gradients from zero */
+static int dump_all(const char* dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.txt", dir);
+    g_dir = dir;
+    g_manifest = fopen(path, "w");
+    if (!g_manifest) { perror(path); return 2; }
+    int B = 2, T = 7, C = 12, NH = 3, V = 37, Vp = 40, N = B * T;
+    fprintf(g_manifest, "config B %d T %d C %d NH %d V %d Vp %d\n", B, T, C, NH, V, Vp);
+    /* encoder */
+    int* inp = (int*)malloc(sizeof(int) * N);
+    for (int i = 0; i < N; i++) inp[i] = (i * 7 + 3) % V;
+    inp[1] = inp[5];
+    float *wte = frand((size_t)Vp * C, 1), *wpe = frand((size_t)T * C, 1), *enc = fnan((size_t)N * C);
+    float *denc = frand((size_t)N * C, 1), *dwte = (float*)calloc((size_t)Vp * C, 4), *dwpe = (float*)calloc((size_t)T * C, 4);
+    encoder_forward(enc, inp, wte, wpe, B, T, C);
+    encoder_backward(dwte, dwpe, denc, inp, B, T, C);
+    DUMPI("enc_inp", inp, N); DUMPF("enc_wte", wte, Vp, C); DUMPF("enc_wpe", wpe, T, C);
+    DUMPF("enc_out", enc, N, C); DUMPF("enc_dout", denc, N, C); DUMPF("enc_dwte", dwte, Vp, C);
+    DUMPF("enc_dwpe", dwpe, T, C);
+    /* layernorm */
+    float *x = frand((size_t)N * C, 2), *w = frand(C, 1), *b = frand(C, 1), *out = fnan((size_t)N * C);
+    float *mean = fnan(N), *rstd = fnan(N), *dout = frand((size_t)N * C, 1);
+    float *dx = (float*)calloc((size_t)N * C, 4), *dw = (float*)calloc(C, 4), *db = (float*)calloc(C, 4);
+    layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    DUMPF("ln_x", x, N, C); DUMPF("ln_w", w, C); DUMPF("ln_b", b, C); DUMPF("ln_out", out, N, C);
+    DUMPF("ln_dout", dout, N, C); DUMPF("ln_dx", dx, N, C); DUMPF("ln_dw", dw, C); DUMPF("ln_db", db, C);
+    /* matmul */
+    int OC = 3 * C;
+    float *mw = frand((size_t)OC * C, 1), *mb = frand(OC, 1), *mo = fnan((size_t)N * OC), *mdo = frand((size_t)N * OC, 1);
+    float *mdx = (float*)calloc((size_t)N * C, 4), *mdw = (float*)calloc((size_t)OC * C, 4), *mdb = (float*)calloc(OC, 4);
+    matmul_forward(mo, x, mw, mb, N, C, OC);
+    matmul_backward(mdx, mdw, mdb, mdo, x, mw, N, C, OC);
+    DUMPF("mm_x", x, N, C); DUMPF("mm_w", mw, OC, C); DUMPF("mm_b", mb, OC); DUMPF("mm_out", mo, N, OC);
+    DUMPF("mm_dout", mdo, N, OC); DUMPF("mm_dx", mdx, N, C); DUMPF("mm_dw", mdw, OC, C); DUMPF("mm_db", mdb, OC);
+    /* attention */
+    float *qkv = frand((size_t)N * 3 * C, 1.5), *ao = fnan((size_t)N * C), *pre = fnan((size_t)B * NH * T * T);
+    float *att = fnan((size_t)B * NH * T * T), *ado = frand((size_t)N * C, 1), *dqkv = (float*)calloc((size_t)N * 3 * C, 4);
+    float *dpre = fnan((size_t)B * NH * T * T), *datt = fnan((size_t)B * NH * T * T);
+    attention_forward(ao, pre, att, qkv, B, T, C, NH);
+    attention_backward(dqkv, dpre, datt, ado, qkv, att, B, T, C, NH);
+    DUMPF("att_qkv", qkv, B, T, 3 * C); DUMPF("att_out", ao, B, T, C); DUMPF("att_att", att, B, NH, T, T);
+    DUMPF("att_dout", ado, B, T, C); DUMPF("att_dqkv", dqkv, B, T, 3 * C);
+    /* gelu */
+    float *gx = frand((size_t)N * 4 * C, 4), *go = fnan((size_t)N * 4 * C), *gdo = frand((size_t)N * 4 * C, 1);
+    float* gdx = (float*)calloc((size_t)N * 4 * C, 4);
+    gelu_forward(go, gx, N * 4 * C);
+    gelu_backward(gdx, gx, gdo, N * 4 * C);
+    DUMPF("gelu_x", gx, N * 4 * C); DUMPF("gelu_out", go, N * 4 * C); DUMPF("gelu_dout", gdo, N * 4 * C);
+    DUMPF("gelu_dx", gdx, N * 4 * C);
+    /* classifier */
+    float *lg = frand((size_t)N * Vp, 4), *losses = fnan(N);
+    int* tg = (int*)malloc(sizeof(int) * N);
+    for (int i = 0; i < N; i++) tg[i] = (i * 5 + 1) % V;
+    DUMPF("cls_logits", lg, N, Vp); DUMPI("cls_targets", tg, N);
+    fused_classifier(lg, losses, tg, N, V, Vp, 1.0f / N);
+    DUMPF("cls_losses", losses, N); DUMPF("cls_dlogits", lg, N, Vp);
+    /* AdamW: two steps from m = v = 0 (as torch.optim.AdamW starts), with master */
+    size_t P = 1000;
+    float *p = frand(P, 1), *g1 = frand(P, 0.1), *g2 = frand(P, 0.1), *m = (float*)calloc(P, 4), *v = (float*)calloc(P, 4);
+    float* master = dup_f(p, P);
+    DUMPF("adam_p0", p, (int)P); DUMPF("adam_g1", g1, (int)P); DUMPF("adam_g2", g2, (int)P);
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    adamw_update(p, master, g1, m, v, P, lr, b1, b2, 1.0f - b1, 1.0f - b2, eps, wd, 1.0f);
+    adamw_update(p, master, g2, m, v, P, lr, b1, b2, 1.0f - b1 * b1, 1.0f - b2 * b2, eps, wd, 1.0f);
+    DUMPF("adam_p2", p, (int)P); DUMPF("adam_m2", m, (int)P); DUMPF("adam_v2", v, (int)P);
+    fclose(g_manifest);
+    printf("wrote %s/manifest.txt and the arrays it lists\n", dir);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc == 3 && strcmp(argv[1], "--dump") == 0) return dump_all(argv[2]);
     printf("threads: %d\n", cpu_num_threads());
     fd_layernorm();
     fd_attention();

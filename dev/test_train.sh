@@ -76,5 +76,23 @@ for run in b8 n2z3; do
   if [ -n "$saved" ] && [ "$saved" = "$again" ]; then ok "checkpoint of $run reloads to the same val loss $saved"
   else bad "checkpoint of $run: val loss $saved at save, '$again' after reload"; tail -3 "$tmp/reload.out"; fi
 done
+# bf16 checkpoints (llm.c version 5): loading one and saving it again with a
+# zero learning rate (AdamW then changes nothing) must give, in version 3,
+# exactly the bf16 values widened to fp32
+/usr/bin/python3 -c "
+import numpy as np
+h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = 4096
+open('$tmp/small_ids.bin', 'wb').write(h.tobytes() + (np.arange(4096) % 1001).astype('<u2').tobytes())"
+timeout 120 ./train_gpt_cpu -e data/ref/odd_model_bf16.bin -i "$tmp/small_ids.bin" -b 2 -t 32 -x 1 -l 0 -v 0 -s 0 -o "$tmp/bf16" > "$tmp/bf16.out" 2>&1
+if /usr/bin/python3 - "$tmp/bf16/model_00000001.bin" data/ref/odd_model_bf16.bin <<'PY2'
+import sys, numpy as np
+a = open(sys.argv[1], "rb").read(); b = open(sys.argv[2], "rb").read()
+ha = np.frombuffer(a[:1024], "<i4"); hb = np.frombuffer(b[:1024], "<i4")
+assert ha[1] == 3 and hb[1] == 5 and (ha[2:8] == hb[2:8]).all(), (ha[:8], hb[:8])
+wa = np.frombuffer(a[1024:], "<f4")
+wb = (np.frombuffer(b[1024:], "<u2").astype(np.uint32) << 16).view(np.float32)
+assert wa.shape == wb.shape and np.array_equal(wa, wb), "values differ"
+PY2
+then ok "bf16 (version 5) checkpoint loads exactly and saves as version 3"; else bad "bf16 checkpoint round trip"; tail -3 "$tmp/bf16.out"; fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

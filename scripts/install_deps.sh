@@ -8,6 +8,8 @@ need=()
 command -v mpicc >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 [ -f /usr/include/x86_64-linux-gnu/cblas.h ] || [ -f /usr/include/cblas.h ] || ls /usr/include/x86_64-linux-gnu/openblas*/cblas.h >/dev/null 2>&1 || need+=(libopenblas-dev)
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
+# oneDNN's runtime: its sgemm is the CPU build's fastest BLAS on AVX-512 machines
+[ -e /usr/lib/x86_64-linux-gnu/libdnnl.so.2 ] || need+=(libdnnl2)
 command -v node >/dev/null 2>&1 || need+=(nodejs npm)
 # the fuzz smoke test (libFuzzer) needs clang and its runtime
 command -v clang-14 >/dev/null 2>&1 || need+=(clang-14)

@@ -27,7 +27,24 @@
 #define FLOATX_BYTES 4
 
 /* Device / communicator set-up: nothing to do on the CPU (MPI is up). */
-static inline void backend_init(Comm* c) { (void)c; }
+/* First call of main, before MPI_Init: with Debian's OpenBLAS on a CPU it
+   does not recognise, re-executes the program once with OPENBLAS_CORETYPE
+   set so the fast kernels load (see cpu_blas_fast_path); no-op otherwise. */
+static inline void backend_preinit(char** argv) { cpu_blas_fast_path(argv); }
+
+/* After MPI_Init: unless OMP_NUM_THREADS is set, give each rank its share
+   of the node's cores (cores / ranks on the node, at least 1), so that
+   several ranks on one machine do not oversubscribe it. */
+static inline void backend_init(Comm* c) {
+#ifdef _OPENMP
+    if (!getenv("OMP_NUM_THREADS")) {
+        int t = omp_get_num_procs() / (c->local_size > 0 ? c->local_size : 1);
+        omp_set_num_threads(t > 0 ? t : 1);
+    }
+#else
+    (void)c;
+#endif
+}
 
 /* Host memory, 64-byte aligned; NULL on failure. */
 static inline void* backend_malloc(size_t bytes) {

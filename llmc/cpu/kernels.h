@@ -96,6 +96,61 @@ static inline void cpu_blas_init(void) {
 #endif
 }
 
+/* OpenBLAS fast path. Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not
+   recognise recent Xeons (e.g. Sapphire/Emerald Rapids) and picks its SSE3
+   "Prescott" kernels: ~30 instead of ~150 GFLOP/s per core. It reads
+   OPENBLAS_CORETYPE only while the library loads, so the fix has to be made
+   before the program starts: if OPENBLAS_CORETYPE is unset and OpenBLAS chose
+   a core below what the CPU supports, this sets OPENBLAS_CORETYPE=SkylakeX
+   (CPU has AVX-512F) or Haswell (AVX2+FMA) and re-executes the program
+   (/proc/self/exe, same argv, same pid; an explicit OPENBLAS_CORETYPE is
+   always respected, so it cannot loop). Call it first thing in main(),
+   before MPI_Init and before any thread is created. Returns normally when
+   nothing needs doing or re-execution failed (then it is just slower). A
+   no-op unless linked against OpenBLAS on Linux/x86-64. */
+#if !defined(LLMC_USE_DNNL) && defined(OPENBLAS_THREAD) && defined(__linux__) && \
+    defined(__x86_64__) && defined(__GNUC__)
+#include <stdio.h>
+#include <unistd.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern char** environ;
+#ifdef __cplusplus
+}
+#endif
+static inline void cpu_blas_fast_path(char** argv) {
+    if (getenv("OPENBLAS_CORETYPE") != NULL) return;
+    const char* core = openblas_get_corename();
+    const char* want = NULL;
+    if (__builtin_cpu_supports("avx512f")) {
+        if (strstr(core, "kylakex") == NULL && strstr(core, "ooperlake") == NULL &&
+            strstr(core, "apphire") == NULL)
+            want = "SkylakeX";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        if (strstr(core, "aswell") == NULL && strstr(core, "kylake") == NULL &&
+            strstr(core, "Zen") == NULL && strstr(core, "ooperlake") == NULL &&
+            strstr(core, "apphire") == NULL)
+            want = "Haswell";
+    }
+    if (!want) return;
+    size_t n = 0;
+    while (environ && environ[n]) n++;
+    char** env = (char**)malloc((n + 2) * sizeof(char*));
+    if (!env) return;
+    static char var[64];
+    snprintf(var, sizeof var, "OPENBLAS_CORETYPE=%s", want);
+    for (size_t i = 0; i < n; i++) env[i] = environ[i];
+    env[n] = var;
+    env[n + 1] = NULL;
+    fflush(NULL);
+    execve("/proc/self/exe", argv, env);
+    free(env); /* exec failed: carry on with the slow kernels */
+}
+#else
+static inline void cpu_blas_fast_path(char** argv) { (void)argv; }
+#endif
+
 /* C(M,N) = alpha * op(A) op(B) + beta * C, row-major, op = transpose if
    ta/tb is non-zero. op(A) is (M,K) with leading dimension lda (A stored
    (M,K) if !ta, (K,M) if ta); likewise B. Single call into the BLAS, run on

@@ -65,6 +65,9 @@ static inline void cuda_mem_sample(void) {
    growth), so sampling at these points sees the peak. 0 if unknown. */
 /* Bytes the backend allocated for itself (kernel scratch, cuBLAS
    workspace): outside the shard plan, reported beside the ledger. */
+/* First call of main, before MPI_Init: nothing to do for the CUDA build. */
+static inline void backend_preinit(char** argv) { (void)argv; }
+
 static inline unsigned long long backend_internal_bytes(void) { return cuda_ctx.internal_bytes; }
 
 static inline unsigned long long backend_peak_process_bytes(void) {
