@@ -289,11 +289,7 @@ int main(int argc, char** argv) {
         if (psi <= 0) {
             resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
             comm_check_all(&comm, err);
-            int n = gpt2_num_tensors(&cfg);
-            ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensors");
-            gpt2_build_tensors(&cfg, ts);
-            psi = 0; for (int i = 0; i < n; i++) psi += (double)ts[i].size;
-            free(ts);
+            psi = (double)gpt2_count_parameters(&cfg);
         }
         int bf16 = !strcmp(a.est_dtype, "bf16");
         if (comm.rank == 0) zero_estimate_print(stdout, psi, a.est_ranks, bf16 ? 2 : 4, bf16 ? 2 : 4, bf16 ? 12 : 8, a.est_gpu_mem);

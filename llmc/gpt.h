@@ -87,6 +87,18 @@ static inline void gpt2_build_tensors(const GPT2Config* c, ZeroTensor* out) {
         }
 }
 
+/* num_parameters (Psi) of a config: the sum of its tensor sizes, the vocab
+   padded to Vp as llm.c counts it. The config must be valid. */
+static inline long long gpt2_count_parameters(const GPT2Config* c) {
+    int n = gpt2_num_tensors(c);
+    ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
+    gpt2_build_tensors(c, ts);
+    long long total = 0;
+    for (int i = 0; i < n; i++) total += (long long)ts[i].size;
+    free(ts);
+    return total;
+}
+
 /* Checkpoint order: for position i of the 16 llm.c tensor kinds and layer l,
    the plan tensor index. Kinds 0,1 = wte, wpe; 2..13 = block tensors j=kind-2
    for each layer; 14, 15 = lnfw, lnfb. Calls f(plan_tensor) in file order. */
@@ -296,12 +308,7 @@ static inline int gpt2_read_checkpoint_header(const char* path, GPT2Config* c, i
     c->padded_vocab_size = h[7];
     *version = h[1];
     if (gpt2_config_check(c, path, err, errlen)) return 1;
-    int n = gpt2_num_tensors(c);
-    ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
-    gpt2_build_tensors(c, ts);
-    long long total = 0;
-    for (int i = 0; i < n; i++) total += (long long)ts[i].size;
-    free(ts);
+    long long total = gpt2_count_parameters(c);
     long long expect = 1024 + total * (h[1] == 3 ? 4 : 2);
     if (fsz != expect) return set_err(err, errlen, "checkpoint %s: %lld bytes, but its header (L=%d C=%d Vp=%d maxT=%d, version %d) implies %lld", path, fsz, c->num_layers, c->channels, c->padded_vocab_size, c->max_seq_len, h[1], expect);
     return 0;

@@ -109,13 +109,7 @@ static inline void state_tensor_offsets(const GPT2Config* c, const ZeroPlan* P, 
    config is not valid. */
 static inline long long state_config_parameters(const GPT2Config* c) {
     if (gpt2_config_check(c, "state", NULL, 0)) return -1;
-    int n = gpt2_num_tensors(c);
-    ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
-    gpt2_build_tensors(c, ts);
-    long long total = 0;
-    for (int i = 0; i < n; i++) total += (long long)ts[i].size;
-    free(ts);
-    return total;
+    return gpt2_count_parameters(c);
 }
 
 /* pread/pwrite of exactly n bytes (loops over short transfers). 0, or -1
