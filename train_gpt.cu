@@ -360,7 +360,8 @@ int main(int argc, char** argv) {
         printf("train_gpt (%s): %d rank%s, zero_stage %d%s\n", BACKEND_NAME, N, N > 1 ? "s" : "", a.zero_stage,
                a.zero_stage == 3 ? (a.reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "");
         printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %zu parameters, init %s\n", cfg.num_layers, cfg.num_heads,
-               cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.plan.num_parameters, from_ckpt ? a.init : "random");
+               cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.plan.num_parameters,
+               start_step > 0 ? "from the resumed checkpoint" : from_ckpt ? a.init : "random");
         printf("batch: B=%d T=%d per rank, %ld tokens per micro-step, %d micro-step%s per optimizer step (%ld tokens)\n",
                a.B, a.T, tokens_per_micro, accum, accum > 1 ? "s" : "", a.total_batch);
         printf("data: train %zu tokens in %d shard(s) (%s)", train.num_tokens, train.num_shards, a.train_pattern);
@@ -420,7 +421,7 @@ int main(int argc, char** argv) {
         }
         if (logf) { fprintf(logf, "step %d train_loss %.6f lr %.6e norm %.6f ms %.3f tok_per_s %.1f\n", step + 1, loss, opt.lr, norm, ms, tps); fflush(logf); }
         if (!isfinite(loss)) comm_fatal(&comm, "loss became %f at step %d (lower -l?)", loss, step + 1);
-        if (a.ledger_every > 0 && (step + 1) % a.ledger_every == 0) {
+        if (a.ledger_every > 0 && (step + 1) % a.ledger_every == 0 && step + 1 < a.max_steps) {
             int dummy = 0;
             print_traffic_all_ranks(&model, a.ledger_all, step + 1 - start_step, &dummy);
         }

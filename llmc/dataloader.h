@@ -275,7 +275,8 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
         }
         if (n < need) {
             dl_errf_(err, errlen, "dataloader: token shard %s is too small for the global micro-batch: it has %zu tokens, "
-                     "needs at least num_ranks*B*T+1 = %d*%d*%d+1 = %zu",
+                     "needs at least num_ranks*B*T+1 = %d*%d*%d+1 = %zu (use a smaller -b/-t, fewer ranks or more text; "
+                     "for a small validation split, -v 0 skips validation)",
                      p, n, num_ranks, B, T, need);
             globfree(&g);
             dataloader_free(dl);
