@@ -357,17 +357,18 @@ static inline int gpt2_load_checkpoint(GPT2* m, const char* path, char* err, siz
     return rc;
 }
 
-/* Byte offset of plan tensor t in an fp32 (version 3) checkpoint. */
-static inline long long gpt2_checkpoint_offset(const GPT2* m, int t) {
-    int* order = (int*)malloc_or_die((size_t)m->plan.num_tensors * sizeof(int), "checkpoint order");
-    gpt2_checkpoint_order(&m->config, order);
+/* Byte offset of element 0 of every plan tensor in an fp32 (version 3)
+   checkpoint (tensor-major, after the 1024-byte header); also the offsets
+   of the Adam m section of a training state (state.h). out: num_tensors. */
+static inline void gpt2_checkpoint_offsets(const GPT2Config* c, const ZeroPlan* P, long long* out) {
+    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "checkpoint order");
+    gpt2_checkpoint_order(c, order);
     long long off = 1024;
-    for (int k = 0; k < m->plan.num_tensors; k++) {
-        if (order[k] == t) break;
-        off += 4LL * (long long)m->plan.tensors[order[k]].size;
+    for (int k = 0; k < P->num_tensors; k++) {
+        out[order[k]] = off;
+        off += 4LL * (long long)P->tensors[order[k]].size;
     }
     free(order);
-    return off;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -74,6 +74,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "gpt.h"
+#include "checkpoint.h"
 #include "dataloader.h"
 
 #define STATE_MAGIC 20240612
@@ -92,17 +93,10 @@ typedef struct {
     int has_master;
 } TrainState;
 
-/* Byte offset of element 0 of every plan tensor in the m section (= its
-   offset in an fp32 model checkpoint). out: num_tensors entries. */
+/* Byte offset of element 0 of every plan tensor in the m section: the
+   same as in an fp32 model checkpoint (both headers are 1024 bytes). */
 static inline void state_tensor_offsets(const GPT2Config* c, const ZeroPlan* P, long long* out) {
-    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "state order");
-    gpt2_checkpoint_order(c, order);
-    long long off = STATE_HEADER_BYTES;
-    for (int k = 0; k < P->num_tensors; k++) {
-        out[order[k]] = off;
-        off += 4LL * (long long)P->tensors[order[k]].size;
-    }
-    free(order);
+    gpt2_checkpoint_offsets(c, P, out);
 }
 
 /* Psi of a config, computed as the model does (no plan needed). -1 when the
@@ -112,18 +106,8 @@ static inline long long state_config_parameters(const GPT2Config* c) {
     return gpt2_count_parameters(c);
 }
 
-/* pread/pwrite of exactly n bytes (loops over short transfers). 0, or -1
-   with errno (0 for a read that met the end of the file). */
-static inline int state_pwrite_all(int fd, const void* p, size_t n, long long off) {
-    const char* c = (const char*)p;
-    while (n > 0) {
-        ssize_t w = pwrite(fd, c, n, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) { if (w == 0) errno = ENOSPC; return -1; }
-        c += w; off += w; n -= (size_t)w;
-    }
-    return 0;
-}
+/* pread of exactly n bytes (loops over short reads). 0, or -1 with errno
+   (0 for a read that met the end of the file). pwrite_all: checkpoint.h. */
 static inline int state_pread_all(int fd, void* p, size_t n, long long off) {
     char* c = (char*)p;
     while (n > 0) {
@@ -258,8 +242,6 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     Comm* c = m->comm;
     const ZeroPlan* P = &m->plan;
     char err[ERRLEN] = "";
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) set_err(err, ERRLEN, "state path %s is too long", path);
     const char* me = getenv("LLMC_STATE_MASTER");
     int has_master = me && me[0] == '1';
     long long psi = (long long)P->num_parameters;
@@ -269,41 +251,30 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     MPI_Allreduce(pos, lo, 2, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(pos, hi, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
     if (lo[0] != hi[0] || lo[1] != hi[1]) set_err(err, ERRLEN, "state %s: the ranks' data positions differ (shard %lld..%lld, token %lld..%lld)", path, lo[0], hi[0], lo[1], hi[1]);
-    if (c->rank == 0 && !err[0]) {
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0) set_err(err, ERRLEN, "cannot write state %s (%s)", tmp, strerror(errno));
-        else {
-            int64_t h[STATE_HEADER_WORDS];
-            memset(h, 0, sizeof(h));
-            const GPT2Config* g = &m->config;
-            h[0] = STATE_MAGIC; h[1] = STATE_VERSION; h[2] = step; h[3] = psi;
-            h[4] = g->max_seq_len; h[5] = g->vocab_size; h[6] = g->padded_vocab_size;
-            h[7] = g->num_layers; h[8] = g->num_heads; h[9] = g->channels;
-            h[10] = train->current_shard; h[11] = (int64_t)train->current_position;
-            h[12] = train->num_shards; h[13] = (int64_t)train->num_tokens;
-            h[14] = (int64_t)seed; h[15] = P->zero_stage; h[16] = P->num_ranks; h[17] = has_master;
-            if (state_pwrite_all(fd, h, sizeof(h), 0) != 0 || ftruncate(fd, (off_t)total) != 0)
-                set_err(err, ERRLEN, "cannot write state %s (%s)", tmp, strerror(errno));
-            close(fd);
-            if (err[0]) unlink(tmp);
-        }
-    }
-    comm_check_all(c, err);
-    int fd = open(tmp, O_WRONLY);
-    if (fd < 0) set_err(err, ERRLEN, "cannot open state %s on rank %d (%s)", tmp, c->rank, strerror(errno));
+    int64_t h[STATE_HEADER_WORDS];
+    memset(h, 0, sizeof(h));
+    const GPT2Config* g = &m->config;
+    h[0] = STATE_MAGIC; h[1] = STATE_VERSION; h[2] = step; h[3] = psi;
+    h[4] = g->max_seq_len; h[5] = g->vocab_size; h[6] = g->padded_vocab_size;
+    h[7] = g->num_layers; h[8] = g->num_heads; h[9] = g->channels;
+    h[10] = train->current_shard; h[11] = (int64_t)train->current_position;
+    h[12] = train->num_shards; h[13] = (int64_t)train->num_tokens;
+    h[14] = (int64_t)seed; h[15] = P->zero_stage; h[16] = P->num_ranks; h[17] = has_master;
+    CollectiveFile f;
+    cfile_begin(&f, c, "state", path, h, sizeof(h), total, err);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
     state_tensor_offsets(&m->config, P, offs);
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "state buffer");
     int die = state_test_die_step() == step && c->rank == (c->world_size > 1 ? 1 : 0);
-    for (int which = 0; which < 2 + has_master && fd >= 0 && !err[0]; which++) {
+    for (int which = 0; which < 2 + has_master && cfile_ok(&f); which++) {
         if (which == 1 && die) {
-            fprintf(stderr, "test hook LLMC_TEST_DIE_IN_SAVE: rank %d exits while writing %s\n", c->rank, tmp);
+            fprintf(stderr, "test hook LLMC_TEST_DIE_IN_SAVE: rank %d exits while writing %s\n", c->rank, f.tmp);
             fflush(stderr);
             _exit(3);
         }
-        for (int t = 0; t < P->num_tensors && !err[0]; t++) {
+        for (int t = 0; t < P->num_tensors && cfile_ok(&f); t++) {
             int u = P->tensors[t].unit;
             size_t lo_, hi_, x, first = 0, n;
             if (which < 2) {
@@ -316,36 +287,11 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
                 n = gpt2_get_own(m, t, buf, &first);
                 if (!n) continue;
             }
-            long long off = offs[t] + which * 4LL * psi + 4LL * (long long)first;
-            if (state_pwrite_all(fd, buf, n * sizeof(float), off) != 0)
-                set_err(err, ERRLEN, "writing state %s failed on rank %d (%s)", tmp, c->rank, strerror(errno));
+            cfile_write(&f, buf, n * sizeof(float), offs[t] + which * 4LL * psi + 4LL * (long long)first);
         }
     }
     free(buf); free(offs);
-    if (fd >= 0) {
-        if (!err[0] && fsync(fd) != 0) set_err(err, ERRLEN, "fsync of state %s failed on rank %d (%s)", tmp, c->rank, strerror(errno));
-        close(fd);
-    }
-    /* everyone must have written before the rename */
-    int mine = err[0] ? 1 : 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (any) {
-        if (c->rank == 0) unlink(tmp);
-        comm_check_all(c, err); /* any > 0: some rank has a message; every rank exits here */
-    }
-    if (c->rank == 0) {
-        if (rename(tmp, path) != 0) { set_err(err, ERRLEN, "cannot rename %s to %s (%s)", tmp, path, strerror(errno)); unlink(tmp); }
-        else {
-            /* make the rename durable: fsync the directory */
-            char dir[4096];
-            snprintf(dir, sizeof(dir), "%s", path);
-            char* slash = strrchr(dir, '/');
-            if (slash) { if (slash == dir) slash[1] = 0; else *slash = 0; } else snprintf(dir, sizeof(dir), ".");
-            int dfd = open(dir, O_RDONLY);
-            if (dfd >= 0) { fsync(dfd); close(dfd); }
-        }
-    }
-    comm_check_all(c, err);
+    cfile_commit(&f);
 }
 
 /* Is name exactly "<prefix>%08d.bin" (8 to 10 digits as printf writes a
@@ -450,7 +396,7 @@ static inline void state_check_output_dir(Comm* c, const char* dir) {
         memset(block, 0, sizeof(block));
         if (fd < 0) set_err(err, ERRLEN, "-o %s: output directory is not writable (%s)", dir, strerror(errno));
         else {
-            if (state_pwrite_all(fd, block, sizeof(block), 0) != 0 || fsync(fd) != 0)
+            if (pwrite_all(fd, block, sizeof(block), 0) != 0 || fsync(fd) != 0)
                 set_err(err, ERRLEN, "-o %s: cannot write to the output directory (%s)", dir, strerror(errno));
             close(fd);
             unlink(p);
