@@ -3,7 +3,8 @@
 #  1. the same 8 sequences per step seen as 1 rank x B=8, 1 rank x B=4 x 2
 #     micro-steps, 2 ranks x B=2 x 2 micro-steps at stages 0-3: the logged
 #     train losses agree within 1e-5 relative, and every run's ledger and
-#     traffic match the plan (the trainer exits 2 otherwise);
+#     traffic match the plan (the trainer exits 2 otherwise); the stage-3
+#     volume line names what was gathered (reshard_after_forward 1 or 0);
 #  2. the checkpoints these runs write agree, and are valid llm.c files
 #     (header, exact size, read back by an independent Python reader);
 #  3. a checkpoint loaded with -e reproduces the val loss it was saved with,
@@ -64,6 +65,17 @@ print(f"losses fell from {base[0]:.4f} to {base[-1]:.4f}")
 sys.exit(1 if bad or not base[-1] < base[0] else 0)
 PY
 then ok "same losses and checkpoints for every split of the batch"; else bad "losses or checkpoints differ between splits"; fi
+
+# the stage-3 volume line says what the run did: 2 blocks, 2 micro-steps, 6
+# steps; the root once per step, the blocks twice per micro-step (reshard 1,
+# 6 x (1 + 2 x 2 x 2) = 54 all-gathers) or once (reshard 0, 6 x (1 + 2 x 2) = 30)
+for c in "n2z3 twice 54" "n2z3r0 once 30"; do
+  set -- $c
+  calls=$(awk '/^  all-gather /{print $2; exit}' "$tmp/$1.out")
+  if grep -q "volume per optimizer step: .*blocks $2 per micro-step" "$tmp/$1.out" && [ "$calls" = "$3" ]; then
+    ok "$1: volume line says blocks $2 per micro-step, and $calls all-gathers were counted"
+  else bad "$1: volume line / all-gather calls ($calls, want $3): $(grep 'volume per' "$tmp/$1.out")"; fi
+done
 
 # round trip: val loss of the saved model reproduced by loading it
 for run in b8 n2z3; do

@@ -696,7 +696,9 @@ static inline int zero_print_traffic(FILE* out, const ZeroPlan* P, const Comm* c
     }
     if (N > 1)
         fprintf(out, "  volume per optimizer step: %.3f Psi (ZeRO paper: 2 Psi for stages 0-2, 3 Psi for stage 3%s)\n", total_psi,
-                P->zero_stage == 3 ? "; here the root unit (tied wte) is gathered once per step, blocks twice per micro-step" : "");
+                P->zero_stage != 3 ? "" : P->reshard_after_forward
+                    ? "; here the root unit (tied wte) is gathered once per step, blocks twice per micro-step (forward and backward)"
+                    : "; here the root unit (tied wte) is gathered once per step, blocks once per micro-step (kept from forward to backward: reshard_after_forward 0)");
     else
         fprintf(out, "  single rank: nothing crosses the wire\n");
     fprintf(out, "  traffic: %s\n", bad ? "ERROR: mismatch" : "OK (counted == predicted for every collective)");
