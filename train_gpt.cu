@@ -234,6 +234,8 @@ static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long
     rng_seed(&r, seed, 1000003ULL + (unsigned long long)step);
     int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
     if (m->comm->rank == 0) printf("sample at step %d: ", step);
+    Utf8Stream utf8; /* whole UTF-8 characters only: a token may end inside one */
+    utf8_stream_init(&utf8);
     for (int t = 1; t <= gen; t++) {
         gpt2_forward(m, toks, NULL, 1, t, 0.0f);
         backend_floatX_to_floats(probs, m->logits + (size_t)(t - 1) * Vp, (size_t)V);
@@ -246,11 +248,11 @@ static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long
         for (int v = 0; v < V; v++) { cdf += probs[v]; if (u < cdf) { next = v; break; } }
         toks[t] = next;
         if (m->comm->rank == 0) {
-            if (have_tok) tokenizer_print_safe(tok, (uint32_t)next, stdout);
+            if (have_tok) tokenizer_print_utf8(tok, (uint32_t)next, &utf8, stdout);
             else printf("%d ", next);
         }
     }
-    if (m->comm->rank == 0) { printf("\n"); fflush(stdout); }
+    if (m->comm->rank == 0) { utf8_stream_finish(&utf8, stdout); printf("\n"); fflush(stdout); }
     zero_release_all(&m->engine);
     free(toks); free(probs);
 }

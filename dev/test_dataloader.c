@@ -11,6 +11,9 @@
  *     too long, shorter than the header, token id >= vocab, shard too small;
  *   - tokenizer: decode/print_safe of a synthetic file (versions 1 and 2), and
  *     wrong magic / version / truncated / trailing bytes / zero length errors;
+ *   - samples as whole UTF-8 characters (Utf8Stream): tokens that split a
+ *     character, ill-formed and incomplete sequences, control bytes; every
+ *     GPT-2 token streamed gives valid UTF-8 text;
  *   - if present (bash dev/data/prepare.sh), data/gpt2_tokenizer.bin decodes
  *     [15496, 995] to "Hello world" and the Brown train shard loads and decodes.
  * Build and run from the repo root:
@@ -361,6 +364,83 @@ static void test_tokenizer(void) {
     expect_tok_error("tok_missing.bin", "tokenizer missing file");
 }
 
+/* 1 if the n bytes at p are well-formed UTF-8 (RFC 3629) without ASCII
+ * control bytes other than tab, newline, carriage return. An independent
+ * decoder (code point ranges), not the stream's byte tables. */
+static int valid_utf8_text(const unsigned char* p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = p[i];
+        if (c < 0x80) { if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') return 0; i++; continue; }
+        int len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || i + (size_t)len > n) return 0;
+        unsigned cp = c & (0x7F >> len);
+        for (int k = 1; k < len; k++) {
+            if ((p[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[i + k] & 0x3F);
+        }
+        unsigned min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+/* Print token ids through a Utf8Stream into a temp file; returns the bytes
+ * (static buffer) and their count in *n. finish: call utf8_stream_finish. */
+static const char* print_stream(const Tokenizer* t, const uint32_t* ids, int k, int finish, size_t* n) {
+    static char got[1 << 20];
+    char pp[512];
+    path_of(pp, sizeof(pp), "utf8.txt");
+    FILE* f = fopen(pp, "w+b");
+    Utf8Stream s;
+    utf8_stream_init(&s);
+    for (int i = 0; i < k; i++) tokenizer_print_utf8(t, ids[i], &s, f);
+    if (finish) utf8_stream_finish(&s, f);
+    rewind(f);
+    *n = fread(got, 1, sizeof(got) - 1, f);
+    got[*n] = '\0';
+    fclose(f);
+    return got;
+}
+
+/* Samples print whole UTF-8 characters: tokens that split a character
+ * (e with acute C3 A9, euro sign E2 82 AC, U+1F600 F0 9F 98 80), bytes that
+ * cannot form a character, a control byte, a character left incomplete. */
+static void test_utf8_stream(void) {
+    const char* toks[14] = {"a", "\xC3", "\xA9" "b", "\xE2\x82", "\xAC", "\xF0", "\x9F\x98", "\x80 ", "\x80", "\x01",
+                            "<|endoftext|>", "\xE0\x80", "\xED\xA0\x80", "\xF4\x90\x80\x80"};
+    write_tokenizer("tok_utf8.bin", 20240328, 2, 14, 10, toks, 0, 0);
+    char p[512], err[1024] = "";
+    path_of(p, sizeof(p), "tok_utf8.bin");
+    Tokenizer t;
+    CHECK(tokenizer_init(&t, p, err, sizeof(err)) == 0, "utf8 tokenizer init: %s", err);
+    if (!t.init_ok) return;
+    size_t n;
+    struct { uint32_t ids[16]; int k, finish; const char* want; const char* what; } c[] = {
+        {{0, 1}, 2, 0, "a", "a character's first byte is held, not printed"},
+        {{0, 1, 2}, 3, 1, "a\xC3\xA9" "b", "C3 | A9 b: printed once complete"},
+        {{3, 4}, 2, 1, "\xE2\x82\xAC", "E2 82 | AC"},
+        {{5, 6, 7}, 3, 1, "\xF0\x9F\x98\x80 ", "F0 | 9F 98 | 80 space"},
+        {{1, 0}, 2, 1, "\xEF\xBF\xBD" "a", "C3 then 'a': U+FFFD, then a"},
+        {{8, 0}, 2, 1, "\xEF\xBF\xBD" "a", "a lone continuation byte: U+FFFD"},
+        {{0, 9, 0}, 3, 1, "aa", "a control byte is not printed"},
+        {{0, 3}, 2, 1, "a\xEF\xBF\xBD", "E2 82 never completed: one U+FFFD at the end"},
+        {{0, 3}, 2, 0, "a", "E2 82 held while the stream is open"},
+        {{11}, 1, 1, "\xEF\xBF\xBD\xEF\xBF\xBD", "overlong E0 80: two U+FFFD"},
+        {{12}, 1, 1, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", "surrogate ED A0 80: three U+FFFD"},
+        {{13}, 1, 1, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", "above U+10FFFF: four U+FFFD"},
+        {{10, 99, 1, 2}, 4, 1, "<|endoftext|>\xC3\xA9" "b", "eot, an invalid id (nothing), then C3 | A9 b"},
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        const char* got = print_stream(&t, c[i].ids, c[i].k, c[i].finish, &n);
+        CHECK(n == strlen(c[i].want) && memcmp(got, c[i].want, n) == 0, "utf8 stream, %s: got %zu bytes '%s'", c[i].what, n, got);
+        if (c[i].finish) CHECK(valid_utf8_text((const unsigned char*)got, n), "utf8 stream, %s: output is not valid UTF-8 text", c[i].what);
+    }
+    tokenizer_free(&t);
+    printf("  utf8 stream: %zu cases of split, ill-formed and incomplete characters\n", sizeof(c) / sizeof(c[0]));
+}
+
 /* real data made by dev/data/prepare.sh, when present */
 static void test_real_data(void) {
     Tokenizer t;
@@ -384,6 +464,24 @@ static void test_real_data(void) {
     for (int b = 0; b < 256; b++) all = all && seen[b] == 1;
     CHECK(all, "gpt2 tokenizer: %d single-byte tokens, expected each of the 256 bytes once", singles);
     printf("  gpt2 tokenizer: [15496, 995] -> '%s'\n", hello);
+    /* every token once, then 20000 pseudo-random ids (many end inside a
+       character): the stream writes valid UTF-8 text only */
+    {
+        static uint32_t ids[50257 + 20000];
+        int k = 0;
+        for (uint32_t i = 0; i < t.vocab_size && k < 50257; i++) ids[k++] = i;
+        uint64_t x = 88172645463325252ULL;
+        for (int i = 0; i < 20000; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; ids[k++] = (uint32_t)(x % t.vocab_size); }
+        size_t n;
+        const char* got = print_stream(&t, ids, k, 1, &n);
+        CHECK(n > 100000 && valid_utf8_text((const unsigned char*)got, n), "gpt2 tokens through the utf8 stream: %zu bytes, not valid UTF-8 text", n);
+        int kept = 0; /* the stream must not drop the text: "Hello world" survives */
+        uint32_t hw[2] = {15496, 995};
+        got = print_stream(&t, hw, 2, 1, &n);
+        kept = n == 11 && memcmp(got, "Hello world", 11) == 0;
+        CHECK(kept, "gpt2 [15496, 995] through the utf8 stream: '%s'", got);
+        printf("  gpt2 tokenizer: %d tokens through the utf8 stream give valid UTF-8 text\n", k);
+    }
 
     if (access("data/brown/brown_train_000000.bin", R_OK) == 0) {
         DataLoader d;
@@ -417,6 +515,7 @@ int main(void) {
     test_batches();
     test_dataloader_errors();
     test_tokenizer();
+    test_utf8_stream();
     test_real_data();
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);

@@ -10,6 +10,9 @@
  * the L raw bytes of the token (a token may be part of a UTF-8 character).
  * The file must end exactly after the last token.
  *
+ * Samples are printed through a Utf8Stream (below): whole UTF-8 characters
+ * only, the bytes of a character split over tokens held until complete.
+ *
  * Errors: tokenizer_init returns 1 with ONE line in err (when err != NULL and
  * errlen > 0) naming the file, the value and the rule it broke.
  */
@@ -215,6 +218,77 @@ static inline void tokenizer_print_safe(const Tokenizer* t, uint32_t id, FILE* o
         if (!(isprint(c) || isspace(c))) return;
     }
     fwrite(s, 1, L, out);
+}
+
+/* Printing a stream of tokens as whole UTF-8 characters. A GPT-2 token may
+ * end inside a multi-byte character (byte-level BPE), so the bytes of a
+ * character can arrive in two or more tokens. Utf8Stream holds the bytes of
+ * an incomplete character until later bytes complete it, and writes:
+ *   - every complete, well-formed character (RFC 3629: no overlong forms, no
+ *     surrogates, nothing above U+10FFFF) as it is;
+ *   - U+FFFD (EF BF BD) for each ill-formed byte sequence, as the Unicode
+ *     standard's "maximal subpart" practice does (a byte that cannot continue
+ *     the held bytes ends them with one U+FFFD and starts anew);
+ *   - nothing for ASCII control bytes other than tab, newline and carriage
+ *     return (so the output stays text that grep and editors accept).
+ * utf8_stream_finish writes U+FFFD for bytes still held (a character that
+ * never completed) and resets the stream. */
+typedef struct {
+    unsigned char held[4];  /* bytes of the incomplete character so far */
+    int nheld;              /* 0..3 */
+    int need;               /* total bytes of the character held[0] starts */
+} Utf8Stream;
+
+static inline void utf8_stream_init(Utf8Stream* s) { memset(s, 0, sizeof(*s)); }
+
+/* Is byte c allowed at position pos (1..3) of a character starting with lead? */
+static inline int utf8_continues_(unsigned char lead, int pos, unsigned char c) {
+    if (pos == 1) {
+        if (lead == 0xE0) return c >= 0xA0 && c <= 0xBF;  /* no overlong 3-byte forms */
+        if (lead == 0xED) return c >= 0x80 && c <= 0x9F;  /* no surrogates */
+        if (lead == 0xF0) return c >= 0x90 && c <= 0xBF;  /* no overlong 4-byte forms */
+        if (lead == 0xF4) return c >= 0x80 && c <= 0x8F;  /* nothing above U+10FFFF */
+    }
+    return c >= 0x80 && c <= 0xBF;
+}
+
+static inline void utf8_replacement_(FILE* out) { fwrite("\xEF\xBF\xBD", 1, 3, out); }
+
+/* Feed n bytes; writes what is complete to out, holds the rest. */
+static inline void utf8_stream_write(Utf8Stream* s, const unsigned char* p, size_t n, FILE* out) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = p[i];
+        if (s->nheld > 0) {
+            if (utf8_continues_(s->held[0], s->nheld, c)) {
+                s->held[s->nheld++] = c;
+                if (s->nheld == s->need) { fwrite(s->held, 1, (size_t)s->need, out); s->nheld = 0; }
+                continue;
+            }
+            utf8_replacement_(out); /* the held bytes can never complete */
+            s->nheld = 0;
+        }
+        if (c < 0x80) {
+            if (c >= 0x20 || c == '\t' || c == '\n' || c == '\r') fputc(c, out);
+            continue;
+        }
+        int need = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        if (need == 0) { utf8_replacement_(out); continue; } /* a lone continuation byte, C0, C1, F5..FF */
+        s->held[0] = c; s->nheld = 1; s->need = need;
+    }
+}
+
+/* End of the stream: an incomplete character becomes one U+FFFD. */
+static inline void utf8_stream_finish(Utf8Stream* s, FILE* out) {
+    if (s->nheld > 0) utf8_replacement_(out);
+    s->nheld = 0;
+}
+
+/* tokenizer_print_utf8: the bytes of token id into the stream s (whole
+ * characters only, see Utf8Stream); nothing for an invalid id. */
+static inline void tokenizer_print_utf8(const Tokenizer* t, uint32_t id, Utf8Stream* s, FILE* out) {
+    const char* b = tokenizer_decode(t, id);
+    if (b == NULL) return;
+    utf8_stream_write(s, (const unsigned char*)b, t->length[id], out);
 }
 
 #endif /* LLMC_TOKENIZER_H */
