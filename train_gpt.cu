@@ -79,7 +79,8 @@ static void usage(FILE* out) {
 "  -x <n>      optimizer steps                             default 500\n"
 "evaluation and output\n"
 "  -v <n>      val loss every n steps (0: never)           default 100\n"
-"  -m <n>      val batches per evaluation                  default 10\n"
+"  -m <n>      val batches (global, ranks*B*T tokens each) per evaluation, from the start\n"
+"              of the val split; at most the split's distinct batches  default 10\n"
 "  -s <n>      sample every n steps (0: never)             default 250\n"
 "  -g <n>      tokens to generate per sample (< T)         default 64\n"
 "  -n <n>      checkpoint every n steps (0: only at the end, with -o)  default 0\n"
@@ -327,13 +328,18 @@ int main(int argc, char** argv) {
     comm_check_all(&comm, err);
 
     DataLoader train, val;
-    int have_val = 0;
+    int have_val = 0, val_batches = a.val_steps, val_capped = 0;
     dataloader_init(&train, a.train_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
     comm_check_all(&comm, err);
     if (a.val_every > 0) {
         dataloader_init(&val, a.val_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
         comm_check_all(&comm, err);
         have_val = 1;
+        /* an evaluation reads -m global batches from the start of the val
+           split; a split with fewer distinct batches is read once, never
+           counted twice */
+        size_t distinct = dataloader_batches_per_epoch(&val);
+        if ((size_t)val_batches > distinct) { val_batches = (int)distinct; val_capped = 1; }
     }
     Tokenizer tok;
     int have_tok = 0;
@@ -367,8 +373,13 @@ int main(int argc, char** argv) {
         printf("batch: B=%d T=%d per rank, %ld tokens per micro-step, %d micro-step%s per optimizer step (%ld tokens)\n",
                a.B, a.T, tokens_per_micro, accum, accum > 1 ? "s" : "", a.total_batch);
         printf("data: train %zu tokens in %d shard(s) (%s)", train.num_tokens, train.num_shards, a.train_pattern);
-        if (have_val) printf(", val %zu tokens (%s)", val.num_tokens, a.val_pattern);
+        if (have_val) printf(", val %zu tokens (%s); each evaluation reads %d global batch%s x %ld = %ld distinct val tokens",
+                             val.num_tokens, a.val_pattern, val_batches, val_batches > 1 ? "es" : "", tokens_per_micro,
+                             (long)val_batches * tokens_per_micro);
         printf("\n");
+        if (val_capped)
+            printf("note: -m %d: the val split holds only %d distinct global batches of %ld tokens; each evaluation uses those %d, "
+                   "none counted twice\n", a.val_steps, val_batches, tokens_per_micro, val_batches);
     }
     int ledger_bad = 0;
     print_ledger_all_ranks(&model, a.ledger_all, &ledger_bad);
@@ -380,7 +391,7 @@ int main(int argc, char** argv) {
         int last = step == a.max_steps;
         comm.phase = PHASE_OTHER;
         if (have_val && (step % a.val_every == 0 || last)) {
-            float vl = evaluate(&model, &val, a.val_steps, &comm);
+            float vl = evaluate(&model, &val, val_batches, &comm);
             if (comm.rank == 0) { printf("val loss %.6f at step %d\n", vl, step); fflush(stdout); }
             if (logf) { fprintf(logf, "step %d val_loss %.6f\n", step, vl); fflush(logf); }
         }

@@ -8,7 +8,9 @@
 #  2. the checkpoints these runs write agree, and are valid llm.c files
 #     (header, exact size, read back by an independent Python reader);
 #  3. a checkpoint loaded with -e reproduces the val loss it was saved with,
-#     bit for bit, at the same rank count and stage.
+#     bit for bit, at the same rank count and stage;
+#  4. a val split smaller than -m batches is read once per evaluation (the
+#     loss equals the one over its distinct batches), and the run says so.
 set -u
 cd "$(dirname "$0")/.."
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
@@ -76,6 +78,23 @@ for c in "n2z3 twice 54" "n2z3r0 once 30"; do
     ok "$1: volume line says blocks $2 per micro-step, and $calls all-gathers were counted"
   else bad "$1: volume line / all-gather calls ($calls, want $3): $(grep 'volume per' "$tmp/$1.out")"; fi
 done
+
+# a val split of 3 distinct global batches (1 rank x 2 x 32 = 64 tokens each:
+# 219 tokens) and -m 10: the evaluation reads the 3 once, says so once, and
+# its val loss equals the one of -m 3 bit for bit
+/usr/bin/python3 -c "
+import numpy as np
+v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:219]
+h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = len(v)
+open('$tmp/val3.bin', 'wb').write(h.tobytes() + v.tobytes())"
+for m in 10 3; do
+  timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 1 -v 1 -m $m -s 0 -j "$tmp/val3.bin" > "$tmp/val_m$m.out" 2>&1
+done
+v10=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m10.out"); v3=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m3.out")
+if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10: the val split holds only 3 distinct global batches of 64 tokens' "$tmp/val_m10.out")" = 1 ] \
+   && grep -q "each evaluation reads 3 global batches x 64 = 192 distinct val tokens" "$tmp/val_m10.out" && ! grep -q "^note: -m" "$tmp/val_m3.out"; then
+  ok "val split of 3 batches with -m 10: 192 distinct tokens, said once, val loss $v10 = the one of -m 3"
+else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note)" "$tmp/val_m10.out"; fi
 
 # round trip: val loss of the saved model reproduced by loading it
 for run in b8 n2z3; do
