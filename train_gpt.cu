@@ -42,6 +42,7 @@ typedef struct {
     int zero_stage, reshard_after_forward, prefetch;
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
     int ledger_all, ledger_every;
+    int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
     int layers, heads, channels, max_seq_len, vocab;
@@ -93,11 +94,35 @@ static void usage(FILE* out) {
 "  --ledger-every <n>    print the traffic table every n steps (0: only at the end)  default 0\n"
 "estimator (no training, no data)\n"
 "  --estimate  print per-rank model-state memory for stages 0-3 and exit\n"
-"  --params <f>  parameter count, e.g. 70e9 (else from -e)\n"
+"  --params <n>  parameter count: 124M, 1.5B, 70B, 70e9 (else from -e; then the traffic\n"
+"              column is the model's own shard plan, else the paper's 2 / 3 Psi)\n"
+"              with -e, -b and -t given, the fit check adds the activations\n"
 "  --dtype <bf16|fp32>  2+2+12 or 4+4+8 bytes/param          default bf16\n"
 "  --ranks <n>   data-parallel ranks                        default the MPI world size\n"
 "  --gpu-mem <f> device memory in GB (1e9 bytes)             default 0 (no fit check)\n"
 "  -h          this help\n");
+}
+
+/* A count with an optional suffix: 124M, 1.5B, 70B, 2T, 350K (K = 1e3, M = 1e6,
+   B or G = 1e9, T = 1e12, either case), or a plain number such as 70e9. 0 or 1. */
+static int parse_count(const char* v, double* out) {
+    char num[64];
+    size_t n = strlen(v);
+    if (n == 0 || n >= sizeof(num)) return 1;
+    double mult = 1.0;
+    switch (v[n - 1]) {
+        case 'k': case 'K': mult = 1e3; break;
+        case 'm': case 'M': mult = 1e6; break;
+        case 'b': case 'B': case 'g': case 'G': mult = 1e9; break;
+        case 't': case 'T': mult = 1e12; break;
+        default: break;
+    }
+    memcpy(num, v, n + 1);
+    if (mult != 1.0) num[n - 1] = 0;
+    double d;
+    if (parse_double(num, &d)) return 1;
+    *out = d * mult;
+    return 0;
 }
 
 static int parse_args(int argc, char** argv, Args* a, int world, char* err, size_t errlen, int* want_help) {
@@ -133,6 +158,8 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "-e")) { a->init = v; continue; }
         if (!strcmp(f, "-o")) { a->output_dir = v; continue; }
         if (!strcmp(f, "--tokenizer")) { a->tokenizer_path = v; continue; }
+        if (!strcmp(f, "-b")) a->B_given = 1;
+        if (!strcmp(f, "-t")) a->T_given = 1;
         INTFLAG("-b", a->B, 1, 1 << 20)
         INTFLAG("-t", a->T, 1, 1 << 20)
         if (!strcmp(f, "-d")) { if (parse_long(v, &n) || n < 1) return set_err(err, errlen, "flag -d: '%s' must be a positive integer (tokens)", v); a->total_batch = n; continue; }
@@ -164,7 +191,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
             else return set_err(err, errlen, "flag --ledger: '%s' must be rank0 or all", v);
             continue;
         }
-        if (!strcmp(f, "--params")) { if (parse_double(v, &d) || d < 1) return set_err(err, errlen, "flag --params: '%s' must be a positive number such as 70e9", v); a->est_params = d; continue; }
+        if (!strcmp(f, "--params")) { if (parse_count(v, &d) || d < 1) return set_err(err, errlen, "flag --params: '%s' must be a positive count such as 124M, 1.5B, 70B or 70e9", v); a->est_params = d; continue; }
         if (!strcmp(f, "--gpu-mem")) { if (parse_double(v, &d) || d < 0) return set_err(err, errlen, "flag --gpu-mem: '%s' must be a non-negative number of GB", v); a->est_gpu_mem = d * 1e9; continue; }
         if (!strcmp(f, "--dtype")) {
             if (strcmp(v, "bf16") && strcmp(v, "fp32")) return set_err(err, errlen, "flag --dtype: '%s' must be bf16 or fp32", v);
@@ -289,13 +316,42 @@ int main(int argc, char** argv) {
     int from_ckpt = 0;
     if (a.estimate) {
         double psi = a.est_params;
-        if (psi <= 0) {
+        int known = psi <= 0; /* no --params: the model of -e (a checkpoint or dN) */
+        if (known) {
             resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
             comm_check_all(&comm, err);
             psi = (double)gpt2_count_parameters(&cfg);
         }
-        int bf16 = !strcmp(a.est_dtype, "bf16");
-        if (comm.rank == 0) zero_estimate_print(stdout, psi, a.est_ranks, bf16 ? 2 : 4, bf16 ? 2 : 4, bf16 ? 12 : 8, a.est_gpu_mem);
+        int bf16 = !strcmp(a.est_dtype, "bf16"), pb = bf16 ? 2 : 4;
+        ZeroEstimateInfo info = {NULL, NULL, -1.0, NULL};
+        double traffic[4];
+        char tsrc[256], asrc[256];
+        if (known) {
+            /* the traffic a run of this model would count: its own shard plans */
+            int n = gpt2_num_tensors(&cfg);
+            ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
+            gpt2_build_tensors(&cfg, ts);
+            for (int s = 0; s < 4 && !err[0]; s++) {
+                ZeroPlan P;
+                if (zero_plan_init(&P, ts, n, cfg.num_layers + 1, s, a.est_ranks, 0, pb, pb, a.reshard_after_forward, a.prefetch, 1, err, ERRLEN)) break;
+                traffic[s] = zero_plan_traffic_psi(&P);
+                zero_plan_free(&P);
+            }
+            free(ts);
+            comm_check_all(&comm, err);
+            snprintf(tsrc, sizeof(tsrc), "-e %s (L=%d C=%d Vp=%d) on %d rank%s, 1 micro-step per step, reshard_after_forward %d",
+                     a.init, cfg.num_layers, cfg.channels, cfg.padded_vocab_size, a.est_ranks, a.est_ranks > 1 ? "s" : "", a.reshard_after_forward);
+            info.traffic_psi = traffic; info.traffic_source = tsrc;
+            if (a.B_given && a.T_given) {
+                if (a.T > cfg.max_seq_len) set_err(err, ERRLEN, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", a.T, cfg.max_seq_len);
+                comm_check_all(&comm, err);
+                info.activation_bytes = (double)gpt2_activation_bytes(&cfg, a.B, a.T);
+                snprintf(asrc, sizeof(asrc), "-e %s, B=%d, T=%d (%d-byte activations of this build, as its memory ledger counts them)",
+                         a.init, a.B, a.T, (int)sizeof(floatX));
+                info.activation_source = asrc;
+            }
+        }
+        if (comm.rank == 0) zero_estimate_print(stdout, psi, a.est_ranks, pb, pb, bf16 ? 12 : 8, a.est_gpu_mem, &info);
         comm_finalize(&comm);
         return 0;
     }

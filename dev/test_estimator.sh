@@ -3,8 +3,11 @@
 # real program, `./train_gpt_cpu --estimate ...` (zero_estimate_print in
 # llmc/zero.h): the ZeRO paper's figures (70B on 64 ranks: 1120 / 293.1 /
 # 155.3 / 17.5 GB per rank for stages 0-3), the smallest rank count that fits
-# a device, the GPT-2 124M count from -e d12 without any data, and one clear
-# error line with exit 1 for bad flags.
+# a device, the GPT-2 124M count from -e d12 without any data, --params with
+# suffixes (124M, 1.5B, 70B), the model-specific traffic of a known model
+# equal to what a training run counts (stages 0-3, 2 ranks), the activations
+# added to the fit check with -e, -b, -t (equal to the run's ledger), and one
+# clear error line with exit 1 for bad flags.
 #
 #   bash dev/test_estimator.sh          (from the repository root; builds
 #                                        train_gpt_cpu with make if needed)
@@ -81,13 +84,22 @@ check_gb 0 1120.0
 check_gb 1 293.1
 check_gb 2 155.3
 check_gb 3 17.5
-for s in 0 1 2; do check_field $s 3 2.0 "traffic (Psi)"; done
-check_field 3 3 3.0 "traffic (Psi)"
+for s in 0 1 2; do check_field $s 3 2.000 "traffic (Psi)"; done
+check_field 3 3 3.000 "traffic (Psi)"
 for s in 0 1 2; do check_field $s 1 no "fits in 80 GB"; done
 check_field 3 1 yes "fits in 80 GB"
 check_field 2 0 never "min ranks (p Psi = 140 GB alone exceeds 80 GB)"
 check_field 3 0 14 "min ranks (1120 GB / 80 GB)"
 check "header names 2+2+12 = 16 bytes/param" grep -q "2+2+12 = 16" <<<"$OUT"
+check "says the traffic is the paper's (no model given)" grep -q "^traffic: the ZeRO paper's 2 Psi" <<<"$OUT"
+check "says the fit check ignores activations" grep -q "^fit check: model states only, activations ignored" <<<"$OUT"
+T70=$OUT
+est --estimate --params 70B --dtype bf16 --ranks 64 --gpu-mem 80
+check "--params 70B prints the same as 70e9" test "$OUT" = "$T70"
+for c in 124M:124000000 1.5B:1500000000 350k:350000 2T:2000000000000 1.5e9:1500000000; do
+    est --estimate --params "${c%%:*}" --ranks 4
+    check "--params ${c%%:*}: Psi = ${c#*:}" grep -q "Psi = ${c#*:} parameters" <<<"$OUT"
+done
 
 echo "--estimate --params 30e9 --ranks 32 --gpu-mem 80 (default dtype bf16)"
 est --estimate --params 30e9 --ranks 32 --gpu-mem 80
@@ -114,6 +126,49 @@ check_gb 0 1.99      # 16 * 124475904 / 1e9 = 1.9916
 check_gb 3 0.24      # / 8 = 0.24895
 check "N = 8 ranks" grep -q "N = 8 ranks" <<<"$OUT"
 
+echo "a known model (-e): the traffic of its own shard plan, equal to what a run counts"
+# a tiny model on 2 ranks: the estimator's figure per stage equals the volume
+# line of a 1-step training run at that stage (both from the same plan; the
+# run's from the bytes it counted on the collectives)
+TINY="-e d2 --channels 64 --heads 2 --max-seq-len 64"
+est $TINY --estimate --ranks 2 --dtype fp32
+check "exit status 0 (got $RC)" test "$RC" -eq 0
+check "says the traffic is model-specific" grep -q "^traffic: model-specific, from the shard plan of -e d2 (L=2 C=64 Vp=50304) on 2 ranks" <<<"$OUT"
+EST=$OUT
+est $TINY --estimate --ranks 2 --dtype fp32 --reshard-after-forward 0
+EST_R0=$OUT
+MPIRUN="mpirun --allow-run-as-root --oversubscribe"
+for mode in 0 1 2 3 "3 --reshard-after-forward 0"; do
+    s=${mode%% *}
+    run=$(OMP_NUM_THREADS=1 timeout 120 $MPIRUN -np 2 "$BIN" $TINY -i "$REPO/data/brown/brown_train_*.bin" -b 1 -t 16 -x 1 -v 0 -s 0 -z $mode 2>&1)
+    measured=$(sed -n 's/.*volume per optimizer step: \([0-9.]*\) Psi.*/\1/p' <<<"$run")
+    if [ "$mode" = "$s" ]; then OUT=$EST; else OUT=$EST_R0; fi
+    predicted=$(row_field "$s" 3)
+    check "-z $mode: estimator $predicted Psi == measured $measured Psi" test -n "$measured" -a "$predicted" = "$measured"
+done
+OUT=$EST
+check "stage 3 of the tiny model is not the paper's 3 Psi (the root is gathered once)" test "$(row_field 3 3)" != 3.000
+
+echo "activations: added to the fit check when -e, -b and -t are given"
+est $TINY --estimate -b 2 -t 16 --ranks 1 --gpu-mem 1
+ACT=$(sed -n 's/^activations: \([0-9]*\) bytes.*/\1/p' <<<"$OUT")
+LEDGER=$(cd "$REPO" && OMP_NUM_THREADS=1 timeout 120 "$BIN" $TINY -b 2 -t 16 -x 1 -v 0 -s 0 2>&1 | awk '$1 == "activations" {print $2; exit}')
+check "activation bytes $ACT == the run's ledger ($LEDGER)" test -n "$ACT" -a "$ACT" = "$LEDGER"
+check "says the fit check adds them" grep -q "^fit check: model states + activations" <<<"$OUT"
+# GPT-2 124M, B=8, T=1024 on 8 ranks in 10 GB: the model states fit at every
+# stage (1.99 GB at stage 0), the fp32 activations (13.55 GB) do not
+est -e d12 --estimate --ranks 8 --gpu-mem 10
+check "d12 in 10 GB without -b/-t: stage 0 fits" test "$(row_field 0 1)" = yes
+est -e d12 --estimate -b 8 -t 1024 --ranks 8 --gpu-mem 10
+check "d12 -b 8 -t 1024 in 10 GB: stage 3 does not fit" test "$(row_field 3 1)" = no
+check "d12 -b 8 -t 1024 in 10 GB: no rank count helps (activations alone exceed it)" test "$(row_field 3 0)" = never
+est -e d12 --estimate -b 1 -t 1024 --ranks 8 --gpu-mem 3
+A1=$(sed -n 's/^activations: \([0-9]*\) bytes.*/\1/p' <<<"$OUT")
+# smallest N with 16 Psi / N + activations <= 3e9 bytes (integer arithmetic)
+PSI12=124475904
+WANT=$(( (16 * PSI12 + (3000000000 - A1) - 1) / (3000000000 - A1) ))
+check "d12 -b 1 -t 1024 in 3 GB: stage 3 min ranks $(row_field 3 0) == ceil(16 Psi / (3 GB - activations)) = $WANT" test "$(row_field 3 0)" = "$WANT"
+
 echo "bad flags: exit 1 and one line naming the flag"
 bad_flag() { # bad_flag flag value
     est --estimate "$1" "$2"
@@ -128,6 +183,8 @@ bad_flag() { # bad_flag flag value
     printf '    %s\n' "$(printf '%s\n' "$OUT" | grep '^error:' | head -1)"
 }
 bad_flag --params abc
+bad_flag --params 70X
+bad_flag --params M
 bad_flag --dtype fp8
 bad_flag --ranks 0
 

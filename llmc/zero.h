@@ -304,27 +304,70 @@ static inline unsigned long long zero_min_ranks(int stage, unsigned long long ps
     return (shard + room - 1) / room;
 }
 
-/* Print the estimator table: per-rank GB (1e9 bytes) for stages 0-3, traffic
-   per step in Psi, whether each fits in gpu_mem bytes (if > 0) and the
-   smallest rank count that fits. */
-static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem) {
+/* Traffic of one optimizer step of a plan, in units of Psi elements moved
+   per rank by a ring (what the run's traffic table prints as "volume per
+   optimizer step"), computed from zero_predict_traffic and nothing else:
+   all-reduce bytes count twice (reduce-scatter + all-gather), every
+   collective's bytes are divided by its element size and by Psi. The
+   (N-1)/N of a ring cancels against the same factor in the definition of
+   the paper's Psi volume. 0 for one rank (nothing crosses the wire). */
+static inline double zero_plan_traffic_psi(const ZeroPlan* P) {
+    unsigned long long h[4];
+    zero_predict_traffic(P, h);
+    if (P->num_ranks == 1 || P->num_parameters == 0) return 0.0;
+    double g = (double)P->grad_bytes, p = (double)P->param_bytes;
+    return (2.0 * (double)h[0] / g + (double)h[1] / g + (double)h[2] / p) / (double)P->num_parameters;
+}
+
+/* What the estimator knows beyond Psi (all optional). */
+typedef struct {
+    const double* traffic_psi;     /* per stage 0..3, from a known model's shard plans (zero_plan_traffic_psi); NULL: the paper's 2 / 3 Psi */
+    const char* traffic_source;    /* one phrase naming the model and plan the figures come from */
+    double activation_bytes;       /* per rank, added to every stage in the fit check; < 0: not known (ignored) */
+    const char* activation_source; /* one phrase naming the model, B, T it was computed for */
+} ZeroEstimateInfo;
+
+/* Print the estimator table: per-rank GB (1e9 bytes) of the model states for
+   stages 0-3 (the paper's formulas), traffic per step in Psi (the model's
+   own shard plan when info->traffic_psi, else the paper's), whether each fits
+   in gpu_mem bytes (if > 0; model states plus, when known, the activations)
+   and the smallest rank count that fits; then one line on where the traffic
+   came from and one on what the fit check included. info may be NULL. */
+static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem, const ZeroEstimateInfo* info) {
+    ZeroEstimateInfo none = {NULL, NULL, -1.0, NULL};
+    if (!info) info = &none;
+    double act = info->activation_bytes >= 0 ? info->activation_bytes : 0.0;
     fprintf(out, "ZeRO estimate: Psi = %.0f parameters (%.4g), N = %d ranks, %d+%d+%d = %d bytes/param", psi, psi, N, p, g, k, p + g + k);
     if (gpu_mem > 0) fprintf(out, ", device memory %.1f GB", gpu_mem / 1e9);
     fprintf(out, "\n");
-    fprintf(out, "%-6s %-28s %14s %10s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "traffic", "fits", "min ranks");
+    fprintf(out, "%-6s %-28s %14s %12s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "traffic", "fits", "min ranks");
     static const char* forms[4] = {"(p+g+k) Psi", "(p+g) Psi + k Psi/N", "p Psi + (g+k) Psi/N", "(p+g+k) Psi/N"};
     for (int s = 0; s < 4; s++) {
         double b = zero_formula_bytes(s, psi, (double)N, p, g, k);
         char fits[8] = "-", minr[24] = "-";
         if (gpu_mem > 0) {
-            snprintf(fits, sizeof(fits), "%s", b <= gpu_mem ? "yes" : "no");
-            unsigned long long m = zero_min_ranks(s, (unsigned long long)(psi + 0.5), (unsigned long long)p,
-                                                  (unsigned long long)g, (unsigned long long)k, (unsigned long long)(gpu_mem + 0.5));
+            snprintf(fits, sizeof(fits), "%s", b + act <= gpu_mem ? "yes" : "no");
+            unsigned long long m = act >= gpu_mem ? 0 : zero_min_ranks(s, (unsigned long long)(psi + 0.5), (unsigned long long)p,
+                                                  (unsigned long long)g, (unsigned long long)k, (unsigned long long)(gpu_mem - act + 0.5));
             if (m == 0) snprintf(minr, sizeof(minr), "never");
             else snprintf(minr, sizeof(minr), "%llu", m);
         }
-        fprintf(out, "%-6d %-28s %14.3f %8.1f Psi %6s %10s\n", s, forms[s], b / 1e9, zero_formula_traffic_psi(s), fits, minr);
+        double tr = info->traffic_psi ? info->traffic_psi[s] : zero_formula_traffic_psi(s);
+        fprintf(out, "%-6d %-28s %14.3f %8.3f Psi %6s %10s\n", s, forms[s], b / 1e9, tr, fits, minr);
     }
+    if (info->traffic_psi)
+        fprintf(out, "traffic: model-specific, from the shard plan of %s (what a run's traffic table counts)%s\n",
+                info->traffic_source ? info->traffic_source : "the model", N == 1 ? "; one rank: nothing crosses the wire" : "");
+    else
+        fprintf(out, "traffic: the ZeRO paper's 2 Psi (stages 0-2) and 3 Psi (stage 3); give a model (-e) instead of --params for its own figure\n");
+    if (info->activation_bytes >= 0)
+        fprintf(out, "activations: %.0f bytes = %.3f GB per rank for %s, not sharded by ZeRO%s\n", info->activation_bytes,
+                info->activation_bytes / 1e9, info->activation_source ? info->activation_source : "the model",
+                gpu_mem > 0 ? "; the fit check adds them to every stage" : "");
+    if (gpu_mem > 0 && info->activation_bytes < 0)
+        fprintf(out, "fit check: model states only, activations ignored (give -e, -b and -t to add them)\n");
+    else if (gpu_mem > 0)
+        fprintf(out, "fit check: model states + activations (no transient buffers, no framework overhead)\n");
 }
 
 
