@@ -43,6 +43,7 @@ typedef struct {
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
     int ledger_all, ledger_every;
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
+    int reshard_given, prefetch_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
     int layers, heads, channels, max_seq_len, vocab;
@@ -90,6 +91,7 @@ static void usage(FILE* out) {
 "  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params  default 0\n"
 "  --reshard-after-forward <0|1>  stage 3: free blocks after forward  default 1\n"
 "  --prefetch <n>  stage 3: blocks gathered ahead           default 1\n"
+"              (both do nothing at stages 0-2; given there, a warning says so)\n"
 "  --ledger <rank0|all>  print the memory ledger for rank 0 or every rank  default rank0\n"
 "  --ledger-every <n>    print the traffic table every n steps (0: only at the end)  default 0\n"
 "estimator (no training, no data)\n"
@@ -160,6 +162,8 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "--tokenizer")) { a->tokenizer_path = v; continue; }
         if (!strcmp(f, "-b")) a->B_given = 1;
         if (!strcmp(f, "-t")) a->T_given = 1;
+        if (!strcmp(f, "--reshard-after-forward")) a->reshard_given = 1;
+        if (!strcmp(f, "--prefetch")) a->prefetch_given = 1;
         INTFLAG("-b", a->B, 1, 1 << 20)
         INTFLAG("-t", a->T, 1, 1 << 20)
         if (!strcmp(f, "-d")) { if (parse_long(v, &n) || n < 1) return set_err(err, errlen, "flag -d: '%s' must be a positive integer (tokens)", v); a->total_batch = n; continue; }
@@ -357,6 +361,10 @@ int main(int argc, char** argv) {
     }
 
     backend_init(&comm); /* GPU + NCCL (CUDA build); -h and --estimate above need no device */
+    if (comm.rank == 0 && a.zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
+        if (a.reshard_given) fprintf(stderr, "warning: --reshard-after-forward %d has no effect at zero_stage %d (stage 3 only)\n", a.reshard_after_forward, a.zero_stage);
+        if (a.prefetch_given) fprintf(stderr, "warning: --prefetch %d has no effect at zero_stage %d (stage 3 only)\n", a.prefetch, a.zero_stage);
+    }
 
     resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
     if (!err[0] && a.resume && !a.output_dir) set_err(err, ERRLEN, "-y 1: resuming needs -o <dir> (where the checkpoints are)");

@@ -10,7 +10,8 @@
 #  3. a checkpoint loaded with -e reproduces the val loss it was saved with,
 #     bit for bit, at the same rank count and stage;
 #  4. a val split smaller than -m batches is read once per evaluation (the
-#     loss equals the one over its distinct batches), and the run says so.
+#     loss equals the one over its distinct batches), and the run says so;
+#  5. --reshard-after-forward / --prefetch given at stages 0-2 warn, once each.
 set -u
 cd "$(dirname "$0")/.."
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
@@ -95,6 +96,16 @@ if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10: the val sp
    && grep -q "each evaluation reads 3 global batches x 64 = 192 distinct val tokens" "$tmp/val_m10.out" && ! grep -q "^note: -m" "$tmp/val_m3.out"; then
   ok "val split of 3 batches with -m 10: 192 distinct tokens, said once, val loss $v10 = the one of -m 3"
 else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note)" "$tmp/val_m10.out"; fi
+
+# --reshard-after-forward and --prefetch at stages 0-2: one warning line each
+# (naming the flag) when given, none when not given or at stage 3
+warnrun() { timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 "$@" 2>&1 >/dev/null | grep -c "^warning:"; }
+w1=$(warnrun -z 1 --prefetch 2 --reshard-after-forward 0)
+w1p=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 -z 2 --prefetch 2 2>&1 >/dev/null)
+w0=$(warnrun -z 1); w3=$(warnrun -z 3 --prefetch 2 --reshard-after-forward 0)
+if [ "$w1" = 2 ] && [ "$w0" = 0 ] && [ "$w3" = 0 ] && [ "$w1p" = "warning: --prefetch 2 has no effect at zero_stage 2 (stage 3 only)" ]; then
+  ok "stage-3 flags at stages 0-2: one warning per flag given ($w1 for two), none without them or at stage 3"
+else bad "stage-3 flag warnings: $w1 / $w0 / $w3 lines, '$w1p'"; fi
 
 # round trip: val loss of the saved model reproduced by loading it
 for run in b8 n2z3; do
