@@ -88,7 +88,8 @@ static void usage(FILE* out) {
 "  -n <n>      checkpoint every n steps (0: only at the end, with -o)  default 0\n"
 "  -y <0|1>    resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)  default 0\n"
 "ZeRO\n"
-"  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params  default 0\n"
+"  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params\n"
+"              default 1 (as make train's ZERO)\n"
 "  --reshard-after-forward <0|1>  stage 3: free blocks after forward  default 1\n"
 "  --prefetch <n>  stage 3: blocks gathered ahead           default 1\n"
 "              (both do nothing at stages 0-2; given there, a warning says so)\n"
@@ -135,7 +136,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->B = 8; a->T = 128; a->total_batch = -1;
     a->lr = 3e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
     a->warmup = 20; a->max_steps = 500; a->val_every = 100; a->val_steps = 10; a->sample_every = 250; a->gen_tokens = 64;
-    a->ckpt_every = 0; a->zero_stage = 0; a->reshard_after_forward = 1; a->prefetch = 1;
+    a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     *want_help = 0;
