@@ -490,7 +490,7 @@ int main(int argc, char** argv) {
         loss /= (double)accum * N;
         backend_synchronize();
         double ms = 1000.0 * (wall_seconds() - t0);
-        if (step > 0) { total_ms += ms; timed++; }
+        if (step > start_step) { total_ms += ms; timed++; } /* the first step of a process warms up: not timed */
         double tps = (double)a.total_batch / (ms / 1000.0);
         if (comm.rank == 0) {
             printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB\n", step + 1, a.max_steps,
@@ -518,8 +518,8 @@ int main(int argc, char** argv) {
             double tps = (double)a.total_batch * timed / (total_ms / 1000.0);
             /* flops per token: 6 Psi (forward + backward of every weight) + 12 L C T (attention scores and values) */
             double fpt = 6.0 * (double)model.plan.num_parameters + 12.0 * cfg.num_layers * (double)cfg.channels * a.T;
-            printf("average %.1f ms per optimizer step (steps 2..%d), %.0f tokens/s, %.1f GFLOP/s achieved (6*Psi + 12*L*C*T = %.3g flops/token)\n",
-                   total_ms / timed, a.max_steps, tps, tps * fpt / 1e9, fpt);
+            printf("average %.1f ms per optimizer step (steps %d..%d, %d timed), %.0f tokens/s, %.1f GFLOP/s achieved (6*Psi + 12*L*C*T = %.3g flops/token)\n",
+                   total_ms / timed, start_step + 2, a.max_steps, timed, tps, tps * fpt / 1e9, fpt);
         }
     }
     if (logf) fclose(logf);

@@ -97,6 +97,9 @@ if train same 2 -b 2 -z 3 -x 10 -o "$tmp/same" -y 1 && grep -q "^resumed from st
   b=$(grep -E "^step [0-9]+ train_loss" "$tmp/same/main.log" | awk '{print $1, $2, $3, $4}')
   if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "same N=2 zero_stage 3: train losses of steps 6-10 identical ($(echo $b | awk '{print $4}') .. $(echo "$b" | tail -1 | awk '{print $4}'))"
   else bad "same N and stage: losses differ"; diff <(echo "$a") <(echo "$b") | head; fi
+  if grep -q "^average .* (steps 7..10, 4 timed)" "$tmp/same.out" && grep -q "^average .* (steps 2..10, 9 timed)" "$tmp/ref.out"
+  then ok "the average line names the steps timed: 7..10 after the resume at 5 (the first step warms up), 2..10 for the uninterrupted run"
+  else bad "average line: $(grep "^average" "$tmp/same.out") / $(grep "^average" "$tmp/ref.out")"; fi
   if cmp -s "$tmp/ref/model_00000010.bin" "$tmp/same/model_00000010.bin" && cmp -s "$tmp/ref/state_00000010.bin" "$tmp/same/state_00000010.bin"
   then ok "same N and stage: model_00000010.bin and state_00000010.bin byte-identical to the uninterrupted run's"
   else bad "same N and stage: final checkpoint or state differs from the uninterrupted run's"; fi
