@@ -290,20 +290,47 @@ static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long
     free(toks); free(probs);
 }
 
-static void print_ledger_all_ranks(GPT2* m, int all, int* bad) {
-    Comm* c = m->comm;
-    for (int r = 0; r < (all ? c->world_size : 1); r++) {
-        if (c->rank == r) { *bad += zero_print_memory(stdout, &m->plan, &m->ledger); fflush(stdout); }
-        MPI_Barrier(MPI_COMM_WORLD);
+/* Collective: rank 0 prints text (n bytes) of every rank (all = 1) in rank
+   order, or only its own (all = 0). Each rank's text is gathered to rank 0
+   (MPI_Gatherv), so the tables never interleave, whatever the launcher does
+   with the ranks' stdout. */
+static void print_in_rank_order(Comm* c, int all, const char* text, size_t n) {
+    if (!all) { if (c->rank == 0) { fwrite(text, 1, n, stdout); fflush(stdout); } return; }
+    int len = (int)n, P = c->world_size;
+    int* lens = NULL; int* displs = NULL; char* buf = NULL;
+    if (c->rank == 0) { lens = (int*)malloc_or_die((size_t)P * sizeof(int), "ledger lengths"); displs = (int*)malloc_or_die((size_t)P * sizeof(int), "ledger offsets"); }
+    MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    size_t total = 0;
+    if (c->rank == 0) {
+        for (int r = 0; r < P; r++) { displs[r] = (int)total; total += (size_t)lens[r]; }
+        buf = (char*)malloc_or_die(total + 1, "ledger text");
     }
+    MPI_Gatherv(text, len, MPI_CHAR, buf, lens, displs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (c->rank == 0) { fwrite(buf, 1, total, stdout); fflush(stdout); }
+    free(lens); free(displs); free(buf);
 }
 
+/* The memory ledger of rank 0, or of every rank in rank order (--ledger all);
+   *bad += the categories where this rank's allocation differs from the plan. */
+static void print_ledger_all_ranks(GPT2* m, int all, int* bad) {
+    char* text = NULL; size_t n = 0;
+    FILE* f = open_memstream(&text, &n);
+    if (!f) comm_fatal(m->comm, "open_memstream failed for the ledger text");
+    if (all || m->comm->rank == 0) *bad += zero_print_memory(f, &m->plan, &m->ledger);
+    fclose(f);
+    print_in_rank_order(m->comm, all, text, n);
+    free(text);
+}
+
+/* The traffic table of rank 0, or of every rank in rank order. */
 static void print_traffic_all_ranks(GPT2* m, int all, int steps, int* bad) {
-    Comm* c = m->comm;
-    for (int r = 0; r < (all ? c->world_size : 1); r++) {
-        if (c->rank == r) { *bad += zero_print_traffic(stdout, &m->plan, c, steps); fflush(stdout); }
-        MPI_Barrier(MPI_COMM_WORLD);
-    }
+    char* text = NULL; size_t n = 0;
+    FILE* f = open_memstream(&text, &n);
+    if (!f) comm_fatal(m->comm, "open_memstream failed for the traffic text");
+    if (all || m->comm->rank == 0) *bad += zero_print_traffic(f, &m->plan, m->comm, steps);
+    fclose(f);
+    print_in_rank_order(m->comm, all, text, n);
+    free(text);
 }
 
 int main(int argc, char** argv) {

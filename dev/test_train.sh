@@ -114,6 +114,27 @@ if [ -n "$mk" ] && [ "$dz" = "$mk" ] && ./train_gpt_cpu -h | grep -A1 -- "^  -z 
   ok "-z default $dz == make train's ZERO $mk, and -h says so"
 else bad "-z default: trainer '$dz', Makefile ZERO '$mk'"; fi
 
+# --ledger all: every rank's tables, gathered to rank 0, in rank order and
+# never interleaved (4 ranks, the traffic table also after step 1)
+timeout 120 $MPIRUN -np 4 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 2 -v 0 -s 0 -z 3 \
+  --ledger all --ledger-every 1 > "$tmp/ledger_all.out" 2>&1
+if /usr/bin/python3 - "$tmp/ledger_all.out" <<'PY'
+import sys, re
+seq, cur = [], None
+for line in open(sys.argv[1]):
+    m = re.match(r"(memory ledger|traffic), rank (\d+) of 4", line)
+    if m:
+        assert cur is None, f"table of {cur} not closed before {line.strip()}"
+        cur = (m.group(1), int(m.group(2))); seq.append(cur); continue
+    if re.match(r"  (ledger|traffic): OK", line):
+        assert cur is not None, "a closing line outside a table"
+        cur = None
+want = [("memory ledger", r) for r in range(4)] + [("traffic", r) for r in range(4)] * 2
+assert seq == want and cur is None, seq
+PY
+then ok "--ledger all on 4 ranks: ledger and traffic tables of ranks 0-3 in rank order, each whole"
+else bad "--ledger all: tables out of order or interleaved"; grep -E "^(memory ledger|traffic)" "$tmp/ledger_all.out"; fi
+
 # round trip: val loss of the saved model reproduced by loading it
 for run in b8 n2z3; do
   np=1; [ $run = n2z3 ] && np=2
