@@ -50,8 +50,9 @@ test_gpt_cpu: test_gpt.cu $(HEADERS)
 deps:
 	@bash scripts/install_deps.sh
 
+# the Brown corpus shards and the tokenizer; says something only when it made them
 data: deps
-	@bash dev/data/prepare.sh
+	@bash dev/data/prepare.sh --quiet
 
 ref: deps
 	@mkdir -p data/ref

@@ -142,6 +142,13 @@ if [ -f "$tmp/new/parents/run/model_00000001.bin" ] && ignored out/model_0000000
   ok "-o creates missing parents; out/ and runs/ are ignored by git"
 else bad "-o with missing parents or .gitignore: $(tail -2 "$tmp/parents.out")"; fi
 
+# make train with the data already prepared: no preparation line, the run itself
+timeout 300 make --no-print-directory train NP=1 STEPS=1 ARGS="-e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -v 0 -s 0" > "$tmp/make_train.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && ! grep -qE "^brown:|prepare.sh" "$tmp/make_train.out" && grep -q "^step    1/1" "$tmp/make_train.out"; then
+  ok "make train with prepared data: no Brown preparation line, trained 1 step"
+else bad "make train (exit $rc): $(grep -E "^brown:|prepare" "$tmp/make_train.out" | head -2)"; fi
+
 # round trip: val loss of the saved model reproduced by loading it
 for run in b8 n2z3; do
   np=1; [ $run = n2z3 ] && np=2

