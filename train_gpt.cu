@@ -78,7 +78,8 @@ static void usage(FILE* out) {
 "  -q <f>      final lr as a fraction of the peak (cosine)   default 0.1\n"
 "  -c <f>      weight decay (2-D tensors only)             default 0.1\n"
 "  --grad-clip <f>  clip by global grad norm (0: off)      default 1.0\n"
-"  -x <n>      optimizer steps                             default 500\n"
+"  -x <n>      optimizer steps; 0: load (-e) or init, evaluate, sample, print the ledger\n"
+"              and exit (no training, no checkpoint, no train data needed)  default 500\n"
 "evaluation and output\n"
 "  -v <n>      val loss every n steps (0: never)           default 100\n"
 "  -m <n>      val batches (global, ranks*B*T tokens each) per evaluation, from the start\n"
@@ -173,7 +174,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         FLOATFLAG("-q", a->final_frac, 0.0, 1.0)
         FLOATFLAG("-c", a->weight_decay, 0.0, 10.0)
         FLOATFLAG("--grad-clip", a->grad_clip, 0.0, 1e9)
-        INTFLAG("-x", a->max_steps, 1, 1 << 30)
+        INTFLAG("-x", a->max_steps, 0, 1 << 30)
         INTFLAG("-v", a->val_every, 0, 1 << 30)
         INTFLAG("-m", a->val_steps, 1, 1 << 30)
         INTFLAG("-s", a->sample_every, 0, 1 << 30)
@@ -420,8 +421,10 @@ int main(int argc, char** argv) {
     comm_check_all(&comm, err);
 
     DataLoader train, val;
+    memset(&train, 0, sizeof(train));
     int have_val = 0, val_batches = a.val_steps, val_capped = 0;
-    dataloader_init(&train, a.train_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
+    int have_train = a.max_steps > 0 || a.resume; /* -x 0: no training, no train data needed */
+    if (have_train) dataloader_init(&train, a.train_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
     comm_check_all(&comm, err);
     if (a.val_every > 0) {
         dataloader_init(&val, a.val_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
@@ -464,7 +467,8 @@ int main(int argc, char** argv) {
                start_step > 0 ? "from the resumed checkpoint" : from_ckpt ? a.init : "random");
         printf("batch: B=%d T=%d per rank, %ld tokens per micro-step, %d micro-step%s per optimizer step (%ld tokens)\n",
                a.B, a.T, tokens_per_micro, accum, accum > 1 ? "s" : "", a.total_batch);
-        printf("data: train %zu tokens in %d shard(s) (%s)", train.num_tokens, train.num_shards, a.train_pattern);
+        if (have_train) printf("data: train %zu tokens in %d shard(s) (%s)", train.num_tokens, train.num_shards, a.train_pattern);
+        else printf("data: no training (-x 0)");
         if (have_val) printf(", val %zu tokens (%s); each evaluation reads %d global batch%s x %ld = %ld distinct val tokens",
                              val.num_tokens, a.val_pattern, val_batches, val_batches > 1 ? "es" : "", tokens_per_micro,
                              (long)val_batches * tokens_per_micro);
@@ -532,7 +536,9 @@ int main(int argc, char** argv) {
         }
     }
     int traffic_bad = 0;
-    print_traffic_all_ranks(&model, a.ledger_all, a.max_steps - start_step, &traffic_bad);
+    if (a.max_steps > start_step) print_traffic_all_ranks(&model, a.ledger_all, a.max_steps - start_step, &traffic_bad);
+    else if (comm.rank == 0) printf("no optimizer steps to run (-x %d%s): no traffic table, no checkpoint written\n", a.max_steps,
+                                    start_step > 0 ? ", reached by the resumed checkpoint" : "");
     if (comm.rank == 0) {
         printf("peak: ledger %.1f MB (gathered units in use at most %.1f MB), backend workspace %.1f MB outside the plan, "
 #ifdef __CUDACC__

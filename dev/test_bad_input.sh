@@ -163,7 +163,7 @@ bad t_junk "1 2" "-t" "integer" train -t 16x
 bad l_notanumber "1 2" "-l" "number" train -l notanumber
 bad l_inf "1 2" "-l" "number" train -l inf
 bad l_negative "1 2" "-l" "0\.\.|>= ?0|number" train -l -1
-bad x_0 "1 2" "-x" "1\.\.|>= ?1|positive" train -x 0
+bad x_negative "1 2" "-x" "0\.\.|>= ?0|non-negative" train -x -1
 bad g_0 "1 2" "-g" "1\.\.|>= ?1|positive" train -g 0
 bad seed_negative "1 2" "--seed" "non-negative" train --seed -1
 bad reshard_2 "1 2" "--reshard-after-forward" "0\.\.1|0 or 1" train --reshard-after-forward 2

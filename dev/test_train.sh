@@ -160,6 +160,16 @@ for run in b8 n2z3; do
   if [ -n "$saved" ] && [ "$saved" = "$again" ]; then ok "checkpoint of $run reloads to the same val loss $saved"
   else bad "checkpoint of $run: val loss $saved at save, '$again' after reload"; tail -3 "$tmp/reload.out"; fi
 done
+# -x 0: load, evaluate, sample, print the ledger, exit: the same val loss as at
+# the save, no training step, no checkpoint, and no train data needed
+saved=$(grep "val loss .* at step 6" "$tmp/b8.out" | awk '{print $3}')
+timeout 120 ./train_gpt_cpu -e "$tmp/b8/model_00000006.bin" -i "$tmp/no_such_train_*.bin" -b 8 -t 32 -x 0 -v 1 -m 2 -s 1 -g 8 -o "$tmp/x0" > "$tmp/x0.out" 2>&1
+rc=$?
+again=$(grep "val loss .* at step 0" "$tmp/x0.out" | awk '{print $3}')
+if [ $rc = 0 ] && [ -n "$saved" ] && [ "$saved" = "$again" ] && grep -q "^sample at step 0: " "$tmp/x0.out" && grep -q "^  ledger: OK" "$tmp/x0.out" \
+   && ! grep -q "^step " "$tmp/x0.out" && ! ls "$tmp/x0" | grep -q "_000"; then
+  ok "-x 0: val loss $again as saved, a sample, the ledger, no step, no checkpoint, no train data"
+else bad "-x 0 (exit $rc): val loss '$again' vs saved '$saved'"; tail -3 "$tmp/x0.out"; fi
 # bf16 checkpoints (llm.c version 5): loading one and saving it again with a
 # zero learning rate (AdamW then changes nothing) must give, in version 3,
 # exactly the bf16 values widened to fp32
