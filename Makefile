@@ -1,12 +1,6 @@
 # Builds every program of the trainer. `make train` and `make test` do all
 # the set-up on a fresh Debian machine (packages, data, reference files).
-#
-#   make train [NP=2 ZERO=1 STEPS=... ARGS="..."]   train the default GPT on the CPU
-#   make test                                        every check a CPU machine can run
-#   make bench                                       CPU speed figures (not a test)
-#   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
-#   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
-#   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
+# `make help` lists the targets and variables.
 
 SHELL := /bin/bash
 MPICC ?= mpicc
@@ -32,10 +26,37 @@ NP ?= 2
 ZERO ?= 1
 STEPS ?= 500
 ARGS ?=
+TABLE_STEPS ?= 4
+FUZZ_SECONDS ?= 15
+TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all train test deps data ref bench clean sanitize fuzz
+.PHONY: all help train test deps data ref bench zero-table clean sanitize fuzz
 
 all: train_gpt_cpu test_gpt_cpu
+
+help:
+	@echo "targets:"
+	@echo "  make train       train the default GPT on the CPU (installs packages, prepares the Brown corpus, builds)"
+	@echo "  make test        every check a CPU machine can run (what CI runs); last line 'N passed, M failed'"
+	@echo "  make all         ./train_gpt_cpu ./test_gpt_cpu (the default target)"
+	@echo "  make zero-table  the ZeRO stage table of the README: memory, wire bytes, ms/step per stage on 2 and 4 ranks"
+	@echo "  make bench       CPU speed figures (a benchmark, not a test)"
+	@echo "  make cuda        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt); make cuda-dev: dev/cuda kernel benchmarks; make cuda-clean"
+	@echo "  make sanitize    ASan+UBSan builds (build/san) on a short set of runs"
+	@echo "  make fuzz        fuzz the file readers (libFuzzer; build/fuzz)"
+	@echo "  make deps data ref   Debian and npm packages / Brown corpus shards and tokenizer / PyTorch reference files"
+	@echo "  make clean       remove the programs and build/san, build/fuzz"
+	@echo "  make help        this list"
+	@echo "variables (make VAR=value ...), with their values now:"
+	@echo "  NP=$(NP)                   make train: MPI ranks"
+	@echo "  ZERO=$(ZERO)                 make train: ZeRO stage (the trainer's -z default is the same)"
+	@echo "  STEPS=$(STEPS)              make train: optimizer steps (-x)"
+	@echo "  ARGS='$(ARGS)'                make train, make zero-table: more trainer flags (./train_gpt_cpu -h; of a flag given twice the last wins)"
+	@echo "  TABLE_STEPS=$(TABLE_STEPS)          make zero-table: steps per run (10 runs: N = 2, 4 x stages 0, 1, 2, 3 with reshard 1 and 0)"
+	@echo "  TABLE_MODEL='$(TABLE_MODEL)'   make zero-table: model and batch per rank"
+	@echo "  FUZZ_SECONDS=$(FUZZ_SECONDS)        make fuzz: seconds per reader"
+	@echo "  CFLAGS MPICC BLAS_CFLAGS BLAS_LIBS   the CPU build"
+	@echo "  CUDA_HOME NVCC CUDA_ARCH             the CUDA build (cuda.mk)"
 
 # the CUDA build: make cuda (./train_gpt ./test_gpt), make cuda-dev (dev/cuda kernel checks)
 include cuda.mk
@@ -72,10 +93,14 @@ bench: deps data
 	@mkdir -p build
 	BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
 
+# the ZeRO table of the README (dev/zero_table.sh): a benchmark, not a test
+zero-table: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	MODEL="$(TABLE_MODEL)" bash dev/zero_table.sh $(strip $(TABLE_STEPS) $(ARGS))
+
 sanitize: data ref
 	bash dev/test_sanitizers.sh
 
-FUZZ_SECONDS ?= 15
 fuzz:
 	bash dev/fuzz/run.sh $(FUZZ_SECONDS)
 

@@ -149,6 +149,17 @@ if [ $rc = 0 ] && ! grep -qE "^brown:|prepare.sh" "$tmp/make_train.out" && grep 
   ok "make train with prepared data: no Brown preparation line, trained 1 step"
 else bad "make train (exit $rc): $(grep -E "^brown:|prepare" "$tmp/make_train.out" | head -2)"; fi
 
+# make help names every target of the Makefile and cuda.mk and every
+# variable make train / zero-table take; make zero-table runs dev/zero_table.sh
+help=$(make --no-print-directory help)
+missing=""
+for t in $(sed -n 's/^\.PHONY: *//p' Makefile cuda.mk) NP ZERO STEPS ARGS TABLE_STEPS TABLE_MODEL FUZZ_SECONDS; do
+  grep -qw -- "$t" <<<"$help" || missing="$missing $t"
+done
+zt=$(make --no-print-directory -n zero-table TABLE_STEPS=3 TABLE_MODEL="-e d2" 2>&1 | grep "zero_table.sh")
+if [ -z "$missing" ] && [ "$zt" = 'MODEL="-e d2" bash dev/zero_table.sh 3' ]; then ok "make help lists every target and variable; make zero-table runs '$zt'"
+else bad "make help misses:$missing; zero-table runs '$zt'"; fi
+
 # round trip: val loss of the saved model reproduced by loading it
 for run in b8 n2z3; do
   np=1; [ $run = n2z3 ] && np=2
