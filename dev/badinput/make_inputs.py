@@ -115,6 +115,12 @@ def main():
     w("ds_zero_batch.bin", patch_int(st, 2, 0))
     w("ds_negative_T.bin", patch_int(st, 3, -48))
     w("ds_T_too_long.bin", patch_int(st, 3, 64))                       # T > the model's maxT=48
+    nsteps = struct.unpack("<i", st[-68:-64])[0]                          # our trailer: 4 + 24 + 4*10 bytes
+    assert nsteps == 10, nsteps
+    llmc = st[:-68]                                                       # llm.c's layout: ends after the gradients
+    w("ds_grads_cut10.bin", llmc[:-10])                                   # 10 bytes missing in the gradients
+    w("ds_trailer_cut5.bin", st[:-5])                                     # 5 bytes missing in the trailer
+    w("ds_trailing3.bin", st + b"xyz")                                    # 3 bytes after the trailer
 
     # ---- a plain file, to put an output dir under ----
     w("a_file", b"not a directory\n")
