@@ -44,6 +44,7 @@ typedef struct {
     int ledger_all, ledger_every;
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
+    int ckpt_version;            /* --checkpoint-dtype: 3 (fp32) or 5 (bf16) */
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
     int layers, heads, channels, max_seq_len, vocab;
@@ -87,6 +88,9 @@ static void usage(FILE* out) {
 "  -s <n>      sample every n steps (0: never)             default 250\n"
 "  -g <n>      tokens to generate per sample (< T)         default 64\n"
 "  -n <n>      checkpoint every n steps (0: only at the end, with -o)  default 0\n"
+"  --checkpoint-dtype <fp32|bf16>  model files as llm.c version 3 (fp32) or 5 (bf16, rounded\n"
+"              to nearest even; llm.c's CUDA trainer reads only 5; the training state\n"
+"              beside it then holds the fp32 master weights, so a resume stays exact)  default fp32\n"
 "  -y <0|1>    resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)  default 0\n"
 "ZeRO\n"
 "  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params\n"
@@ -140,6 +144,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
+    a->ckpt_version = 3;
     *want_help = 0;
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
@@ -147,7 +152,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
             "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
-            "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype"};
+            "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype", "--checkpoint-dtype"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
         if (!is_known) return set_err(err, errlen, "unknown flag '%s' (see -h)", f);
@@ -199,6 +204,11 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         }
         if (!strcmp(f, "--params")) { if (parse_count(v, &d) || d < 1) return set_err(err, errlen, "flag --params: '%s' must be a positive count such as 124M, 1.5B, 70B or 70e9", v); a->est_params = d; continue; }
         if (!strcmp(f, "--gpu-mem")) { if (parse_double(v, &d) || d < 0) return set_err(err, errlen, "flag --gpu-mem: '%s' must be a non-negative number of GB", v); a->est_gpu_mem = d * 1e9; continue; }
+        if (!strcmp(f, "--checkpoint-dtype")) {
+            if (!strcmp(v, "fp32")) a->ckpt_version = 3; else if (!strcmp(v, "bf16")) a->ckpt_version = 5;
+            else return set_err(err, errlen, "flag --checkpoint-dtype: '%s' must be fp32 or bf16", v);
+            continue;
+        }
         if (!strcmp(f, "--dtype")) {
             if (strcmp(v, "bf16") && strcmp(v, "fp32")) return set_err(err, errlen, "flag --dtype: '%s' must be bf16 or fp32", v);
             a->est_dtype = v; continue;
@@ -496,10 +506,10 @@ int main(int argc, char** argv) {
         if (a.output_dir && step > start_step && ((a.ckpt_every > 0 && step % a.ckpt_every == 0) || last)) {
             char p[4096];
             snprintf(p, sizeof(p), "%s/model_%08d.bin", a.output_dir, step);
-            gpt2_save_checkpoint(&model, p);
-            if (comm.rank == 0) printf("wrote checkpoint %s\n", p);
+            gpt2_save_checkpoint(&model, p, a.ckpt_version);
+            if (comm.rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a.ckpt_version, a.ckpt_version == 5 ? "bf16" : "fp32");
             snprintf(p, sizeof(p), "%s/state_%08d.bin", a.output_dir, step);
-            state_save(&model, p, step, &train, a.seed);
+            state_save(&model, p, step, &train, a.seed, a.ckpt_version == 5 /* a bf16 model file: keep the exact master weights */);
             if (comm.rank == 0) printf("wrote state %s\n", p);
         }
         if (last) break;

@@ -173,6 +173,7 @@ bad unknown_flag_last "1 2" "--bogus" "unknown" train --bogus
 bad flag_without_value "1 2" "-x" "needs a value" train -x
 bad o_without_value "1 2" "-o" "needs a value" train -o
 bad ledger_bogus "1 2" "--ledger" "rank0 or all" train --ledger bogus
+bad checkpoint_dtype_fp16 "1 2" "--checkpoint-dtype" "fp32 or bf16" train --checkpoint-dtype fp16
 bad descriptor_d0 "1 2" "d0" "dN|descriptor" train -e d0
 bad descriptor_heads_indivisible "1 2" "heads" "divisible" train -e d1 --heads 3
 bad descriptor_too_many_layers "1 2" "--layers" "1\.\.1000" train -e d1 --layers 1001

@@ -26,6 +26,10 @@
 #     -o, and resuming from a bad or mismatched state (config, magic, size,
 #     NaN in m, other train data, step beyond -x) ends with exit 1 and one
 #     "error:" line on stderr.
+#  6. --checkpoint-dtype bf16: the same losses; the version-5 model file is
+#     the master weights rounded to nearest even (torch's rounding), the
+#     state beside it holds them exactly, and a resume from step 5 is
+#     bitwise the uninterrupted run (losses, final model and state files).
 # Usage: bash dev/test_resume.sh   (TRAIN_GPT=path to test another binary)
 # Last line: "N passed, M failed"; exit 1 if any failed.
 set -u
@@ -169,6 +173,38 @@ for run in ["same", "n1z0", "n3z1", "n2z0"]:
 sys.exit(1 if bad else 0)
 PY
 then ok "data: no sequence seen twice or skipped across the resume, for every N and stage"; else bad "data positions after resume"; fi
+
+# 6. bf16 model files (--checkpoint-dtype bf16, llm.c version 5): training
+# is the same run; the file holds the master weights rounded to nearest even
+# (checked against torch's own rounding) and the state beside it the exact
+# fp32 master weights, so a resume from step 5 is bitwise the uninterrupted run
+if LLMC_STATE_MASTER=0 train bf 2 -b 2 -z 3 -x 10 -o "$tmp/bf" --checkpoint-dtype bf16; then
+  a=$(grep -E "^step [0-9]+ train_loss" "$tmp/ref/main.log" | awk '{print $4}')
+  b=$(grep -E "^step [0-9]+ train_loss" "$tmp/bf/main.log" | awk '{print $4}')
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok "--checkpoint-dtype bf16: the same 10 losses as the fp32-checkpoint run" || bad "--checkpoint-dtype bf16 changed the losses"
+  if $PY - "$tmp/bf/model_00000005.bin" "$tmp/bf/state_00000005.bin" <<'PY'
+import sys, numpy as np, torch
+m = open(sys.argv[1], "rb").read(); s = open(sys.argv[2], "rb").read()
+hm = np.frombuffer(m[:1024], "<i4"); hs = np.frombuffer(s[:1024], "<i8"); psi = int(hs[3])
+assert hm[0] == 20240326 and hm[1] == 5, hm[:2]
+assert len(m) == 1024 + 2 * psi, (len(m), psi)
+assert hs[17] == 1 and len(s) == 1024 + 12 * psi, "the state beside a bf16 model must hold the master weights"
+master = torch.from_numpy(np.frombuffer(s[1024 + 8 * psi:], "<f4").copy())
+want = master.to(torch.bfloat16).view(torch.int16).numpy().view("<u2")
+got = np.frombuffer(m[1024:], "<u2")
+assert np.array_equal(got, want), f"{np.sum(got != want)} of {psi} values differ from torch's bf16 rounding"
+print(f"     model_00000005.bin: version 5, {psi} bf16 values == torch.bfloat16(master weights of the state); state has_master 1")
+PY
+  then ok "version-5 model file: round to nearest even of the master weights, stored exactly in the state beside it"; else bad "version-5 model file or its state"; fi
+  mkdir -p "$tmp/bfres"; cp "$tmp/bf/model_00000005.bin" "$tmp/bf/state_00000005.bin" "$tmp/bfres/"
+  if LLMC_STATE_MASTER=0 train bfres 2 -b 2 -z 3 -x 10 -o "$tmp/bfres" -y 1 --checkpoint-dtype bf16 && grep -q "^resumed from step 5.*with master weights" "$tmp/bfres.out"; then
+    a=$(grep -E "^step (6|7|8|9|10) train_loss" "$tmp/bf/main.log" | awk '{print $1, $2, $3, $4}')
+    b=$(grep -E "^step [0-9]+ train_loss" "$tmp/bfres/main.log" | awk '{print $1, $2, $3, $4}')
+    if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$tmp/bf/model_00000010.bin" "$tmp/bfres/model_00000010.bin" && cmp -s "$tmp/bf/state_00000010.bin" "$tmp/bfres/state_00000010.bin"
+    then ok "resume from a bf16 (version 5) checkpoint: losses of steps 6-10, model_00000010.bin and state_00000010.bin bitwise equal to the uninterrupted run's"
+    else bad "resume from a bf16 checkpoint differs from the uninterrupted run"; diff <(echo "$a") <(echo "$b") | head -4; fi
+  else bad "resume from a bf16 checkpoint did not run or did not load the master weights"; fi
+else bad "training with --checkpoint-dtype bf16"; fi
 
 # 5. fresh start, and errors
 mkdir -p "$tmp/empty"

@@ -1,6 +1,6 @@
 /*
- checkpoint.h: writing llm.c model checkpoints (version 3, fp32) from a
- sharded model, collectively and atomically. Every rank writes the tensor
+ checkpoint.h: writing llm.c model checkpoints (version 3, fp32, or
+ version 5, bf16) from a sharded model, collectively and atomically. Every rank writes the tensor
  elements of its OWN shard (from the fp32 master copy when there is one,
  else from the params) at their place in the tensor-major file with
  pwrite(2); nothing is gathered to rank 0, so the same code serves every
@@ -109,29 +109,53 @@ static inline void cfile_commit(CollectiveFile* f) {
     comm_check_all(c, f->err);
 }
 
-/* Write the model as an llm.c version-3 checkpoint: every rank writes the
-   elements of its own shard (gpt2_get_own) in place. Collective. */
-static inline void gpt2_save_checkpoint(GPT2* m, const char* path) {
+/* fp32 -> bf16, rounding to nearest even (what torch's .to(torch.bfloat16)
+   and so llm.c's exporter do); NaN stays a quiet NaN. */
+static inline uint16_t float_to_bf16_rne(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Write the model as an llm.c checkpoint, version 3 (fp32: the values
+   exactly) or 5 (bf16, rounded to nearest even: what llm.c's CUDA trainer
+   reads): every rank writes the elements of its own shard (gpt2_get_own,
+   from the fp32 master copy when there is one) in place. A version-5 file
+   does not hold the master weights exactly: write the training state
+   beside it with the master copy (state_save with_master) for an exact
+   resume. Collective. */
+static inline void gpt2_save_checkpoint(GPT2* m, const char* path, int version) {
     const ZeroPlan* P = &m->plan;
     int h[256];
     memset(h, 0, sizeof(h));
     const GPT2Config* g = &m->config;
-    h[0] = CKPT_MAGIC; h[1] = 3; h[2] = g->max_seq_len; h[3] = g->vocab_size; h[4] = g->num_layers;
+    long long esz = version == 5 ? 2 : 4;
+    h[0] = CKPT_MAGIC; h[1] = version == 5 ? 5 : 3; h[2] = g->max_seq_len; h[3] = g->vocab_size; h[4] = g->num_layers;
     h[5] = g->num_heads; h[6] = g->channels; h[7] = g->padded_vocab_size;
-    long long total = 1024 + 4LL * (long long)P->num_parameters;
+    long long total = 1024 + esz * (long long)P->num_parameters;
     CollectiveFile f;
     cfile_begin(&f, m->comm, "checkpoint", path, h, sizeof(h), total, NULL);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "checkpoint offsets");
-    gpt2_checkpoint_offsets(g, P, offs);
+    gpt2_checkpoint_offsets(g, P, offs); /* fp32 offsets: 1024 + 4 * (elements before) */
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");
+    uint16_t* half = esz == 2 ? (uint16_t*)malloc_or_die(maxsz * sizeof(uint16_t), "checkpoint bf16 buffer") : NULL;
     for (int t = 0; t < P->num_tensors && cfile_ok(&f); t++) {
         size_t first;
         size_t n = gpt2_get_own(m, t, buf, &first);
-        if (n) cfile_write(&f, buf, n * sizeof(float), offs[t] + 4LL * (long long)first);
+        if (!n) continue;
+        long long off = 1024 + (offs[t] - 1024) / 4 * esz + esz * (long long)first;
+        if (half) {
+            for (size_t i = 0; i < n; i++) half[i] = float_to_bf16_rne(buf[i]);
+            cfile_write(&f, half, n * sizeof(uint16_t), off);
+        } else {
+            cfile_write(&f, buf, n * sizeof(float), off);
+        }
     }
-    free(buf); free(offs);
+    free(buf); free(half); free(offs);
     cfile_commit(&f);
 }
 

@@ -32,13 +32,14 @@
    the same offset as in an fp32 model checkpoint, plus 0, 4 Psi or 8 Psi.
  File size = 1024 + 4 Psi (2 + has_master).
 
- Master weights: not stored by default. The model checkpoint written beside
- the state (checkpoint.h) is written from the fp32 master copy when one
- exists (else from the fp32 params), so it already holds the master weights
- exactly, and the resume loads them from it (gpt2_load_checkpoint sets the
- params and the master copy). LLMC_STATE_MASTER=1 stores them a second time
- (for a model file that were lossy, and to test the code path); a resume
- then takes the weights from the state file.
+ Master weights: not stored beside an fp32 (version 3) model checkpoint:
+ that file is written from the fp32 master copy when one exists (else from
+ the fp32 params), so it already holds the master weights exactly, and the
+ resume loads them from it (gpt2_load_checkpoint sets the params and the
+ master copy). Beside a bf16 (version 5) model file, which holds them
+ rounded, they are stored (--checkpoint-dtype bf16 sets with_master); so
+ does LLMC_STATE_MASTER=1 (to test the code path). A resume then takes the
+ weights from the state file, exactly.
 
  Writing (state_save, collective): like checkpoint.h. Rank 0 creates
  <path>.tmp with the header and its full size; every rank pwrite(2)s the
@@ -235,15 +236,17 @@ static inline long state_test_die_step(void) {
 
 /* Collective: write the training state of optimizer step `step` (steps
    completed) to `path`, atomically (see the top comment). train is the
-   train loader at the step boundary; seed is recorded. On failure every
+   train loader at the step boundary; seed is recorded. with_master = 1 (or
+   LLMC_STATE_MASTER=1) stores the fp32 master weights too: needed for an
+   exact resume when the model file beside it is bf16 (version 5). On failure every
    rank exits with one message (comm_check_all); the previous file at path,
    if any, is untouched and no .tmp is left behind. */
-static inline void state_save(GPT2* m, const char* path, int step, const DataLoader* train, unsigned long long seed) {
+static inline void state_save(GPT2* m, const char* path, int step, const DataLoader* train, unsigned long long seed, int with_master) {
     Comm* c = m->comm;
     const ZeroPlan* P = &m->plan;
     char err[ERRLEN] = "";
     const char* me = getenv("LLMC_STATE_MASTER");
-    int has_master = me && me[0] == '1';
+    int has_master = with_master || (me && me[0] == '1');
     long long psi = (long long)P->num_parameters;
     long long total = STATE_HEADER_BYTES + 4LL * psi * (2 + has_master);
     /* the data position must agree on every rank (it is global) */
