@@ -61,8 +61,10 @@ static void usage(FILE* out) {
 "data and model\n"
 "  -i <glob>   train token shards (llm.c format)          default data/brown/brown_train_*.bin\n"
 "  -j <glob>   validation token shards                    default data/brown/brown_val_*.bin\n"
-"  -e <str>    init: an llm.c checkpoint file, or a descriptor dN (N layers, N heads,\n"
-"              64*N channels, maxT 1024, GPT-2 vocabulary)  default d4\n"
+"  -e <str>    init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
+"              d12 (12 layers, 12 heads, 768 channels), d24 (24, 16, 1024), d36 (36, 20, 1280),\n"
+"              d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\n"
+"              GPT-2 vocabulary  default d4\n"
 "  -o <dir>    output dir: main.log, model checkpoints     default none\n"
 "  --tokenizer <file>  llm.c tokenizer decode file          default data/gpt2_tokenizer.bin\n"
 "  --layers/--heads/--channels/--max-seq-len/--vocab <n>  override the descriptor; with a\n"
@@ -227,7 +229,11 @@ static int resolve_config(const Args* a, GPT2Config* c, int* from_checkpoint, ch
     if (e[0] == 'd' && e[1] >= '0' && e[1] <= '9') {
         long depth;
         if (parse_long(e + 1, &depth) || depth < 1 || depth > 200) return set_err(err, errlen, "flag -e: descriptor '%s' must be dN with N in 1..200", e);
+        /* llm.c's names for the GPT-2 sizes; any other dN: N layers, N heads, 64N channels */
+        static const int named[4][4] = {{12, 12, 12, 768}, {24, 24, 16, 1024}, {36, 36, 20, 1280}, {48, 48, 25, 1600}};
         c->num_layers = (int)depth; c->num_heads = (int)depth; c->channels = 64 * (int)depth;
+        for (int k = 0; k < 4; k++)
+            if (named[k][0] == depth) { c->num_layers = named[k][1]; c->num_heads = named[k][2]; c->channels = named[k][3]; }
         c->max_seq_len = 1024; c->vocab_size = 50257;
         if (a->layers > 0) c->num_layers = a->layers;
         if (a->heads > 0) c->num_heads = a->heads;
@@ -382,8 +388,8 @@ int main(int argc, char** argv) {
             }
             free(ts);
             comm_check_all(&comm, err);
-            snprintf(tsrc, sizeof(tsrc), "-e %s (L=%d C=%d Vp=%d) on %d rank%s, 1 micro-step per step, reshard_after_forward %d",
-                     a.init, cfg.num_layers, cfg.channels, cfg.padded_vocab_size, a.est_ranks, a.est_ranks > 1 ? "s" : "", a.reshard_after_forward);
+            snprintf(tsrc, sizeof(tsrc), "-e %s (L=%d NH=%d C=%d Vp=%d) on %d rank%s, 1 micro-step per step, reshard_after_forward %d",
+                     a.init, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.padded_vocab_size, a.est_ranks, a.est_ranks > 1 ? "s" : "", a.reshard_after_forward);
             info.traffic_psi = traffic; info.traffic_source = tsrc;
             if (a.B_given && a.T_given) {
                 if (a.T > cfg.max_seq_len) set_err(err, ERRLEN, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", a.T, cfg.max_seq_len);

@@ -133,7 +133,7 @@ echo "a known model (-e): the traffic of its own shard plan, equal to what a run
 TINY="-e d2 --channels 64 --heads 2 --max-seq-len 64"
 est $TINY --estimate --ranks 2 --dtype fp32
 check "exit status 0 (got $RC)" test "$RC" -eq 0
-check "says the traffic is model-specific" grep -q "^traffic: model-specific, from the shard plan of -e d2 (L=2 C=64 Vp=50304) on 2 ranks" <<<"$OUT"
+check "says the traffic is model-specific" grep -q "^traffic: model-specific, from the shard plan of -e d2 (L=2 NH=2 C=64 Vp=50304) on 2 ranks" <<<"$OUT"
 EST=$OUT
 est $TINY --estimate --ranks 2 --dtype fp32 --reshard-after-forward 0
 EST_R0=$OUT
@@ -168,6 +168,16 @@ A1=$(sed -n 's/^activations: \([0-9]*\) bytes.*/\1/p' <<<"$OUT")
 PSI12=124475904
 WANT=$(( (16 * PSI12 + (3000000000 - A1) - 1) / (3000000000 - A1) ))
 check "d12 -b 1 -t 1024 in 3 GB: stage 3 min ranks $(row_field 3 0) == ceil(16 Psi / (3 GB - activations)) = $WANT" test "$(row_field 3 0)" = "$WANT"
+
+echo "-e dN: llm.c's shapes for d12, d24, d36, d48; N layers, N heads, 64N channels otherwise"
+for c in "d12 12 12 768" "d24 24 16 1024" "d36 36 20 1280" "d48 48 25 1600" "d6 6 6 384" "d20 20 20 1280"; do
+    set -- $c
+    est -e "$1" --estimate --ranks 8
+    # Psi = Vp*C + maxT*C + 2C + L*(12C^2 + 13C), Vp = 50304, maxT = 1024
+    P=$(( 50304*$4 + 1024*$4 + 2*$4 + $2*(12*$4*$4 + 13*$4) ))
+    check "-e $1: L=$2 NH=$3 C=$4, Psi = $P" bash -c 'grep -q "(L=$1 NH=$2 C=$3 Vp=50304)" <<<"$5" && grep -q "Psi = $4 parameters" <<<"$5"' _ "$2" "$3" "$4" "$P" "$OUT"
+done
+check "-h documents the rule" bash -c '"$0" -h | grep -q "d24 (24, 16, 1024)" && "$0" -h | grep -q "any other N: N layers, N heads, 64\*N channels"' "$BIN"
 
 echo "bad flags: exit 1 and one line naming the flag"
 bad_flag() { # bad_flag flag value
