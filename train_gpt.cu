@@ -45,6 +45,7 @@ typedef struct {
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int ckpt_version;            /* --checkpoint-dtype: 3 (fp32) or 5 (bf16) */
+    int shuffle;                 /* --shuffle: train batches in a seeded random order (1) or file order (0) */
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
     int layers, heads, channels, max_seq_len, vocab;
@@ -69,8 +70,12 @@ static void usage(FILE* out) {
 "  --tokenizer <file>  llm.c tokenizer decode file          default data/gpt2_tokenizer.bin\n"
 "  --layers/--heads/--channels/--max-seq-len/--vocab <n>  override the descriptor; with a\n"
 "              checkpoint they must agree with its header   default from -e\n"
-"  --seed <n>  random init seed                            default 1337\n"
+"  --seed <n>  seed of the random init and of the data order (--shuffle)  default 1337\n"
 "batch\n"
+"  --shuffle <0|1>  1: read the training sequences (T tokens each) and shards in a\n"
+"              random order seeded by --seed, a new one each epoch, as llm.c does; the\n"
+"              same for any rank count with the same global batch, resumable; 0: in\n"
+"              file order  default 1\n"
 "  -b <n>      micro-batch per rank (sequences)            default 8\n"
 "  -t <n>      sequence length                             default 128\n"
 "  -d <n>      total batch in tokens per optimizer step (all ranks); must be a multiple\n"
@@ -146,7 +151,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
-    a->ckpt_version = 3;
+    a->ckpt_version = 3; a->shuffle = 1;
     *want_help = 0;
     for (int i = 1; i < argc; i++) {
         const char* f = argv[i];
@@ -154,7 +159,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
             "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
-            "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype", "--checkpoint-dtype"};
+            "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype", "--checkpoint-dtype", "--shuffle"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
         if (!is_known) return set_err(err, errlen, "unknown flag '%s' (see -h)", f);
@@ -188,6 +193,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("-g", a->gen_tokens, 1, 1 << 20)
         INTFLAG("-n", a->ckpt_every, 0, 1 << 30)
         INTFLAG("-y", a->resume, 0, 1)
+        INTFLAG("--shuffle", a->shuffle, 0, 1)
         INTFLAG("-z", a->zero_stage, 0, 3)
         INTFLAG("--reshard-after-forward", a->reshard_after_forward, 0, 1)
         INTFLAG("--prefetch", a->prefetch, 0, 64)
@@ -440,7 +446,8 @@ int main(int argc, char** argv) {
     memset(&train, 0, sizeof(train));
     int have_val = 0, val_batches = a.val_steps, val_capped = 0;
     int have_train = a.max_steps > 0 || a.resume; /* -x 0: no training, no train data needed */
-    if (have_train) dataloader_init(&train, a.train_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
+    if (have_train && dataloader_init(&train, a.train_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN) == 0)
+        dataloader_set_shuffle(&train, a.shuffle, a.seed);
     comm_check_all(&comm, err);
     if (a.val_every > 0) {
         dataloader_init(&val, a.val_pattern, a.B, a.T, comm.rank, N, cfg.vocab_size, err, ERRLEN);
@@ -483,7 +490,8 @@ int main(int argc, char** argv) {
                start_step > 0 ? "from the resumed checkpoint" : from_ckpt ? a.init : "random");
         printf("batch: B=%d T=%d per rank, %ld tokens per micro-step, %d micro-step%s per optimizer step (%ld tokens)\n",
                a.B, a.T, tokens_per_micro, accum, accum > 1 ? "s" : "", a.total_batch);
-        if (have_train) printf("data: train %zu tokens in %d shard(s) (%s)", train.num_tokens, train.num_shards, a.train_pattern);
+        if (have_train) printf("data: train %zu tokens in %d shard(s) (%s), %s", train.num_tokens, train.num_shards, a.train_pattern,
+                               a.shuffle ? "shuffled (--shuffle 1: sequences and shards in a seeded random order, new each epoch)" : "in file order (--shuffle 0)");
         else printf("data: no training (-x 0)");
         if (have_val) printf(", val %zu tokens (%s); each evaluation reads %d global batch%s x %ld = %ld distinct val tokens",
                              val.num_tokens, a.val_pattern, val_batches, val_batches > 1 ? "es" : "", tokens_per_micro,

@@ -6,6 +6,9 @@
  *     boundaries and the wrap-around to shard 0;
  *   - one epoch visits dataloader_batches_per_epoch() distinct positions and
  *     no sequence twice; seek (resume, also with another world size), reset;
+ *   - shuffled order: the tokens at the sequence starts, every sequence once
+ *     per epoch, 2 ranks = 1 rank, other seed / other epoch = other order,
+ *     resume mid-epoch (1 and 2 ranks) continues the same batches;
  *   - each bad input returns 1 with a one-line message naming the file or
  *     pattern: missing file, empty glob, wrong magic, wrong version, truncated,
  *     too long, shorter than the header, token id >= vocab, shard too small;
@@ -212,6 +215,87 @@ static void test_batches(void) {
     dataloader_free(&r1);
     CHECK(one.inputs == NULL && one.tokens == NULL, "free must zero the struct");
     dataloader_free(&one); /* double free is safe */
+}
+
+/* Shuffled order (dataloader_set_shuffle): sequences of T tokens, a seeded
+ * permutation per shard and epoch, a seeded shard order per epoch. */
+static void test_shuffle(void) {
+    char pat[512], err[1024] = "";
+    path_of(pat, sizeof(pat), "good_*.bin");
+    const int T = 4;                      /* sequences per shard: 99/4 = 24, 69/4 = 17, 32/4 = 8 */
+    const size_t S[NSHARD] = {24, 17, 8};
+    DataLoader one, r0, r1, o2, again;
+    CHECK(dataloader_init(&one, pat, 4, T, 0, 1, 65536, err, sizeof(err)) == 0, "shuffle init: %s", err);
+    CHECK(dataloader_init(&r0, pat, 2, T, 0, 2, 65536, err, sizeof(err)) == 0, "shuffle init r0: %s", err);
+    CHECK(dataloader_init(&r1, pat, 2, T, 1, 2, 65536, err, sizeof(err)) == 0, "shuffle init r1: %s", err);
+    CHECK(dataloader_init(&o2, pat, 4, T, 0, 1, 65536, err, sizeof(err)) == 0, "shuffle init seed 2: %s", err);
+    dataloader_set_shuffle(&one, 1, 1337); dataloader_set_shuffle(&r0, 1, 1337); dataloader_set_shuffle(&r1, 1, 1337);
+    dataloader_set_shuffle(&o2, 1, 1338);
+    /* global micro-batch of 4 sequences: an epoch uses 24 + 16 + 8 = 48 sequences, 12 batches */
+    size_t per_epoch = dataloader_batches_per_epoch(&one);
+    CHECK(per_epoch == 12, "shuffled batches per epoch %zu, expected 12", per_epoch);
+    const int steps = 36;                 /* three epochs */
+    int ok_tokens = 1, ok_ranks = 1, ok_once = 1, ok_state = 1;
+    int in_order = 1, same_as_other_seed = 1, epoch_orders_equal = 1;
+    static unsigned char seen[3][NSHARD][32];
+    memset(seen, 0, sizeof(seen));
+    size_t first_epoch[12 * 4];
+    long long saved_epoch = -1; int saved_shard = -1; size_t saved_pos = 0;
+    int nsaved_steps = 0;
+    int32_t after_save[64][16];
+    for (int step = 0; step < steps; step++) {
+        size_t starts[4];
+        int sh = -1;
+        CHECK(dataloader_next_starts(&one, starts, &sh, err, sizeof(err)) == 0, "next_starts: %s", err);
+        long long ep = one.epoch;
+        if (step == 17) { saved_epoch = one.epoch; saved_shard = one.current_shard; saved_pos = one.current_position; } /* mid-epoch, mid-shard */
+        CHECK(dataloader_next_batch(&one, err, sizeof(err)) == 0 && dataloader_next_batch(&r0, err, sizeof(err)) == 0 &&
+              dataloader_next_batch(&r1, err, sizeof(err)) == 0 && dataloader_next_batch(&o2, err, sizeof(err)) == 0, "shuffled batch %d: %s", step, err);
+        if (step >= 17 && nsaved_steps < 64) { memcpy(after_save[nsaved_steps], one.inputs, 16 * sizeof(int)); nsaved_steps++; }
+        for (int k = 0; k < 4; k++) {
+            size_t st = starts[k];
+            if (st % T != 0 || st / T >= S[sh]) { ok_tokens = 0; continue; }
+            for (int i = 0; i < T; i++)
+                if (one.inputs[k * T + i] != g_tok[sh][st + i] || one.targets[k * T + i] != g_tok[sh][st + i + 1]) ok_tokens = 0;
+            if (ep < 3) { if (seen[ep][sh][st / T]) ok_once = 0; seen[ep][sh][st / T] = 1; }
+            if (k > 0 && starts[k] != starts[k - 1] + T) in_order = 0;
+            if (ep == 0) first_epoch[(step % 12) * 4 + k] = (size_t)sh * 1000 + st;
+            if (ep == 1 && first_epoch[(step % 12) * 4 + k] != (size_t)sh * 1000 + st) epoch_orders_equal = 0;
+        }
+        if (memcmp(r0.inputs, one.inputs, 8 * sizeof(int)) || memcmp(r1.inputs, one.inputs + 8, 8 * sizeof(int)) ||
+            memcmp(r0.targets, one.targets, 8 * sizeof(int)) || memcmp(r1.targets, one.targets + 8, 8 * sizeof(int))) ok_ranks = 0;
+        if (memcmp(o2.inputs, one.inputs, 16 * sizeof(int))) same_as_other_seed = 0;
+        if (r0.current_shard != one.current_shard || r0.current_position != one.current_position || r0.epoch != one.epoch ||
+            r1.epoch != one.epoch) ok_state = 0;
+    }
+    CHECK(ok_tokens, "shuffled inputs/targets are the shard's tokens at the sequence starts");
+    CHECK(ok_ranks, "shuffled: 2 ranks x B=2 concatenate to 1 rank x B=4, batch for batch");
+    CHECK(ok_state, "shuffled: the ranks agree on (epoch, shard, position)");
+    CHECK(ok_once, "shuffled: a sequence read twice within an epoch");
+    int used = 0;
+    for (int e = 0; e < 3; e++) for (int sh = 0; sh < NSHARD; sh++) for (int i = 0; i < 32; i++) used += seen[e][sh][i];
+    CHECK(used == 3 * 48, "shuffled: %d sequences in 3 epochs, expected 3 x 48 (24 + 16 + 8)", used);
+    CHECK(!in_order, "shuffled: the sequences came in file order");
+    CHECK(!same_as_other_seed, "shuffled: seeds 1337 and 1338 gave the same order");
+    CHECK(!epoch_orders_equal, "shuffled: epochs 0 and 1 came in the same order");
+    CHECK(one.epoch == 3, "shuffled: epoch %lld after 36 batches, expected 3", one.epoch);
+    /* resume at batch 17 (epoch 1, inside a shard) on 1 rank, and on 2 ranks x B=2 */
+    CHECK(saved_epoch == 1 && saved_pos > 0, "saved position epoch %lld pos %zu", saved_epoch, saved_pos);
+    CHECK(dataloader_init(&again, pat, 4, T, 0, 1, 65536, err, sizeof(err)) == 0, "init again: %s", err);
+    dataloader_set_shuffle(&again, 1, 1337);
+    dataloader_resume(&again, saved_epoch, saved_shard, saved_pos);
+    dataloader_set_shuffle(&r0, 1, 1337); dataloader_set_shuffle(&r1, 1, 1337);
+    dataloader_resume(&r0, saved_epoch, saved_shard, saved_pos); dataloader_resume(&r1, saved_epoch, saved_shard, saved_pos);
+    int resume_ok = 1;
+    for (int k = 0; k < nsaved_steps; k++) {
+        CHECK(dataloader_next_batch(&again, err, sizeof(err)) == 0 && dataloader_next_batch(&r0, err, sizeof(err)) == 0 &&
+              dataloader_next_batch(&r1, err, sizeof(err)) == 0, "resumed batch %d: %s", k, err);
+        if (memcmp(again.inputs, after_save[k], 16 * sizeof(int)) || memcmp(r0.inputs, after_save[k], 8 * sizeof(int)) ||
+            memcmp(r1.inputs, after_save[k] + 8, 8 * sizeof(int))) resume_ok = 0;
+    }
+    CHECK(resume_ok, "shuffled: resuming at (epoch, shard, position) continues with the same %d batches, on 1 and on 2 ranks", nsaved_steps);
+    printf("  shuffle: 36 batches, 3 epochs, every sequence once per epoch, 2 ranks = 1 rank, resume at batch 17 continues the same %d batches\n", nsaved_steps);
+    dataloader_free(&one); dataloader_free(&r0); dataloader_free(&r1); dataloader_free(&o2); dataloader_free(&again);
 }
 
 static void test_dataloader_errors(void) {
@@ -513,6 +597,7 @@ int main(void) {
     printf("test_dataloader: temp dir %s\n", g_dir);
     make_good_shards();
     test_batches();
+    test_shuffle();
     test_dataloader_errors();
     test_tokenizer();
     test_utf8_stream();

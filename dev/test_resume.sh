@@ -18,10 +18,12 @@
 #     m, v, not only its shard), from the step-5 state with the master weights
 #     added (the layout LLMC_STATE_MASTER=1 writes): losses of steps 6-10
 #     within 1e-5 relative.
-#  4. data positions (LLMC_LOG_POSITIONS=1): the reference reads every
-#     16-token sequence of every shard once per epoch, in order (no gap, no
-#     overlap); each resumed run's steps 6-10 read exactly the sequences the
-#     reference read at steps 6-10: none seen twice, none skipped.
+#  4. data positions (LLMC_LOG_POSITIONS=1): the (shuffled) reference reads
+#     every 16-token sequence of every shard once in epoch 0, not in file
+#     order, and epoch 1 in another order; each resumed run's steps 6-10
+#     (resumed mid-epoch) read exactly the sequences the reference read at
+#     steps 6-10, in its order. With --shuffle 0 a reference reads them in
+#     file order (no gap, no overlap) and a resume on 3 ranks continues so.
 #  5. -y 1 with no checkpoint starts fresh (one line says so); -y 1 without
 #     -o, and resuming from a bad or mismatched state (config, magic, size,
 #     NaN in m, other train data, step beyond -x) ends with exit 1 and one
@@ -141,38 +143,61 @@ PY
 then ok "LLMC_STATE_MASTER=1 on 3 ranks at stage 1 writes master weights equal to the model checkpoint's"; else bad "master section written by n3z1"; fi
 
 # 4. data positions
+# the in-order reader (--shuffle 0) as well: a reference and a resume on 3 ranks
+if train ord 2 -b 2 -z 3 -x 10 -o "$tmp/ord" --shuffle 0; then
+  mkdir -p "$tmp/ordres"; cp "$tmp/ord/model_00000005.bin" "$tmp/ord/state_00000005.bin" "$tmp/ordres/"
+  train ordres 3 -b 2 -z 1 -x 10 -o "$tmp/ordres" -y 1 --shuffle 0 || bad "resume of the --shuffle 0 run"
+else bad "--shuffle 0 reference run"; fi
 if $PY - "$tmp" <<'PY'
-import sys, re, numpy as np
+import sys, re
 tmp = sys.argv[1]
 ntok = [577, 769, 385]
-def seqs(run, T=16):
+T = 16
+def seqs(run):
+    """step -> [(epoch, shard, first token of the sequence)] in the order read"""
     out = {}
     for l in open(f"{tmp}/{run}.out"):
         m = re.match(r"data position: step (\d+) micro (\d+) shard (\d+) start (\d+) tokens (\d+)", l)
-        if m:
+        if m:  # in file order
             s, k, sh, st, n = map(int, m.groups())
-            out.setdefault(s, []).extend((sh, st + i) for i in range(0, n, T))
+            out.setdefault(s, []).extend((None, sh, st + i) for i in range(0, n, T))
+        m = re.match(r"data position: step (\d+) micro (\d+) epoch (\d+) shard (\d+) starts ([\d,]+) T (\d+)", l)
+        if m:  # shuffled
+            s, k, e, sh = map(int, m.groups()[:4])
+            out.setdefault(s, []).extend((e, sh, int(p)) for p in m.group(5).split(","))
     return out
+allseq = sorted((sh, p) for sh in range(3) for p in range(0, ntok[sh] - 1, T))  # 36 + 48 + 24 = 108, all used (multiples of 12)
+bad = 0
+def report(ok, text):
+    global bad
+    bad += not ok
+    print(f"     {text}: {'yes' if ok else 'NO'}")
+# in file order: every shard sequence by sequence, then wrap
+ordr = seqs("ord")
+flat = [q[1:] for s in range(1, 11) for q in ordr.get(s, [])]
+expect = [(sh, p) for sh in range(3) for p in range(0, ntok[sh] - 1, T)]
+expect = (expect * 2)[:120]
+report(sorted(ordr) == list(range(1, 11)) and flat == expect, "--shuffle 0: 120 sequences of 16 tokens, shards 0,1,2 then 0 again, in order, no gap, no overlap")
+r = seqs("ordres")
+got = [q[1:] for s in sorted(r) for q in r[s]]
+report(sorted(r) == [6, 7, 8, 9, 10] and [q[1:] for s in range(1, 6) for q in ordr[s]] + got == expect,
+       "--shuffle 0: resumed on 3 ranks at step 5, steps 6-10 continue in order")
+# shuffled (the default): epoch 0 reads each of the 108 sequences once, not in file order, epoch 1 in another order
 ref = seqs("ref")
-assert sorted(ref) == list(range(1, 11)), sorted(ref)
-flat = [q for s in range(1, 11) for q in ref[s]]
-# the reference walks every shard sequence by sequence, then wraps
-expect = [(sh, p) for sh in range(3) for p in range(0, ntok[sh] - 1, 16)]
-expect = (expect * 2)[:len(flat)]
-ok = flat == expect
-print(f"     reference: {len(flat)} sequences of 16 tokens, shards 0,1,2 then 0 again: {'in order, no gap, no overlap' if ok else 'WRONG'}")
-bad = 0 if ok else 1
+flat = [q for s in range(1, 11) for q in ref.get(s, [])]
+e0 = [q[1:] for q in flat if q[0] == 0]
+e1 = [q[1:] for q in flat if q[0] == 1]
+report(sorted(ref) == list(range(1, 11)) and len(flat) == 120 and sorted(e0) == allseq and len(e1) == 12 and len(set(e1)) == 12,
+       "shuffled reference: epoch 0 = the 108 sequences once each, then 12 of epoch 1")
+report(e0 != sorted(e0) and e1 != e0[:12], "shuffled reference: not in file order, epoch 1 in another order than epoch 0")
 for run in ["same", "n1z0", "n3z1", "n2z0"]:
     r = seqs(run)
     got = [q for s in sorted(r) for q in r[s]]
-    combined = [q for s in range(1, 6) for q in ref[s]] + got
-    good = sorted(r) == [6, 7, 8, 9, 10] and combined == expect
-    print(f"     {run}: steps 1-5 of the reference + steps 6-10 resumed = {len(combined)} sequences: "
-          f"{'every sequence once per epoch, in order' if good else 'WRONG (a sequence skipped or seen twice)'}")
-    bad += not good
+    report(sorted(r) == [6, 7, 8, 9, 10] and [q for s in range(1, 6) for q in ref[s]] + got == flat,
+           f"{run}: resumed at step 5 (mid-epoch), steps 6-10 read the sequences of the uninterrupted run, in its order")
 sys.exit(1 if bad else 0)
 PY
-then ok "data: no sequence seen twice or skipped across the resume, for every N and stage"; else bad "data positions after resume"; fi
+then ok "data: the same order after a resume (shuffled, for every N and stage; in file order with --shuffle 0), every sequence once per epoch"; else bad "data positions after resume"; fi
 
 # 6. bf16 model files (--checkpoint-dtype bf16, llm.c version 5): training
 # is the same run; the file holds the master weights rounded to nearest even

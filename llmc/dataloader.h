@@ -17,6 +17,21 @@
  * from the last shard to the first, at pos 0. One epoch is
  * sum over shards of floor((ntok-1)/M) global micro-batches.
  *
+ * Shuffling (dataloader_set_shuffle, off unless set; the trainer's --shuffle,
+ * as llm.c's loader does): the unit is one sequence of T tokens (plus its
+ * target), so that the order does not depend on how a step is split into
+ * ranks, micro-batches and micro-steps. Shard s holds S_s = floor((ntok-1)/T)
+ * sequences, sequence i being tokens [i*T, i*T+T]. Every epoch e visits the
+ * shards in a seeded random order and each shard's sequences in a seeded
+ * random permutation (Fisher-Yates, xoshiro256** streams from (seed, e) and
+ * (seed, e, shard)); a global micro-batch takes the next num_ranks*B entries
+ * of that permutation, rank r the B entries from r*B. current_position then
+ * counts the tokens of the permuted stream consumed in the current shard
+ * (sequences consumed * T), and a new shard starts when fewer than
+ * num_ranks*B sequences are left. (current_shard, current_position, epoch)
+ * is therefore the whole position, the same on every rank and for every
+ * rank count with the same global micro-batch: dataloader_resume restores it.
+ *
  * Memory: one shard at a time is held in memory as uint16 (2*ntok bytes of the
  * largest shard), loaded when it becomes current and checked then: every token
  * id must be < vocab_size. Every shard's header and size are checked at init.
@@ -36,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "rand.h"
 
 #define DATALOADER_MAGIC 20240520
 #define DATALOADER_VERSION 1
@@ -48,8 +64,12 @@ typedef struct DataLoader {
     int vocab_size;           /* every token id must be < vocab_size */
     size_t num_tokens;        /* tokens summed over all shards */
     int num_shards;
-    int current_shard;        /* shard holding the next global micro-batch */
-    size_t current_position;  /* token index in current_shard where the next global micro-batch starts */
+    int current_shard;        /* shard (file index) holding the next global micro-batch */
+    size_t current_position;  /* token index in current_shard where the next global micro-batch starts
+                                 (shuffled: tokens of the permuted stream consumed in it) */
+    int shuffle;              /* 1: seeded random order of shards and sequences (dataloader_set_shuffle) */
+    unsigned long long shuffle_seed;
+    long long epoch;          /* passes over all shards completed (counts wraps to the first shard) */
     int* inputs;              /* (B, T) token ids of the last batch */
     int* targets;             /* (B, T) inputs shifted by one token */
     /* private */
@@ -61,6 +81,12 @@ typedef struct DataLoader {
     int seek_error;           /* set by a bad dataloader_seek, reported by the next dataloader_next_batch */
     size_t seek_position;     /* the bad position, for that message */
     int seek_shard;
+    int shard_slot;           /* position of current_shard in this epoch's shard order */
+    int* shard_order;         /* num_shards file indices: the order of this epoch (shuffled) */
+    uint32_t* perm;           /* shuffled: the permutation of the sequences of perm_shard in perm_epoch */
+    size_t perm_cap;
+    int perm_shard;           /* -1: none */
+    long long perm_epoch;
 } DataLoader;
 
 /* dl_errf_: writes one formatted line into err (truncating) if err is usable. */
@@ -188,8 +214,11 @@ static inline void dataloader_free(DataLoader* dl) {
     free(dl->tokens);
     free(dl->inputs);
     free(dl->targets);
+    free(dl->shard_order);
+    free(dl->perm);
     memset(dl, 0, sizeof(*dl));
     dl->loaded_shard = -1;
+    dl->perm_shard = -1;
 }
 
 /* dataloader_init: opens the shards matching `pattern` (glob(3), sorted) for a
@@ -205,6 +234,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
                            int vocab_size, char* err, size_t errlen) {
     memset(dl, 0, sizeof(*dl));
     dl->loaded_shard = -1;
+    dl->perm_shard = -1;
     if (pattern == NULL || pattern[0] == '\0') {
         dl_errf_(err, errlen, "dataloader: empty token shard pattern");
         return 1;
@@ -291,7 +321,8 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     dl->tokens = (uint16_t*)malloc(maxtok * sizeof(uint16_t));
     dl->inputs = (int*)malloc(BT * sizeof(int));
     dl->targets = (int*)malloc(BT * sizeof(int));
-    if (dl->tokens == NULL || dl->inputs == NULL || dl->targets == NULL) {
+    dl->shard_order = (int*)malloc((size_t)ns * sizeof(int));
+    if (dl->tokens == NULL || dl->inputs == NULL || dl->targets == NULL || dl->shard_order == NULL) {
         dataloader_free(dl);
         dl_errf_(err, errlen, "dataloader: out of memory for a %zu-token shard buffer of %s", maxtok, pattern);
         return 1;
@@ -304,7 +335,86 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     dl->vocab_size = vocab_size;
     dl->current_shard = 0;
     dl->current_position = 0;
+    for (int i = 0; i < ns; i++) dl->shard_order[i] = i;
     return 0;
+}
+
+/* Uniform integer in [0, n), n >= 1, without modulo bias (rejection). */
+static inline uint64_t dl_below_(Rng* r, uint64_t n) {
+    uint64_t lim = (0 - n) % n; /* 2^64 mod n: values below it would favour small results */
+    for (;;) { uint64_t x = rng_next(r); if (x >= lim) return x % n; }
+}
+
+/* The shard order of epoch e: identity unshuffled, else a seeded permutation. */
+static inline void dl_shard_order_(DataLoader* dl, long long e) {
+    for (int i = 0; i < dl->num_shards; i++) dl->shard_order[i] = i;
+    if (!dl->shuffle) return;
+    Rng r;
+    rng_seed(&r, dl->shuffle_seed, 0x5348415244ULL + 0x100000000ULL * (unsigned long long)e); /* "SHARD", epoch */
+    for (int i = dl->num_shards - 1; i > 0; i--) {
+        int j = (int)dl_below_(&r, (uint64_t)i + 1);
+        int t = dl->shard_order[i]; dl->shard_order[i] = dl->shard_order[j]; dl->shard_order[j] = t;
+    }
+}
+
+/* Sequences of T tokens (plus target) in shard s. */
+static inline size_t dl_num_seqs_(const DataLoader* dl, int s) { return (dl->shard_ntok[s] - 1) / (size_t)dl->T; }
+
+/* Shuffled: make perm the permutation of the current shard's sequences for
+   the current epoch. 0, or 1 with err (out of memory). */
+static inline int dl_make_perm_(DataLoader* dl, char* err, size_t errlen) {
+    if (dl->perm_shard == dl->current_shard && dl->perm_epoch == dl->epoch) return 0;
+    size_t S = dl_num_seqs_(dl, dl->current_shard);
+    if (S > dl->perm_cap) {
+        uint32_t* p = (uint32_t*)realloc(dl->perm, S * sizeof(uint32_t));
+        if (p == NULL) { dl_errf_(err, errlen, "dataloader: out of memory for the order of %zu sequences of %s", S, dl->shard_paths[dl->current_shard]); return 1; }
+        dl->perm = p; dl->perm_cap = S;
+    }
+    for (size_t i = 0; i < S; i++) dl->perm[i] = (uint32_t)i;
+    Rng r;
+    rng_seed(&r, dl->shuffle_seed, 0x5345510000000000ULL ^ ((unsigned long long)dl->epoch << 24) ^ (unsigned long long)dl->current_shard); /* "SEQ" */
+    for (size_t i = S; i > 1; i--) {
+        size_t j = (size_t)dl_below_(&r, (uint64_t)i);
+        uint32_t t = dl->perm[i - 1]; dl->perm[i - 1] = dl->perm[j]; dl->perm[j] = t;
+    }
+    dl->perm_shard = dl->current_shard;
+    dl->perm_epoch = dl->epoch;
+    return 0;
+}
+
+/* dataloader_set_shuffle: on = 1 reads the shards and their sequences in a
+ * seeded random order (see the top comment), 0 in file order. Restarts at
+ * epoch 0, the first shard of its order, position 0. */
+static inline void dataloader_set_shuffle(DataLoader* dl, int on, unsigned long long seed) {
+    dl->shuffle = on ? 1 : 0;
+    dl->shuffle_seed = seed;
+    dl->epoch = 0;
+    dl->perm_shard = -1;
+    dl_shard_order_(dl, 0);
+    dl->shard_slot = 0;
+    dl->current_shard = dl->shard_order[0];
+    dl->current_position = 0;
+    dl->seek_error = 0;
+}
+
+/* Next shard of the epoch's order at position 0; after the last, the next
+   epoch (a new order when shuffled). */
+static inline void dl_next_shard_(DataLoader* dl) {
+    dl->shard_slot++;
+    if (dl->shard_slot >= dl->num_shards) {
+        dl->shard_slot = 0;
+        dl->epoch++;
+        dl_shard_order_(dl, dl->epoch);
+    }
+    dl->current_shard = dl->shard_order[dl->shard_slot];
+    dl->current_position = 0;
+}
+
+/* Does the global micro-batch at the current position fit in its shard? */
+static inline int dl_fits_(const DataLoader* dl) {
+    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B;
+    if (dl->shuffle) return dl->current_position / (size_t)dl->T + NB <= dl_num_seqs_(dl, dl->current_shard);
+    return dl->current_position + NB * (size_t)dl->T + 1 <= dl->shard_ntok[dl->current_shard];
 }
 
 /* dataloader_next_batch: fills inputs and targets (B, T) with this rank's
@@ -329,29 +439,53 @@ static inline int dataloader_next_batch(DataLoader* dl, char* err, size_t errlen
     }
     size_t BT = (size_t)dl->B * (size_t)dl->T;
     size_t M = (size_t)dl->num_ranks * BT;
-    if (dl->current_position + M + 1 > dl->shard_ntok[dl->current_shard]) {
-        dl->current_shard = (dl->current_shard + 1) % dl->num_shards;
-        dl->current_position = 0;
-    }
+    if (!dl_fits_(dl)) dl_next_shard_(dl);
     if (dl->loaded_shard != dl->current_shard) {
         if (dl_load_shard_(dl, dl->current_shard, err, errlen) != 0) return 1;
     }
-    const uint16_t* x = dl->tokens + dl->current_position + (size_t)dl->rank * BT;
-    for (size_t i = 0; i < BT; i++) {
-        dl->inputs[i] = (int)x[i];
-        dl->targets[i] = (int)x[i + 1];
+    if (dl->shuffle) {
+        if (dl_make_perm_(dl, err, errlen) != 0) return 1;
+        size_t T = (size_t)dl->T;
+        size_t first = dl->current_position / T + (size_t)dl->rank * (size_t)dl->B;
+        for (int b = 0; b < dl->B; b++) {
+            const uint16_t* x = dl->tokens + (size_t)dl->perm[first + (size_t)b] * T;
+            for (size_t i = 0; i < T; i++) {
+                dl->inputs[(size_t)b * T + i] = (int)x[i];
+                dl->targets[(size_t)b * T + i] = (int)x[i + 1];
+            }
+        }
+    } else {
+        const uint16_t* x = dl->tokens + dl->current_position + (size_t)dl->rank * BT;
+        for (size_t i = 0; i < BT; i++) {
+            dl->inputs[i] = (int)x[i];
+            dl->targets[i] = (int)x[i + 1];
+        }
     }
     dl->current_position += M;
-    if (dl->current_position + M + 1 > dl->shard_ntok[dl->current_shard]) {
-        dl->current_shard = (dl->current_shard + 1) % dl->num_shards;
-        dl->current_position = 0;
-    }
+    if (!dl_fits_(dl)) dl_next_shard_(dl);
+    return 0;
+}
+
+/* dataloader_next_starts: the token offsets (in shard *shard) of the
+ * num_ranks*B sequences the next dataloader_next_batch reads, in order
+ * (rank 0's B first), written to starts; for logging and tests. Moves to the
+ * next shard first if the batch does not fit (as next_batch would). 0, or 1
+ * with err. */
+static inline int dataloader_next_starts(DataLoader* dl, size_t* starts, int* shard, char* err, size_t errlen) {
+    if (dl->seek_error) return dataloader_next_batch(dl, err, errlen);
+    if (!dl_fits_(dl)) dl_next_shard_(dl);
+    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B, T = (size_t)dl->T;
+    if (dl->shuffle && dl_make_perm_(dl, err, errlen) != 0) return 1;
+    for (size_t k = 0; k < NB; k++)
+        starts[k] = dl->shuffle ? (size_t)dl->perm[dl->current_position / T + k] * T : dl->current_position + k * T;
+    *shard = dl->current_shard;
     return 0;
 }
 
 /* dataloader_seek: makes (shard, position) the start of the next global
  * micro-batch, e.g. to resume from a checkpoint that saved current_shard and
- * current_position. The shard is loaded (and checked) by the next
+ * current_position, in the current epoch (dataloader_resume sets the epoch
+ * too). The shard is loaded (and checked) by the next
  * dataloader_next_batch; an out-of-range shard or a position beyond the
  * shard's tokens is reported by that call. */
 static inline void dataloader_seek(DataLoader* dl, int shard, size_t position) {
@@ -364,23 +498,40 @@ static inline void dataloader_seek(DataLoader* dl, int shard, size_t position) {
     dl->seek_error = 0;
     dl->current_shard = shard;
     dl->current_position = position;
+    for (int i = 0; i < dl->num_shards; i++) if (dl->shard_order[i] == shard) dl->shard_slot = i; /* the epoch's order goes on from here */
 }
 
-/* dataloader_reset: back to shard 0, position 0 (e.g. before each evaluation
- * pass over the val split). Keeps the loaded shard if it is shard 0. */
+/* dataloader_reset: back to epoch 0, its first shard (shard 0 unshuffled),
+ * position 0 (e.g. before each evaluation pass over the val split). Keeps the
+ * loaded shard if it is that one. */
 static inline void dataloader_reset(DataLoader* dl) {
     dl->seek_error = 0;
-    dl->current_shard = 0;
+    dl->epoch = 0;
+    dl_shard_order_(dl, 0);
+    dl->shard_slot = 0;
+    dl->current_shard = dl->shard_order[0];
     dl->current_position = 0;
 }
 
+/* dataloader_resume: the position a training state saved: epoch, shard
+ * (file index) and current_position, under the current shuffle setting
+ * (the shard order of that epoch is recomputed, so the following shards
+ * come in the same order as in the run that saved it). Errors as seek. */
+static inline void dataloader_resume(DataLoader* dl, long long epoch, int shard, size_t position) {
+    dl->epoch = epoch < 0 ? 0 : epoch;
+    dl_shard_order_(dl, dl->epoch);
+    dataloader_seek(dl, shard, position);
+}
+
 /* dataloader_batches_per_epoch: global micro-batches in one pass over all
- * shards = sum over shards of floor((ntok - 1) / (num_ranks*B*T)); the same
+ * shards = sum over shards of floor((ntok - 1) / (num_ranks*B*T)) (shuffled:
+ * of floor(floor((ntok - 1) / T) / (num_ranks*B))); the same
  * number on every rank, e.g. an upper bound for val_num_batches. */
 static inline size_t dataloader_batches_per_epoch(const DataLoader* dl) {
-    size_t M = (size_t)dl->num_ranks * (size_t)dl->B * (size_t)dl->T;
+    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B;
+    size_t M = NB * (size_t)dl->T;
     size_t n = 0;
-    for (int i = 0; i < dl->num_shards; i++) n += (dl->shard_ntok[i] - 1) / M;
+    for (int i = 0; i < dl->num_shards; i++) n += dl->shuffle ? dl_num_seqs_(dl, i) / NB : (dl->shard_ntok[i] - 1) / M;
     return n;
 }
 

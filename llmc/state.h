@@ -24,7 +24,13 @@
    [15] zero_stage and [16] world size it was written with (informational:
         the file does not depend on them)
    [17] has_master: 1 if the fp32 master weights follow v
-   [18..127] 0 (reserved)
+   [18] shuffle: 1 if the train loader reads in a seeded random order
+        (--shuffle; its seed is [14]), 0 in file order
+   [19] epoch: passes over the train shards completed (with [10], [11] the
+        whole loader position; shuffled, [11] counts the tokens of the
+        shard's permuted sequences consumed)
+   [20..127] 0 (reserved; a file of the first layout, with 0 here, reads as
+        unshuffled, epoch 0)
  Then fp32 arrays of num_parameters elements each, in checkpoint order
  (gpt2_checkpoint_order: wte, wpe, ln1w[L], ..., fcprojb[L], lnfw, lnfb):
    Adam m at byte 1024, Adam v at 1024 + 4 Psi, and if has_master the fp32
@@ -92,6 +98,8 @@ typedef struct {
     unsigned long long seed;
     int zero_stage, world_size;   /* informational */
     int has_master;
+    int shuffle;
+    long long epoch;
 } TrainState;
 
 /* Byte offset of element 0 of every plan tensor in the m section: the
@@ -152,12 +160,15 @@ static inline int state_read_header(const char* path, TrainState* s, char* err, 
                        (long long)h[10], (long long)h[11], (long long)h[12], (long long)h[13]);
     if (h[15] < 0 || h[15] > 3 || h[16] < 1) return set_err(err, errlen, "state %s: zero_stage %lld / world size %lld invalid", path, (long long)h[15], (long long)h[16]);
     if (h[17] != 0 && h[17] != 1) return set_err(err, errlen, "state %s: has_master flag %lld must be 0 or 1", path, (long long)h[17]);
+    if (h[18] != 0 && h[18] != 1) return set_err(err, errlen, "state %s: shuffle flag %lld must be 0 or 1", path, (long long)h[18]);
+    if (h[19] < 0 || h[19] > (1LL << 40)) return set_err(err, errlen, "state %s: data epoch %lld out of range", path, (long long)h[19]);
     long long expect = STATE_HEADER_BYTES + 4LL * psi * (2 + h[17]);
     if (fsz != expect) return set_err(err, errlen, "state %s: %lld bytes, but its header (%lld parameters, m, v%s) implies %lld", path, fsz,
                                       psi, h[17] ? ", master" : "", expect);
     s->step = h[2]; s->num_parameters = h[3];
     s->data_shard = h[10]; s->data_position = h[11]; s->data_num_shards = h[12]; s->data_num_tokens = h[13];
     s->seed = (unsigned long long)h[14]; s->zero_stage = (int)h[15]; s->world_size = (int)h[16]; s->has_master = (int)h[17];
+    s->shuffle = (int)h[18]; s->epoch = h[19];
     return 0;
 }
 
@@ -250,10 +261,11 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     long long psi = (long long)P->num_parameters;
     long long total = STATE_HEADER_BYTES + 4LL * psi * (2 + has_master);
     /* the data position must agree on every rank (it is global) */
-    long long pos[2] = {train->current_shard, (long long)train->current_position}, lo[2], hi[2];
-    MPI_Allreduce(pos, lo, 2, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(pos, hi, 2, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    if (lo[0] != hi[0] || lo[1] != hi[1]) set_err(err, ERRLEN, "state %s: the ranks' data positions differ (shard %lld..%lld, token %lld..%lld)", path, lo[0], hi[0], lo[1], hi[1]);
+    long long pos[3] = {train->current_shard, (long long)train->current_position, train->epoch}, lo[3], hi[3];
+    MPI_Allreduce(pos, lo, 3, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(pos, hi, 3, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (lo[0] != hi[0] || lo[1] != hi[1] || lo[2] != hi[2])
+        set_err(err, ERRLEN, "state %s: the ranks' data positions differ (shard %lld..%lld, token %lld..%lld, epoch %lld..%lld)", path, lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
     int64_t h[STATE_HEADER_WORDS];
     memset(h, 0, sizeof(h));
     const GPT2Config* g = &m->config;
@@ -263,6 +275,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     h[10] = train->current_shard; h[11] = (int64_t)train->current_position;
     h[12] = train->num_shards; h[13] = (int64_t)train->num_tokens;
     h[14] = (int64_t)seed; h[15] = P->zero_stage; h[16] = P->num_ranks; h[17] = has_master;
+    h[18] = train->shuffle; h[19] = train->epoch;
     CollectiveFile f;
     cfile_begin(&f, c, "state", path, h, sizeof(h), total, err);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
@@ -370,10 +383,15 @@ static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int 
             set_err(err, ERRLEN, "state %s: data position %lld beyond the %zu tokens of shard %lld", sp, s.data_position, train->shard_ntok[s.data_shard], s.data_shard);
     }
     comm_check_all(c, err);
-    dataloader_seek(train, (int)s.data_shard, (size_t)s.data_position);
+    /* the data order continues as saved: the state's seed, epoch, shard, position */
+    if (train->shuffle) dataloader_set_shuffle(train, 1, s.seed);
+    dataloader_resume(train, s.epoch, (int)s.data_shard, (size_t)s.data_position);
     if (c->rank == 0) {
-        printf("resumed from step %ld: %s and %s (written by %d rank%s at zero_stage %d%s), data at shard %lld token %lld\n", step, mp, sp,
-               s.world_size, s.world_size > 1 ? "s" : "", s.zero_stage, s.has_master ? ", with master weights" : "", s.data_shard, s.data_position);
+        printf("resumed from step %ld: %s and %s (written by %d rank%s at zero_stage %d%s), data at epoch %lld shard %lld token %lld%s\n", step, mp, sp,
+               s.world_size, s.world_size > 1 ? "s" : "", s.zero_stage, s.has_master ? ", with master weights" : "", s.epoch, s.data_shard,
+               s.data_position, s.shuffle ? " (shuffled)" : "");
+        if (s.shuffle != train->shuffle)
+            printf("note: the state was written with --shuffle %d, this run has --shuffle %d: the data order changes from here on\n", s.shuffle, train->shuffle);
         fflush(stdout);
     }
     return (int)step;
@@ -422,17 +440,27 @@ static inline void state_check_output_dir(Comm* c, const char* dir) {
    that the next dataloader_next_batch reads starts, one line per micro-step:
    "data position: step S micro K shard H start P tokens M" (M = global
    micro-batch in tokens, the next read covers tokens [P, P+M) of shard H
-   plus one target token). Call it just before dataloader_next_batch. */
-static inline void state_log_position(const DataLoader* dl, int step, int micro) {
+   plus one target token); shuffled, "data position: step S micro K epoch E
+   shard H starts P1,P2,... T t" (the first token of each of its sequences,
+   rank 0's first). Call it just before dataloader_next_batch. */
+static inline void state_log_position(DataLoader* dl, int step, int micro) {
     static int enabled = -1;
     if (enabled < 0) { const char* e = getenv("LLMC_LOG_POSITIONS"); enabled = e && e[0] == '1'; }
     if (!enabled || dl->rank != 0) return;
-    size_t M = (size_t)dl->num_ranks * (size_t)dl->B * (size_t)dl->T;
-    int shard = dl->current_shard;
-    size_t pos = dl->current_position;
-    if (pos + M + 1 > dl->shard_ntok[shard]) { shard = (shard + 1) % dl->num_shards; pos = 0; } /* as next_batch does */
-    printf("data position: step %d micro %d shard %d start %zu tokens %zu\n", step, micro, shard, pos, M);
-    fflush(stdout);
+    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B, M = NB * (size_t)dl->T;
+    size_t* starts = (size_t*)malloc_or_die(NB * sizeof(size_t), "position log");
+    int shard = 0;
+    char err[ERRLEN];
+    if (dataloader_next_starts(dl, starts, &shard, err, ERRLEN) == 0) { /* moves on as next_batch would */
+        if (!dl->shuffle) printf("data position: step %d micro %d shard %d start %zu tokens %zu\n", step, micro, shard, starts[0], M);
+        else {
+            printf("data position: step %d micro %d epoch %lld shard %d starts", step, micro, dl->epoch, shard);
+            for (size_t k = 0; k < NB; k++) printf("%c%zu", k ? ',' : ' ', starts[k]);
+            printf(" T %d\n", dl->T);
+        }
+        fflush(stdout);
+    }
+    free(starts);
 }
 
 #endif /* LLMC_STATE_H */

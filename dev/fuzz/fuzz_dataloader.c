@@ -7,12 +7,14 @@
    [3] rank = x % num_ranks   [4] vocab_size: x%4 = 0: 50257, 1: 65536,
        else 1 + x  [5] next_batch calls = x%16
    [6] bit 7: seek before reading, to shard x&3 (2, 3 do not exist in a
-       one- or two-shard set) and position [7]*3
+       one- or two-shard set) and position [7]*3 (shuffled: dataloader_resume
+       at epoch [5]>>4); bit 6: shuffled order (dataloader_set_shuffle, seed [7])
    [8..9] little-endian length of the first shard file; the rest of the
        input, if any, is a second shard file (shard_1)
  Invariants after each successful next_batch: ids in 0..vocab_size-1,
- targets[i] == inputs[i+1] within the rank's slice, and the loader's next
- position leaves room for a global micro-batch in its shard.
+ targets[i] == inputs[i+1] within the rank's slice (within each sequence
+ when shuffled), and the loader's next position leaves room for a global
+ micro-batch in its shard.
 */
 #include "fuzz_common.h"
 #include "llmc/dataloader.h"
@@ -47,17 +49,21 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;
     }
     FUZZ_CHECK(dl.num_shards == (rest > n1 ? 2 : 1));
-    if (seek) dataloader_seek(&dl, seek_shard, seek_pos);
+    int shuffled = (data[6] & 0x40) != 0;
+    if (shuffled) dataloader_set_shuffle(&dl, 1, data[7]);
+    if (seek && shuffled) dataloader_resume(&dl, data[5] >> 4, seek_shard, seek_pos);
+    else if (seek) dataloader_seek(&dl, seek_shard, seek_pos);
     size_t BT = (size_t)B * T, M = (size_t)N * BT;
     for (int i = 0; i < calls; i++) {
         err[0] = 0;
         if (dataloader_next_batch(&dl, err, sizeof(err))) { FUZZ_CHECK(err[0] != 0); break; }
         for (size_t k = 0; k < BT; k++) {
             FUZZ_CHECK(dl.inputs[k] >= 0 && dl.inputs[k] < V && dl.targets[k] >= 0 && dl.targets[k] < V);
-            if (k + 1 < BT) FUZZ_CHECK(dl.targets[k] == dl.inputs[k + 1]);
+            if (k + 1 < BT && (!shuffled || (k + 1) % (size_t)T != 0)) FUZZ_CHECK(dl.targets[k] == dl.inputs[k + 1]);
         }
         FUZZ_CHECK(dl.current_shard >= 0 && dl.current_shard < dl.num_shards);
-        FUZZ_CHECK(dl.current_position + M + 1 <= dl.shard_ntok[dl.current_shard]);
+        if (shuffled) FUZZ_CHECK(dl.current_position / (size_t)T + (size_t)N * B <= (dl.shard_ntok[dl.current_shard] - 1) / (size_t)T);
+        else FUZZ_CHECK(dl.current_position + M + 1 <= dl.shard_ntok[dl.current_shard]);
     }
     dataloader_free(&dl);
     return 0;
