@@ -135,12 +135,10 @@ PY
 then ok "--ledger all on 4 ranks: ledger and traffic tables of ranks 0-3 in rank order, each whole"
 else bad "--ledger all: tables out of order or interleaved"; grep -E "^(memory ledger|traffic)" "$tmp/ledger_all.out"; fi
 
-# -o: missing parents are created; out/ and runs/ in the repository are ignored by git
-timeout 60 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 -o "$tmp/new/parents/run" > "$tmp/parents.out" 2>&1
+# out/ and runs/ (trainer output dirs made inside the repository) are ignored by git
 ignored() { if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git check-ignore -q "$1"; else grep -qx "/${1%%/*}/" .gitignore; fi; }
-if [ -f "$tmp/new/parents/run/model_00000001.bin" ] && ignored out/model_00000001.bin && ignored runs/d4/main.log; then
-  ok "-o creates missing parents; out/ and runs/ are ignored by git"
-else bad "-o with missing parents or .gitignore: $(tail -2 "$tmp/parents.out")"; fi
+if ignored out/model_00000001.bin && ignored runs/d4/main.log; then ok "out/ and runs/ are ignored by git"
+else bad "out/ or runs/ not ignored by git"; fi
 
 # make train with the data already prepared: no preparation line, the run itself
 timeout 300 make --no-print-directory train NP=1 STEPS=1 ARGS="-e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -v 0 -s 0" > "$tmp/make_train.out" 2>&1

@@ -398,24 +398,14 @@ static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int 
 }
 
 /* Collective: make sure every rank can create files in the output dir
-   before any training (rank 0 creates it and its parents if missing, then every rank
+   before any training (rank 0 creates it if missing, then every rank
    creates, writes, fsyncs and removes a probe file). Errors end every rank
    with one line naming the directory. */
 static inline void state_check_output_dir(Comm* c, const char* dir) {
     char err[ERRLEN] = "";
     struct stat st;
-    if (c->rank == 0) { /* mkdir -p: the parents too */
-        char p[4096];
-        int n = snprintf(p, sizeof(p), "%s", dir);
-        if (n <= 0 || n >= (int)sizeof(p)) set_err(err, ERRLEN, "-o %s: path too long", dir);
-        for (int i = 1; i <= n && !err[0]; i++) {
-            if (p[i] != '/' && p[i] != 0) continue;
-            char keep = p[i];
-            p[i] = 0;
-            if (mkdir(p, 0755) != 0 && errno != EEXIST) set_err(err, ERRLEN, "-o %s: cannot create the output directory %s (%s)", dir, p, strerror(errno));
-            p[i] = keep;
-        }
-    }
+    if (c->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        set_err(err, ERRLEN, "-o %s: cannot create the output directory (%s)", dir, strerror(errno));
     comm_check_all(c, err);
     if (stat(dir, &st) != 0) set_err(err, ERRLEN, "-o %s: cannot access the output directory (%s)", dir, strerror(errno));
     else if (!S_ISDIR(st.st_mode)) set_err(err, ERRLEN, "-o %s: exists and is not a directory", dir);
