@@ -355,7 +355,7 @@ static void test_traffic(const TList* l) {
             zero_predict_traffic(&P, h);
             unsigned long long ar = 0, rs = 0, ag = 0;   /* all-reduce, reduce-scatter, all-gather */
             if (N > 1) {
-                if (stage == 0) ar = g * P_;
+                if (stage == 0) { rs = g * P_; ag = g * P_; }  /* all-reduce = reduce-scatter + all-gather */
                 if (stage == 1) { rs = g * P_; ag = p * P_; }
                 if (stage == 2) { rs = a * g * P_; ag = p * P_; }
                 if (stage == 3) { rs = a * g * P_; ag = p * root + a * (reshard ? 2 : 1) * p * (P_ - root); }

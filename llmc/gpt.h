@@ -170,6 +170,7 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, int zero
                             (int)sizeof(floatX), (int)sizeof(floatX), reshard_after_forward, prefetch, grad_accum_steps, err, errlen);
     free(ts);
     if (rc) return 1;
+    m->plan.rs_scratch = BACKEND_RS_SCRATCH;
     zero_predict_memory(&m->plan, gpt2_activation_bytes(cfg, B, T), &m->ledger);
     zero_engine_init(&m->engine, &m->plan, &m->ledger, comm);
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;

@@ -29,7 +29,8 @@
    ledger can match them to the byte; the formula values are printed beside.
 
  Traffic per optimizer step with A micro-steps (bytes handed to collectives):
-   stage 0: all-reduce grads (g Psi; a ring moves 2(N-1)/N of it: "2 Psi")
+   stage 0: all-reduce grads = reduce-scatter g Psi + all-gather g Psi
+            (deterministic: the same sums as stages 1-3; "2 Psi")
    stage 1: reduce-scatter grads g Psi + all-gather params p Psi ("2 Psi")
    stage 2: reduce-scatter every micro-step A g Psi + all-gather p Psi
    stage 3: all-gather each block before forward and again before backward
@@ -87,7 +88,10 @@ typedef struct {
     size_t padded_parameters; /* sum of units' padded sizes: a FULL buffer */
     size_t shard_parameters;  /* padded_parameters / N: a SHARDED buffer */
     size_t max_block_padded;  /* largest padded block unit (units 1..) */
+    size_t max_padded;        /* largest padded unit (any) */
     size_t max_shard;         /* largest per-unit shard */
+    int rs_scratch;           /* 1: the backend's reduce-scatter needs a receive area of one
+                                 full unit (the CPU's host collectives); set by the caller */
     int num_slots;            /* stage 3: gathered block buffers */
 } ZeroPlan;
 
@@ -143,6 +147,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, 
         off += U->padded; soff += U->shard;
         if (u > 0 && U->padded > P->max_block_padded) P->max_block_padded = U->padded;
         if (U->shard > P->max_shard) P->max_shard = U->shard;
+        if (U->padded > P->max_padded) P->max_padded = U->padded;
     }
     P->padded_parameters = off;
     P->shard_parameters = soff;
@@ -240,8 +245,10 @@ static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long act
         L->predicted[MEM_GATHERED] = p * (P->units[0].padded + (unsigned long long)P->num_slots * P->max_block_padded);
     if (P->zero_stage >= 2)
         L->predicted[MEM_UNIT_GRADS] = g * (P->units[0].padded + (P->num_units > 1 ? P->max_block_padded : 0));
-    /* MEM_COMM_SCRATCH stays 0: reduce-scatters run in place (the own shard
-       of a full unit buffer receives the sum), all-gathers too. */
+    /* Collectives run in place (the own shard of a full unit buffer receives
+       the sum); a backend whose reduce-scatter is an all-to-all plus a sum in
+       rank order (the CPU's, comm.h) receives into one unit-sized area. */
+    if (P->rs_scratch && P->num_ranks > 1) L->predicted[MEM_COMM_SCRATCH] = g * P->max_padded;
 }
 
 /* Model-state bytes (params, grads, master, m, v) of a ledger column. */
@@ -259,7 +266,7 @@ static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long ha
     handed[3] = 2 * sizeof(double); /* loss and grad-norm squares */
     if (P->num_ranks == 1) return;  /* nothing to communicate; the engine skips the calls */
     switch (P->zero_stage) {
-        case 0: handed[0] = g * full; break;
+        case 0: handed[1] = g * full; handed[2] = g * full; break; /* all-reduce = reduce-scatter + all-gather */
         case 1: handed[1] = g * full; handed[2] = p * full; break;
         case 2: handed[1] = A * g * full; handed[2] = p * full; break;
         default:
@@ -373,6 +380,7 @@ typedef struct {
     unsigned long long slot_fence[ZERO_MAX_SLOTS]; /* fence of the last all-gather into each slot */
     floatX* unit_grads_root;  /* stages 2-3: full grads of the root unit for one backward */
     floatX* unit_grads_block; /* stages 2-3: full grads of one block */
+    floatX* comm_scratch;     /* receive area of the reduce-scatter (P->rs_scratch) */
 } ZeroEngine;
 
 static inline void zero_engine_track_gathered(ZeroEngine* E) {
@@ -407,6 +415,11 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
         E->unit_grads_root = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->units[0].padded);
         if (P->num_units > 1) E->unit_grads_block = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->max_block_padded);
     }
+    if (P->rs_scratch && P->num_ranks > 1) {
+        E->comm_scratch = (floatX*)ledger_alloc(L, c, MEM_COMM_SCRATCH, gb * P->max_padded);
+        c->rs_scratch = E->comm_scratch;
+        c->rs_scratch_bytes = E->comm_scratch ? gb * P->max_padded : 0;
+    }
 }
 
 static inline void zero_engine_free(ZeroEngine* E) {
@@ -422,6 +435,8 @@ static inline void zero_engine_free(ZeroEngine* E) {
     for (int s = 0; s < P->num_slots; s++) ledger_free(L, MEM_GATHERED, E->slots[s], pb * P->max_block_padded);
     ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_root, gb * P->units[0].padded);
     ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_block, gb * P->max_block_padded);
+    ledger_free(L, MEM_COMM_SCRATCH, E->comm_scratch, gb * P->max_padded);
+    if (E->comm_scratch) { E->comm->rs_scratch = NULL; E->comm->rs_scratch_bytes = 0; }
 }
 
 /* Start the all-gather of unit u into dst (padded elements), own shard taken
@@ -527,17 +542,17 @@ static inline floatX* zero_unit_grads(ZeroEngine* E, int u) {
     return g;
 }
 
-/* Stages 2-3: reduce-scatter unit u's grads now (in place) and add the own
-   shard into the persistent grad shard (sum over ranks and micro-steps). */
+/* Stages 2-3: reduce-scatter unit u's grads now and add the own shard of
+   the sum into the persistent grad shard (sum over ranks, rank order, then
+   over micro-steps: dst = round(dst + sum), one rounding). */
 static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 2) return;
     const ZeroUnit* U = &P->units[u];
     floatX* g = (u == 0) ? E->unit_grads_root : E->unit_grads_block;
     floatX* dst = E->grads + U->shard_offset;
-    size_t mine = (size_t)P->rank * U->shard;
-    if (P->num_ranks > 1) backend_reduce_scatter_sum(E->comm, g, U->shard);
-    backend_add(dst, g + mine, U->shard);
+    if (P->num_ranks > 1) backend_wait_comm(backend_reduce_scatter_start(E->comm, g, U->shard, dst));
+    else backend_add(dst, g, U->shard);
 }
 
 /* Start of an optimizer step: zero the gradient accumulators. */
@@ -546,17 +561,18 @@ static inline void zero_begin_step(ZeroEngine* E) {
     backend_memset_zero(E->grads, (size_t)P->grad_bytes * zero_held_elements(P, ZB_GRADS));
 }
 
-/* After the last micro-step: stage 0 all-reduces the full grads, stage 1
-   reduce-scatters each unit into its own shard (in the full buffer).
-   Stages 2-3 already reduced during backward. */
+/* After the last micro-step: stages 0-1 reduce-scatter each unit of the
+   full grads into its own shard (in place); stage 0 then all-gathers the
+   reduced shards, which completes its all-reduce (reduce-scatter +
+   all-gather: the same deterministic sums as every other stage). Stages
+   2-3 already reduced during backward. */
 static inline void zero_reduce_grads(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
-    if (P->num_ranks == 1) return;
-    if (P->zero_stage == 0) {
-        backend_all_reduce_sum(E->comm, E->grads, P->padded_parameters);
-    } else if (P->zero_stage == 1) {
-        for (int u = 0; u < P->num_units; u++)
-            backend_reduce_scatter_sum(E->comm, E->grads + P->units[u].offset, P->units[u].shard);
+    if (P->num_ranks == 1 || P->zero_stage >= 2) return;
+    for (int u = 0; u < P->num_units; u++) {
+        floatX* full = E->grads + P->units[u].offset;
+        backend_wait_comm(backend_reduce_scatter_start(E->comm, full, P->units[u].shard, NULL));
+        if (P->zero_stage == 0) backend_wait_comm(backend_all_gather_start(E->comm, full, P->units[u].shard));
     }
 }
 
@@ -611,7 +627,7 @@ static inline double zero_optimizer_step(ZeroEngine* E, const AdamWConfig* cfg, 
     if ((P->zero_stage == 1 || P->zero_stage == 2) && P->num_ranks > 1) {
         for (int u = 0; u < P->num_units; u++) {
             floatX* full = E->params + P->units[u].offset;
-            backend_all_gather(E->comm, full, P->units[u].shard);
+            backend_wait_comm(backend_all_gather_start(E->comm, full, P->units[u].shard));
         }
     }
     zero_release_all(E);

@@ -1,0 +1,60 @@
+/*
+ * llmc/cpu/fused_classifier.h -- softmax + cross-entropy and its gradient, fused: the CPU kernel(s), twin
+ * of llmc/cuda/fused_classifier.cuh (same names and signatures). Conventions: common.h.
+ */
+#ifndef LLMC_CPU_FUSED_CLASSIFIER_H
+#define LLMC_CPU_FUSED_CLASSIFIER_H
+
+#include "common.h"
+
+/* ------------------------------------------------------------------------ */
+/* classifier: softmax + cross-entropy (+ its gradient), fused              */
+
+/* logits (N,Vp) row-major, columns V..Vp-1 are padding. Per row n:
+     losses[n] = log(sum_{j<V} exp(l_j - max)) - (l_target - max)
+               = -log softmax(l[0:V])[target]          (targets[n] in [0,V))
+   If dloss != 0 the row is overwritten with
+     dlogits[j] = dloss * (softmax_j - [j == target])  for j < V, 0 for j >= V
+   (dloss is dL/dlosses[n], e.g. 1/(B*T) for a mean loss). The exponentials
+   are computed once: stored into the row in the first pass, rescaled in the
+   second. Sums: 512-element float blocks added into a double. */
+static inline void fused_classifier(floatX* logits, float* losses,
+                                    const int* targets, int N, int V, int Vp,
+                                    float dloss) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        floatX* l = logits + (size_t)n * Vp;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        int tgt = targets[n];
+        float lt = l[tgt];
+        double sum = 0.0;
+        for (int j0 = 0; j0 < V; j0 += 512) {
+            int j1 = j0 + 512 < V ? j0 + 512 : V;
+            float s = 0.0f;
+            if (dloss != 0.0f) {
+#pragma omp simd reduction(+ : s)
+                for (int j = j0; j < j1; j++) {
+                    float e = cpu_expf(l[j] - mx);
+                    l[j] = e;
+                    s += e;
+                }
+            } else {
+#pragma omp simd reduction(+ : s)
+                for (int j = j0; j < j1; j++) s += cpu_expf(l[j] - mx);
+            }
+            sum += s;
+        }
+        if (losses) losses[n] = (float)(log(sum) - ((double)lt - (double)mx));
+        if (dloss != 0.0f) {
+            float f = (float)((double)dloss / sum);
+#pragma omp simd
+            for (int j = 0; j < V; j++) l[j] *= f;
+            l[tgt] -= dloss;
+            for (int j = V; j < Vp; j++) l[j] = 0.0f;
+        }
+    }
+}
+
+#endif /* LLMC_CPU_FUSED_CLASSIFIER_H */
