@@ -40,10 +40,11 @@ typedef struct {
     float lr, final_frac, weight_decay, grad_clip;
     int warmup, max_steps, val_every, val_steps, sample_every, gen_tokens, ckpt_every;
     int zero_stage, reshard_after_forward, prefetch;
+    int reshard_embedding, vocab_chunk, keep_logits, overlap;
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
     int ledger_all, ledger_every;
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
-    int reshard_given, prefetch_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
+    int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int ckpt_version;            /* --checkpoint-dtype: 3 (fp32) or 5 (bf16) */
     int shuffle;                 /* --shuffle: train batches in a seeded random order (1) or file order (0) */
     unsigned long long seed;
@@ -103,8 +104,13 @@ static void usage(FILE* out) {
 "  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params\n"
 "              default 1 (as make train's ZERO)\n"
 "  --reshard-after-forward <0|1>  stage 3: free blocks after forward  default 1\n"
-"  --prefetch <n>  stage 3: blocks gathered ahead           default 1\n"
-"              (both do nothing at stages 0-2; given there, a warning says so)\n"
+"  --prefetch <n>  stage 3: units gathered ahead of use      default 1\n"
+"  --reshard-embedding <0|1>  stage 3: gather each wte chunk for every use (1), or keep\n"
+"              the whole embedding gathered for the optimizer step (0: less traffic, more memory)  default 1\n"
+"              (these three do nothing at stages 0-2; given there, a warning says so)\n"
+"  --vocab-chunk <n>  rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)  default 8192\n"
+"  --keep-logits <0|1>  keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
+"              recomputing them in backward (same numbers, less compute, more memory)  default 0\n"
 "  --ledger <rank0|all>  print the memory ledger for rank 0 or every rank  default rank0\n"
 "  --ledger-every <n>    print the traffic table every n steps (0: only at the end)  default 0\n"
 "estimator (no training, no data)\n"
@@ -149,6 +155,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->lr = 3e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
     a->warmup = 20; a->max_steps = 500; a->val_every = 100; a->val_steps = 10; a->sample_every = 250; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
+    a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     a->ckpt_version = 3; a->shuffle = 1;
@@ -159,6 +166,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
             "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
+            "--reshard-embedding", "--vocab-chunk", "--keep-logits",
             "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype", "--checkpoint-dtype", "--shuffle"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
@@ -178,6 +186,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "-t")) a->T_given = 1;
         if (!strcmp(f, "--reshard-after-forward")) a->reshard_given = 1;
         if (!strcmp(f, "--prefetch")) a->prefetch_given = 1;
+        if (!strcmp(f, "--reshard-embedding")) a->reshard_emb_given = 1;
         INTFLAG("-b", a->B, 1, 1 << 20)
         INTFLAG("-t", a->T, 1, 1 << 20)
         if (!strcmp(f, "-d")) { if (parse_long(v, &n) || n < 1) return set_err(err, errlen, "flag -d: '%s' must be a positive integer (tokens)", v); a->total_batch = n; continue; }
@@ -197,6 +206,9 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("-z", a->zero_stage, 0, 3)
         INTFLAG("--reshard-after-forward", a->reshard_after_forward, 0, 1)
         INTFLAG("--prefetch", a->prefetch, 0, 64)
+        INTFLAG("--reshard-embedding", a->reshard_embedding, 0, 1)
+        INTFLAG("--vocab-chunk", a->vocab_chunk, 1, 1 << 24)
+        INTFLAG("--keep-logits", a->keep_logits, 0, 1)
         INTFLAG("--ledger-every", a->ledger_every, 0, 1 << 30)
         INTFLAG("--layers", a->layers, 1, 1000)
         INTFLAG("--heads", a->heads, 1, 10000)
@@ -288,13 +300,13 @@ static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long
     for (int i = 0; i < T; i++) toks[i] = eot;
     Rng r;
     rng_seed(&r, seed, 1000003ULL + (unsigned long long)step);
-    int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    int V = m->config.vocab_size;
     if (m->comm->rank == 0) printf("sample at step %d: ", step);
     Utf8Stream utf8; /* whole UTF-8 characters only: a token may end inside one */
     utf8_stream_init(&utf8);
     for (int t = 1; t <= gen; t++) {
         gpt2_forward(m, toks, NULL, 1, t, 0.0f);
-        backend_floatX_to_floats(probs, m->logits + (size_t)(t - 1) * Vp, (size_t)V);
+        backend_floatX_to_floats(probs, m->last_logits, (size_t)V);
         float mx = probs[0];
         for (int v = 1; v < V; v++) if (probs[v] > mx) mx = probs[v];
         double sum = 0.0;
@@ -356,6 +368,16 @@ static void print_traffic_all_ranks(GPT2* m, int all, int steps, int* bad) {
     free(text);
 }
 
+/* The model's execution options from the flags (one place: the run and
+   the estimator's plans). */
+static GPT2Options model_options(const Args* a, int accum) {
+    GPT2Options o = gpt2_default_options();
+    o.zero_stage = a->zero_stage; o.reshard_after_forward = a->reshard_after_forward; o.prefetch = a->prefetch;
+    o.reshard_embedding = a->reshard_embedding; o.vocab_chunk = a->vocab_chunk; o.keep_logits = a->keep_logits;
+    o.overlap = a->overlap; o.grad_accum_steps = accum;
+    return o;
+}
+
 int main(int argc, char** argv) {
     backend_preinit(argv);
     Comm comm;
@@ -382,25 +404,30 @@ int main(int argc, char** argv) {
         double traffic[4];
         char tsrc[256], asrc[256];
         if (known) {
-            /* the traffic a run of this model would count: its own shard plans */
-            int n = gpt2_num_tensors(&cfg);
-            ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
-            gpt2_build_tensors(&cfg, ts);
+            /* the traffic a run of this model would count: the shard plan a
+               run builds (gpt2_plan_init), for each stage; the embedding-row
+               all-gather depends on B x T */
+            if (a.T_given && a.T > cfg.max_seq_len) set_err(err, ERRLEN, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", a.T, cfg.max_seq_len);
+            comm_check_all(&comm, err);
+            if (!a.T_given && a.T > cfg.max_seq_len) a.T = cfg.max_seq_len;
+            GPT2Options mopt = model_options(&a, 1);
+            GPT2Layout lay;
             for (int s = 0; s < 4 && !err[0]; s++) {
                 ZeroPlan P;
-                if (zero_plan_init(&P, ts, n, cfg.num_layers + 1, s, a.est_ranks, 0, pb, pb, a.reshard_after_forward, a.prefetch, 1, err, ERRLEN)) break;
+                mopt.zero_stage = s;
+                if (gpt2_plan_init(&P, &lay, &cfg, &mopt, a.est_ranks, 0, pb, a.B, a.T, err, ERRLEN)) break;
                 traffic[s] = zero_plan_traffic_psi(&P);
                 zero_plan_free(&P);
             }
-            free(ts);
             comm_check_all(&comm, err);
-            snprintf(tsrc, sizeof(tsrc), "-e %s (L=%d NH=%d C=%d Vp=%d) on %d rank%s, 1 micro-step per step, reshard_after_forward %d",
-                     a.init, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.padded_vocab_size, a.est_ranks, a.est_ranks > 1 ? "s" : "", a.reshard_after_forward);
+            snprintf(tsrc, sizeof(tsrc), "-e %s (L=%d NH=%d C=%d Vp=%d) on %d rank%s, B=%d T=%d per rank%s, 1 micro-step per step, "
+                     "reshard_after_forward %d, reshard_embedding %d",
+                     a.init, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.padded_vocab_size, a.est_ranks, a.est_ranks > 1 ? "s" : "",
+                     a.B, a.T, a.B_given && a.T_given ? "" : " (the -b/-t defaults)", a.reshard_after_forward, a.reshard_embedding);
             info.traffic_psi = traffic; info.traffic_source = tsrc;
             if (a.B_given && a.T_given) {
-                if (a.T > cfg.max_seq_len) set_err(err, ERRLEN, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", a.T, cfg.max_seq_len);
-                comm_check_all(&comm, err);
-                info.activation_bytes = (double)gpt2_activation_bytes(&cfg, a.B, a.T);
+                mopt.zero_stage = a.zero_stage;
+                info.activation_bytes = (double)gpt2_activation_bytes(&cfg, &lay, &mopt, a.B, a.T);
                 snprintf(asrc, sizeof(asrc), "-e %s, B=%d, T=%d (%d-byte activations of this build, as its memory ledger counts them)",
                          a.init, a.B, a.T, (int)sizeof(floatX));
                 info.activation_source = asrc;
@@ -415,6 +442,7 @@ int main(int argc, char** argv) {
     if (comm.rank == 0 && a.zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
         if (a.reshard_given) fprintf(stderr, "warning: --reshard-after-forward %d has no effect at zero_stage %d (stage 3 only)\n", a.reshard_after_forward, a.zero_stage);
         if (a.prefetch_given) fprintf(stderr, "warning: --prefetch %d has no effect at zero_stage %d (stage 3 only)\n", a.prefetch, a.zero_stage);
+        if (a.reshard_emb_given) fprintf(stderr, "warning: --reshard-embedding %d has no effect at zero_stage %d (stage 3 only)\n", a.reshard_embedding, a.zero_stage);
     }
 
     resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
@@ -433,7 +461,8 @@ int main(int argc, char** argv) {
     int accum = (int)(a.total_batch / tokens_per_micro);
 
     GPT2 model;
-    if (gpt2_init(&model, &cfg, &comm, a.zero_stage, a.reshard_after_forward, a.prefetch, accum, a.B, a.T, err, ERRLEN)) {
+    GPT2Options mopt = model_options(&a, accum);
+    if (gpt2_init(&model, &cfg, &comm, &mopt, a.B, a.T, err, ERRLEN)) {
         size_t l = strlen(err);
         snprintf(err + l, ERRLEN - l, " [-e %s]", a.init);
     }
@@ -529,7 +558,7 @@ int main(int argc, char** argv) {
         if (last) break;
         comm.phase = PHASE_TRAIN;
         double t0 = wall_seconds();
-        zero_begin_step(&model.engine);
+        gpt2_begin_step(&model);
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             state_log_position(&train, step + 1, micro);
@@ -538,7 +567,7 @@ int main(int argc, char** argv) {
             loss += gpt2_forward(&model, train.inputs, train.targets, a.B, a.T, dloss);
             gpt2_backward(&model, a.B, a.T);
         }
-        zero_reduce_grads(&model.engine);
+        gpt2_reduce_grads(&model);
         opt.lr = lr_schedule(a.lr, step, a.warmup, a.max_steps, a.final_frac);
         double norm = zero_optimizer_step(&model.engine, &opt, step + 1);
         comm_allreduce_sum_host(&comm, &loss, 1);

@@ -131,11 +131,12 @@ echo "a known model (-e): the traffic of its own shard plan, equal to what a run
 # line of a 1-step training run at that stage (both from the same plan; the
 # run's from the bytes it counted on the collectives)
 TINY="-e d2 --channels 64 --heads 2 --max-seq-len 64"
-est $TINY --estimate --ranks 2 --dtype fp32
+# (the same B x T: the embedding-gradient rows are all-gathered per micro-step)
+est $TINY --estimate --ranks 2 --dtype fp32 -b 1 -t 16
 check "exit status 0 (got $RC)" test "$RC" -eq 0
-check "says the traffic is model-specific" grep -q "^traffic: model-specific, from the shard plan of -e d2 (L=2 NH=2 C=64 Vp=50304) on 2 ranks" <<<"$OUT"
+check "says the traffic is model-specific" grep -q "^traffic: model-specific, from the shard plan of -e d2 (L=2 NH=2 C=64 Vp=50304) on 2 ranks, B=1 T=16" <<<"$OUT"
 EST=$OUT
-est $TINY --estimate --ranks 2 --dtype fp32 --reshard-after-forward 0
+est $TINY --estimate --ranks 2 --dtype fp32 -b 1 -t 16 --reshard-after-forward 0
 EST_R0=$OUT
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 for mode in 0 1 2 3 "3 --reshard-after-forward 0"; do

@@ -4,14 +4,15 @@
 #     micro-steps, 2 ranks x B=2 x 2 micro-steps at stages 0-3: the logged
 #     train losses agree within 1e-5 relative, and every run's ledger and
 #     traffic match the plan (the trainer exits 2 otherwise); the stage-3
-#     volume line names what was gathered (reshard_after_forward 1 or 0);
+#     traffic names how the blocks were gathered (reshard_after_forward 1 or 0);
 #  2. the checkpoints these runs write agree, and are valid llm.c files
 #     (header, exact size, read back by an independent Python reader);
 #  3. a checkpoint loaded with -e reproduces the val loss it was saved with,
 #     bit for bit, at the same rank count and stage;
 #  4. a val split smaller than -m batches is read once per evaluation (the
 #     loss equals the one over its distinct batches), and the run says so;
-#  5. --reshard-after-forward / --prefetch given at stages 0-2 warn, once each.
+#  5. --reshard-after-forward / --prefetch / --reshard-embedding given at
+#     stages 0-2 warn, once each.
 set -u
 cd "$(dirname "$0")/.."
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
@@ -69,15 +70,14 @@ sys.exit(1 if bad or not base[-1] < base[0] else 0)
 PY
 then ok "same losses and checkpoints for every split of the batch"; else bad "losses or checkpoints differ between splits"; fi
 
-# the stage-3 volume line says what the run did: 2 blocks, 2 micro-steps, 6
-# steps; the root once per step, the blocks twice per micro-step (reshard 1,
-# 6 x (1 + 2 x 2 x 2) = 54 all-gathers) or once (reshard 0, 6 x (1 + 2 x 2) = 30)
-for c in "n2z3 twice 54" "n2z3r0 once 30"; do
-  set -- $c
-  calls=$(awk '/^  all-gather /{print $2; exit}' "$tmp/$1.out")
-  if grep -q "volume per optimizer step: .*blocks $2 per micro-step" "$tmp/$1.out" && [ "$calls" = "$3" ]; then
-    ok "$1: volume line says blocks $2 per micro-step, and $calls all-gathers were counted"
-  else bad "$1: volume line / all-gather calls ($calls, want $3): $(grep 'volume per' "$tmp/$1.out")"; fi
+# the stage-3 traffic says what the run did with the blocks: 2 micro-steps,
+# gathered before each use (forward and backward: 2 x 2 = 4 times per step,
+# reshard 1) or kept from forward to backward (2 times, reshard 0)
+for c in "n2z3 4 gathered before every use" "n2z3r0 2 kept from forward to backward"; do
+  set -- $c; run=$1; times=$2; shift 2
+  if grep -q "stage-3 all-gathers by unit class.*; blocks [0-9.]* Psi ($times x [0-9.]*% of Psi: $*)" "$tmp/$run.out"; then
+    ok "$run: the traffic table says the blocks were gathered $times times per step ($*)"
+  else bad "$run: blocks line: $(grep 'stage-3 all-gathers' "$tmp/$run.out")"; fi
 done
 
 # a val split of 3 distinct global batches (1 rank x 2 x 32 = 64 tokens each:
@@ -97,14 +97,14 @@ if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10: the val sp
   ok "val split of 3 batches with -m 10: 192 distinct tokens, said once, val loss $v10 = the one of -m 3"
 else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note)" "$tmp/val_m10.out"; fi
 
-# --reshard-after-forward and --prefetch at stages 0-2: one warning line each
+# --reshard-after-forward, --prefetch, --reshard-embedding at stages 0-2: one warning line each
 # (naming the flag) when given, none when not given or at stage 3
 warnrun() { timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 "$@" 2>&1 >/dev/null | grep -c "^warning:"; }
-w1=$(warnrun -z 1 --prefetch 2 --reshard-after-forward 0)
+w1=$(warnrun -z 1 --prefetch 2 --reshard-after-forward 0 --reshard-embedding 0)
 w1p=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 -z 2 --prefetch 2 2>&1 >/dev/null)
-w0=$(warnrun -z 1); w3=$(warnrun -z 3 --prefetch 2 --reshard-after-forward 0)
-if [ "$w1" = 2 ] && [ "$w0" = 0 ] && [ "$w3" = 0 ] && [ "$w1p" = "warning: --prefetch 2 has no effect at zero_stage 2 (stage 3 only)" ]; then
-  ok "stage-3 flags at stages 0-2: one warning per flag given ($w1 for two), none without them or at stage 3"
+w0=$(warnrun -z 1); w3=$(warnrun -z 3 --prefetch 2 --reshard-after-forward 0 --reshard-embedding 0)
+if [ "$w1" = 3 ] && [ "$w0" = 0 ] && [ "$w3" = 0 ] && [ "$w1p" = "warning: --prefetch 2 has no effect at zero_stage 2 (stage 3 only)" ]; then
+  ok "stage-3 flags at stages 0-2: one warning per flag given ($w1 for three), none without them or at stage 3"
 else bad "stage-3 flag warnings: $w1 / $w0 / $w3 lines, '$w1p'"; fi
 
 # one -z default: the trainer's (no -z given) is make train's ZERO, and -h says it
