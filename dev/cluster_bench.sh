@@ -35,7 +35,7 @@
 #   OUT=build/cluster_bench         logs of every run, results.tsv, results.md
 # Needs root (network namespaces). The cluster ("bench") is removed at exit.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 
 # The configurations: "label | trainer flags". One line per row of the table;
 # add a line to add a row (e.g. HSDP: "z3 hsdp G=2 | -z 3 --shard-group 2").

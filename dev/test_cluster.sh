@@ -19,7 +19,7 @@
 #     (also when a test fails or the suite is interrupted: trap).
 # Needs root: otherwise it skips with one line (a failure when CI=true).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 pass=0; fail=0
 ok() { pass=$((pass+1)); echo "ok   $1"; }
 bad() { fail=$((fail+1)); echo "FAIL $1"; }
@@ -28,7 +28,7 @@ skip() { # reason
   if [ "${CI:-}" = true ]; then echo "0 passed, 1 failed"; exit 1; fi
   echo "0 passed, 0 failed"; exit 0
 }
-[ "$(id -u)" = 0 ] || skip "needs root for network namespaces (run as root, or in CI where it must run)"
+[ "$(id -u)" = 0 ] || skip "not root: the simulated cluster needs root (network namespaces); not run (a failure when CI=true)"
 unshare --net --uts true 2>/dev/null || skip "network/UTS namespaces are not available on this machine (unshare --net --uts failed)"
 command -v tc >/dev/null && command -v ip >/dev/null || skip "iproute2 (ip, tc) is not installed (make deps)"
 
@@ -74,20 +74,50 @@ else bad "crashed up not cleaned: $(ip netns list | grep llmccrash) $(ls -d /tmp
 
 # --- 2. 2 nodes x 2 ranks == 4 ranks on one node, bit for bit
 counters() { $CL counters; }
-node_in_min() { # before after -> smallest bytes_in over nodes
+node_in_min() { # counters before, after -> fewest bytes a node received
   paste <(echo "$1") <(echo "$2") | awk 'NR == 1 || $5 - $2 < m { m = $5 - $2 } END { print m }'
 }
 psi() { grep -o "Psi = [0-9]*" "$1" | head -1 | awk '{print $3}'; }
-compare() { # name dir_one dir_two out_one out_two
-  local name=$1 d1=$2 d2=$3
+# on_one_node RUN NP trainer-args...: ./train_gpt_cpu on NP ranks of this
+# machine, -o $tmp/RUN, output in $tmp/RUN.out (exit 0: ledger and traffic
+# matched the plan)
+on_one_node() {
+  local run=$1 np=$2; shift 2
+  if timeout 300 $MPIRUN -np "$np" ./train_gpt_cpu "$@" -o "$tmp/$run" > "$tmp/$run.out" 2>&1; then return 0; fi
+  bad "$run: $np ranks on one node: exit $?"; tail -3 "$tmp/$run.out"; return 1
+}
+# on_cluster RUN K R trainer-args...: the same on K nodes x R ranks of the
+# test cluster (VIA=multinode: launched by scripts/run_multinode.sh with the
+# cluster's hostfile); LINK_IN_MIN: the fewest bytes a node received over
+# its link during the run
+on_cluster() {
+  local run=$1 K=$2 R=$3; shift 3
+  local c0 c1 rc how="scripts/cluster.sh run"
+  c0=$(counters)
+  if [ "${VIA:-}" = multinode ]; then
+    how="scripts/run_multinode.sh with the cluster's hostfile"
+    ( eval "$($CL env)"; HOSTFILE=$($CL hostfile) CPU=1 NODES=$K PER_NODE=$R \
+      timeout 300 bash scripts/run_multinode.sh "$@" -o "$tmp/$run" ) > "$tmp/$run.out" 2>&1
+  else
+    timeout 300 $CL run -np $((K * R)) --map-by "ppr:$R:node" -x OMP_NUM_THREADS -- ./train_gpt_cpu "$@" -o "$tmp/$run" > "$tmp/$run.out" 2>&1
+  fi
+  rc=$?; c1=$(counters)
+  LINK_IN_MIN=$(node_in_min "$c0" "$c1")
+  if [ $rc = 0 ]; then ok "$run: $K nodes x $R ranks ($how): ledger and traffic match the plan"; return 0; fi
+  bad "$run: $K nodes x $R ranks ($how): exit $rc"; tail -5 "$tmp/$run.out"; return 1
+}
+# same_run LABEL RUN_A RUN_B: train and val losses (main.log) and the final
+# checkpoint bitwise equal
+same_run() {
+  local label=$1 d1=$tmp/$2 d2=$tmp/$3
   local l1 l2 ck; ck=$(printf 'model_%08d.bin' $STEPS)
   l1=$(awk '$3 == "train_loss" || $3 == "val_loss" { print $1, $2, $3, $4 }' "$d1/main.log")
   l2=$(awk '$3 == "train_loss" || $3 == "val_loss" { print $1, $2, $3, $4 }' "$d2/main.log")
   if [ -n "$l1" ] && [ "$l1" = "$l2" ] && [ "$(echo "$l1" | grep -c train_loss)" = $STEPS ] \
      && cmp -s "$d1/$ck" "$d2/$ck"; then
-    ok "$name: 2 nodes x 2 ranks == 1 node x 4 ranks: $STEPS train losses, val losses and the checkpoint bitwise equal (last loss $(echo "$l1" | grep train_loss | tail -1 | awk '{print $4}'))"
+    ok "$label: $STEPS train losses, val losses and the checkpoint bitwise equal (last loss $(echo "$l1" | grep train_loss | tail -1 | awk '{print $4}'))"
   else
-    bad "$name: runs differ"; diff <(echo "$l1") <(echo "$l2") | head -6
+    bad "$label: runs differ"; diff <(echo "$l1") <(echo "$l2") | head -6
     cmp "$d1/$ck" "$d2/$ck" 2>&1 | head -2
   fi
 }
@@ -102,26 +132,17 @@ placement_check() { # name out K R threads
 }
 
 for z in 1 3; do
-  one=$tmp/one_z$z; two=$tmp/two_z$z
-  if ! timeout 300 $MPIRUN -np 4 ./train_gpt_cpu $COMMON -b 2 -z $z -o "$one" > "$one.out" 2>&1; then
-    bad "z$z: 4 ranks on one node: exit $?"; tail -3 "$one.out"; continue; fi
-  c0=$(counters)
-  if [ $z = 1 ]; then
-    timeout 300 $CL run -np 4 --map-by ppr:2:node -x OMP_NUM_THREADS -- ./train_gpt_cpu $COMMON -b 2 -z $z -o "$two" > "$two.out" 2>&1
-  else # the same through the hostfile launcher
-    ( eval "$($CL env)"; HOSTFILE=$($CL hostfile) CPU=1 NODES=2 PER_NODE=2 ZERO=3 B=2 T=32 STEPS=$STEPS \
-      timeout 300 bash scripts/run_multinode.sh $COMMON -o "$two" ) > "$two.out" 2>&1
-  fi
-  rc=$?; c1=$(counters)
-  if [ $rc != 0 ]; then bad "z$z: 2 nodes x 2 ranks: exit $rc"; tail -5 "$two.out"; continue; fi
-  ok "z$z: 2 nodes x 2 ranks ($([ $z = 1 ] && echo "scripts/cluster.sh run" || echo "scripts/run_multinode.sh with the cluster's hostfile")): ledger and traffic match the plan"
-  compare "z$z" "$one" "$two"
-  placement_check "z$z" "$two.out" 2 2 1
+  via=""; [ $z = 3 ] && via=multinode
+  on_one_node one_z$z 4 $COMMON -b 2 -z $z || continue
+  VIA=$via on_cluster two_z$z 2 2 $COMMON -b 2 -z $z || continue
+  same_run "z$z: 2 nodes x 2 ranks == 1 node x 4 ranks" one_z$z two_z$z
+  placement_check "z$z" "$tmp/two_z$z.out" 2 2 1
   # every all-gather of the params brings the other node's half into a node: at least STEPS x Psi x 4 / 2 bytes
-  p=$(psi "$two.out"); got=$(node_in_min "$c0" "$c1"); need=$((STEPS * p * 4 / 2))
-  if [ -n "$p" ] && [ "$got" -ge "$need" ]; then ok "z$z: each node received >= $got bytes over its link (lower bound $need = steps x Psi x 4 B / 2)"
-  else bad "z$z: a node received only $got bytes over its link (expected >= $need): ranks did not talk across nodes?"; fi
+  p=$(psi "$tmp/two_z$z.out"); need=$((STEPS * p * 4 / 2))
+  if [ -n "$p" ] && [ "$LINK_IN_MIN" -ge "$need" ]; then ok "z$z: each node received at least $LINK_IN_MIN bytes over its link (lower bound $need = steps x Psi x 4 B / 2)"
+  else bad "z$z: a node received only $LINK_IN_MIN bytes over its link (expected >= $need): ranks did not talk across nodes?"; fi
 done
+# (more configurations: one line each, e.g. on_cluster RUN 2 2 $COMMON -b 2 -z 3 FLAGS && same_run LABEL two_z3 RUN)
 
 # --- 3. threads per rank by default (OMP_NUM_THREADS unset): node cpus / ranks on the node
 threads_run() { # name cpumode R
@@ -171,7 +192,7 @@ else bad "the trainer rejects the generated flags '$gen': $out"; fi
 
 # --- 5. down removes everything
 $CL down >/dev/null
-left=$(ip netns list | grep "^$NAME-"; ip -o link show | grep -o "lz$S[a-z0-9]*"; ls -d /tmp/llmc-cluster-$NAME /run/llmc-cluster/$NAME 2>/dev/null)
+left=$(ip netns list | grep "^$NAME-"; ip -o link show | grep -oE "lz${S}(br|n[0-9]+|p[0-9]+)\b"; ls -d /tmp/llmc-cluster-$NAME /run/llmc-cluster/$NAME 2>/dev/null)
 if [ -z "$left" ] && [ "$(grep -v "# llmc-cluster " /etc/hosts)" = "$hosts_before" ] && ! grep -q "# llmc-cluster $NAME$" /etc/hosts; then
   ok "down: no namespace, link, /etc/hosts line or temp dir of the cluster left"
 else bad "down left: $left $(grep "# llmc-cluster $NAME$" /etc/hosts)"; fi
