@@ -383,6 +383,7 @@ int main(int argc, char** argv) {
         if (have_val) printf(", val %zu tokens (%s)", val.num_tokens, a.val_pattern);
         printf("\n");
     }
+    comm_print_placement(&comm, stdout); /* node, local rank, threads of every rank */
     int ledger_bad = 0;
     print_ledger_all_ranks(&model, a.ledger_all, &ledger_bad);
 

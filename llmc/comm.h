@@ -13,6 +13,9 @@
 #define LLMC_COMM_H
 
 #include <mpi.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "utils.h"
 #include "bf16.h"
 #include "traffic.h"
@@ -202,5 +205,48 @@ static inline double comm_allreduce_max_host(Comm* c, double x) {
 }
 
 static inline void comm_barrier(Comm* c) { (void)c; MPI_Barrier(MPI_COMM_WORLD); }
+
+/* Rank placement, printed by rank 0 at start: for every rank its node
+   (MPI_Get_processor_name: the hostname), its local rank and the number of
+   ranks on that node (MPI_COMM_TYPE_SHARED, as in comm_init) and its
+   OpenMP threads (omp_get_max_threads(): set by OMP_NUM_THREADS, else by
+   backend_init; 1 in a build without OpenMP). Collective (MPI_Gather of
+   76 bytes per rank); rows for at most 64 ranks, then a count. */
+static inline void comm_print_placement(Comm* c, FILE* out) {
+    typedef struct { char node[64]; int local_rank, local_size, threads; } Place;
+    Place me;
+    memset(&me, 0, sizeof(me));
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    size_t n = (size_t)(len < 0 ? 0 : len);
+    if (n > sizeof(me.node) - 1) n = sizeof(me.node) - 1; /* longer names are cut */
+    memcpy(me.node, name, n);
+    me.local_rank = c->local_rank;
+    me.local_size = c->local_size;
+#ifdef _OPENMP
+    me.threads = omp_get_max_threads();
+#else
+    me.threads = 1;
+#endif
+    Place* all = c->rank == 0 ? (Place*)malloc(sizeof(Place) * (size_t)c->world_size) : NULL;
+    if (c->rank == 0 && !all) comm_fatal(c, "out of memory: placement table of %d ranks", c->world_size);
+    MPI_Gather(&me, (int)sizeof(Place), MPI_BYTE, all, (int)sizeof(Place), MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (c->rank != 0) return;
+    int nodes = 0;
+    for (int r = 0; r < c->world_size; r++) {
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++) seen = !strcmp(all[q].node, all[r].node);
+        nodes += !seen;
+    }
+    fprintf(out, "placement: %d rank%s on %d node%s\n", c->world_size, c->world_size > 1 ? "s" : "", nodes, nodes > 1 ? "s" : "");
+    fprintf(out, "  %5s  %-24s %11s %11s %8s\n", "rank", "node", "local rank", "local size", "threads");
+    int shown = c->world_size < 64 ? c->world_size : 64;
+    for (int r = 0; r < shown; r++)
+        fprintf(out, "  %5d  %-24s %11d %11d %8d\n", r, all[r].node, all[r].local_rank, all[r].local_size, all[r].threads);
+    if (shown < c->world_size) fprintf(out, "  ... %d more ranks\n", c->world_size - shown);
+    fflush(out);
+    free(all);
+}
 
 #endif /* LLMC_COMM_H */
