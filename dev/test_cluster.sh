@@ -143,6 +143,13 @@ for z in 1 3; do
   else bad "z$z: a node received only $LINK_IN_MIN bytes over its link (expected >= $need): ranks did not talk across nodes?"; fi
 done
 # (more configurations: one line each, e.g. on_cluster RUN 2 2 $COMMON -b 2 -z 3 FLAGS && same_run LABEL two_z3 RUN)
+# HSDP with one shard group per node: the same numbers as on one node, and less over the link than flat stage 3
+flat_in=${LINK_IN_MIN:-0}
+if on_one_node one_hsdp 4 $COMMON -b 2 -z 3 --shard-group 2 && on_cluster two_hsdp 2 2 $COMMON -b 2 -z 3 --shard-group 2; then
+  same_run "HSDP z3 G=2: 2 nodes x 2 ranks == 1 node x 4 ranks" one_hsdp two_hsdp
+  if [ "$flat_in" -gt 0 ] && [ "$LINK_IN_MIN" -lt "$flat_in" ]; then ok "HSDP z3 G=2: a node received $LINK_IN_MIN bytes over its link, less than flat stage 3's $flat_in"
+  else bad "HSDP z3 G=2: a node received $LINK_IN_MIN bytes over its link, flat stage 3 $flat_in"; fi
+fi
 
 # --- 3. threads per rank by default (OMP_NUM_THREADS unset): node cpus / ranks on the node
 threads_run() { # name cpumode R
