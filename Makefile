@@ -30,7 +30,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref bench zero-table clean sanitize fuzz
+.PHONY: all help train test deps data ref bench zero-table cluster-bench clean sanitize fuzz
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -41,6 +41,7 @@ help:
 	@echo "  make all         ./train_gpt_cpu ./test_gpt_cpu (the default target)"
 	@echo "  make zero-table  the ZeRO stage table of the README: memory, wire bytes, ms/step per stage on 2 and 4 ranks"
 	@echo "  make bench       CPU speed figures (a benchmark, not a test)"
+	@echo "  make cluster-bench   ZeRO stages x link rates on a simulated 2-node cluster (root; scripts/cluster.sh)"
 	@echo "  make cuda        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt); make cuda-dev: dev/cuda kernel benchmarks; make cuda-clean"
 	@echo "  make sanitize    ASan+UBSan builds (build/san) on a short set of runs"
 	@echo "  make fuzz        fuzz the file readers (libFuzzer; build/fuzz)"
@@ -55,6 +56,7 @@ help:
 	@echo "  TABLE_STEPS=$(TABLE_STEPS)          make zero-table: steps per run (10 runs: N = 2, 4 x stages 0, 1, 2, 3 with reshard 1 and 0)"
 	@echo "  TABLE_MODEL='$(TABLE_MODEL)'   make zero-table: model and batch per rank"
 	@echo "  FUZZ_SECONDS=$(FUZZ_SECONDS)        make fuzz: seconds per reader"
+	@echo "  CLUSTER_BENCH='$(CLUSTER_BENCH)'      make cluster-bench: environment for dev/cluster_bench.sh, e.g. 'STEPS=3'"
 	@echo "  CFLAGS MPICC BLAS_CFLAGS BLAS_LIBS   the CPU build"
 	@echo "  CUDA_HOME NVCC CUDA_ARCH             the CUDA build (cuda.mk)"
 
@@ -97,6 +99,13 @@ bench: deps data
 zero-table: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	MODEL="$(TABLE_MODEL)" bash dev/zero_table.sh $(strip $(TABLE_STEPS) $(ARGS))
+
+# ZeRO stages on 2 simulated nodes (scripts/cluster.sh) at 100 Mbit/s, 1 and
+# 10 Gbit/s: step time, bytes across the link, a simple model. Not a test.
+CLUSTER_BENCH ?=
+cluster-bench: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	$(CLUSTER_BENCH) bash dev/cluster_bench.sh
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

@@ -143,7 +143,7 @@ static inline void gpt2_save_checkpoint(GPT2* m, const char* path, int version) 
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");
     uint16_t* half = esz == 2 ? (uint16_t*)malloc_or_die(maxsz * sizeof(uint16_t), "checkpoint bf16 buffer") : NULL;
-    for (int t = 0; t < P->num_tensors && cfile_ok(&f); t++) {
+    for (int t = 0; t < P->num_tensors && cfile_ok(&f) && m->comm->replica_rank == 0; t++) {  /* HSDP: one group writes */
         size_t first;
         size_t n = gpt2_get_own(m, t, buf, &first);
         if (!n) continue;
