@@ -847,9 +847,18 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
         {"p Psi", "g Psi", "4 Psi/N", "4 Psi/N", "4 Psi/N"},
         {"p Psi", "g Psi/N", "4 Psi/N", "4 Psi/N", "4 Psi/N"},
         {"p Psi/N", "g Psi/N", "4 Psi/N", "4 Psi/N", "4 Psi/N"}};
-    fprintf(out, "memory ledger, rank %d of %d, zero_stage %d: Psi = %zu parameters (%zu padded, %zu per shard), p=%d g=%d k=%d bytes/param\n",
-            P->rank, P->num_ranks, P->zero_stage, P->num_parameters, P->padded_parameters, P->shard_parameters,
-            P->param_bytes, P->grad_bytes, P->master_bytes + 8);
+    int p = P->param_bytes, g = P->grad_bytes, k = P->master_bytes + 8;
+    /* the paper's per-rank model-state formula with this program's bytes */
+    char law[96];
+    switch (P->zero_stage) {
+        case 0: snprintf(law, sizeof(law), "(p+g+k) Psi = %d Psi", p + g + k); break;
+        case 1: snprintf(law, sizeof(law), "(p+g) Psi + k Psi/N = %d Psi + %d Psi/N", p + g, k); break;
+        case 2: snprintf(law, sizeof(law), "p Psi + (g+k) Psi/N = %d Psi + %d Psi/N", p, g + k); break;
+        default: snprintf(law, sizeof(law), "(p+g+k) Psi/N = %d Psi/N", p + g + k); break;
+    }
+    fprintf(out, "memory ledger, rank %d of %d%s, zero_stage %d: Psi = %zu parameters (%zu padded, %zu per shard), p=%d g=%d k=%d bytes/param\n",
+            P->rank, P->num_ranks, P->replicas > 1 ? " in its shard group (HSDP: N = the group)" : "", P->zero_stage,
+            P->num_parameters, P->padded_parameters, P->shard_parameters, p, g, k);
     fprintf(out, "  %-28s %16s %16s %16s  %s\n", "category", "predicted B", "allocated B", "paper formula B", "");
     int bad = 0;
     unsigned long long tp = 0, ta = 0;
@@ -863,11 +872,24 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
         if (f[i] >= 0) { snprintf(fs, sizeof(fs), "%16.0f  %s", f[i], forms[P->zero_stage][i < 5 ? i : 0]); tf += f[i]; }
         fprintf(out, "  %-28s %16llu %16llu %s%s\n", mem_names[i], L->predicted[i], L->allocated[i], fs[0] ? fs : "", ok ? "" : "   <-- ERROR: allocated != predicted");
         if (i == MEM_ADAM_V) {
-            fprintf(out, "  %-28s %16llu %16llu %16.0f  (%.2f bytes/param of Psi)\n", "= model states", ledger_model_states(L->predicted),
-                    ledger_model_states(L->allocated), tf, (double)ledger_model_states(L->allocated) / (double)P->num_parameters);
+            fprintf(out, "  %-28s %16llu %16llu %16.0f  %s (%.2f bytes/param of Psi)\n", "= model states", ledger_model_states(L->predicted),
+                    ledger_model_states(L->allocated), tf, law, (double)ledger_model_states(L->allocated) / (double)P->num_parameters);
+        }
+        /* the transients by unit class: which buffers they are */
+        if ((i == MEM_GATHERED && L->predicted[i]) || (i == MEM_UNIT_GRADS && L->predicted[i])) {
+            for (int c = 0; c < P->num_classes; c++) {
+                const ZeroClass* K = &P->classes[c];
+                int nbuf = i == MEM_GATHERED ? K->num_slots : K->grad_buffers;
+                int eb = i == MEM_GATHERED ? p : g;
+                if (!nbuf) continue;
+                fprintf(out, "    %-26s %16llu %16s  %d x %zu elements (its largest unit)\n", K->name,
+                        (unsigned long long)nbuf * K->max_padded * (unsigned long long)eb, "", nbuf, K->max_padded);
+            }
         }
     }
     fprintf(out, "  %-28s %16llu %16llu\n", "= total", tp, ta);
+    fprintf(out, "  live at the peak: every buffer above (all are allocated at start and held to the end, so the peak is the total;"
+                 " the trace's memory counter shows when the transients hold data)\n");
     fprintf(out, "  ledger: %s\n", bad ? "ERROR: mismatch" : "OK (allocated == predicted in every category)");
     return bad;
 }
