@@ -176,7 +176,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("--overlap", a->overlap, 0, 1)
         if (!strcmp(f, "--trace")) { a->trace_path = v; continue; }
         if (!strcmp(f, "--trace-steps")) {
-            char* colon = strchr(v, ':');
+            const char* colon = strchr(v, ':');
             long x = 0, y = 0;
             char tmp[64];
             if (!colon || strlen(v) >= sizeof(tmp)) return set_err(err, errlen, "flag --trace-steps: '%s' must be a:b (first and last optimizer step, 1-based)", v);
