@@ -426,8 +426,6 @@ static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long ha
        there is no master copy to start from) and the updated param shard
        back (p Psi/N). */
 enum { OFFL_DISK_READ = 0, OFFL_DISK_WRITE, OFFL_TO_HOST, OFFL_TO_BACKEND, OFFL_NUM };
-static const char* offl_names[OFFL_NUM] = {"disk -> memory (read)", "memory -> disk (write)",
-                                           "device -> host (grads)", "host -> device (params)"};
 
 static inline void zero_predict_offload_traffic(const ZeroPlan* P, unsigned long long out[OFFL_NUM]) {
     for (int k = 0; k < OFFL_NUM; k++) out[k] = 0;
@@ -1283,6 +1281,8 @@ static inline int zero_print_traffic(FILE* out, const ZeroPlan* P, const Comm* c
 static inline int zero_print_offload_traffic(FILE* out, const ZeroEngine* E, int steps) {
     const ZeroPlan* P = E->plan;
     if (P->offload == OFFLOAD_NONE) return 0;
+    static const char* offl_names[OFFL_NUM] = {"disk -> memory (read)", "memory -> disk (write)",
+                                               "device -> host (grads)", "host -> device (params)"};
     unsigned long long per[OFFL_NUM], counted[OFFL_NUM];
     zero_predict_offload_traffic(P, per);
     const OffloadFile* F = &E->off_file;
