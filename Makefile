@@ -4,6 +4,7 @@
 #   make train [NP=2 ZERO=1 STEPS=... ARGS="..."]   train the default GPT on the CPU
 #   make test                                        every check a CPU machine can run
 #   make bench                                       CPU speed figures (not a test)
+#   make bench-offload [BENCH_STEPS=4 BENCH_NP=1 BENCH_ZERO=1]  memory, step time, I/O of --offload-optimizer disk (not a test)
 #   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
 #   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
 #   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
@@ -33,7 +34,7 @@ ZERO ?= 1
 STEPS ?= 500
 ARGS ?=
 
-.PHONY: all train test deps data ref bench clean sanitize fuzz
+.PHONY: all train test deps data ref bench bench-offload clean sanitize fuzz
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -70,6 +71,11 @@ bench: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	@mkdir -p build
 	BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
+
+bench-offload: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	@mkdir -p build
+	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh
