@@ -36,6 +36,15 @@
    stage 3: all-gather each block before forward and again before backward
             (2 A p Psi_blocks, A p Psi_blocks with reshard_after_forward=0),
             the root once per step (p Psi_root), reduce-scatter A g Psi ("3 Psi")
+
+ Optimizer offload (stages 1-3, --offload-optimizer; ZeRO-Offload,
+ Ren et al. 2021, arXiv:2101.06840; ZeRO-Infinity, arXiv:2104.07857): the
+ k Psi/N bytes of master, m, v move to page-locked host memory (host) or to
+ a scratch file per rank (disk, llmc/offload.h), streamed unit by unit
+ through two buffers by zero_offload_adamw; the ledger then has a host and
+ a disk tier, and each step moves 2 k Psi/N bytes to and from the disk (or
+ g Psi/N grads down and p Psi/N params up over PCIe for host). The same
+ adamw_update on the same elements: bitwise the same numbers.
 */
 #ifndef LLMC_ZERO_H
 #define LLMC_ZERO_H
@@ -334,6 +343,12 @@ typedef struct {
    per element (m, v and the master copy when p < 4). */
 static inline int zero_offload_arrays(const ZeroPlan* P) { return 2 + (P->master_bytes ? 1 : 0); }
 
+/* Elements of the largest unit range the optimizer updates on this rank
+   (the largest own shard at stages 1-3; a whole padded unit at stage 0,
+   which the trainer refuses to offload): what one streaming buffer holds
+   per array. */
+static inline size_t zero_offload_unit_max(const ZeroPlan* P) { return zero_is_full(P, ZB_OPT) ? P->max_padded : P->max_shard; }
+
 /* The tiers of an offloaded optimizer (P->offload != OFFLOAD_NONE), from the
    plan alone: master, m and v (4 bytes x the own shard each, as without
    offload) move from the backend's memory to host memory (host) or to the
@@ -351,7 +366,7 @@ static inline void zero_predict_offload_memory(const ZeroPlan* P, Ledger* L) {
         if (P->offload == OFFLOAD_DISK) L->predicted_disk[cats[i]] = b;
         else L->predicted_host[cats[i]] = b;
     }
-    unsigned long long ms = (unsigned long long)P->max_shard;
+    unsigned long long ms = (unsigned long long)zero_offload_unit_max(P);
     if (P->offload == OFFLOAD_DISK) {
         unsigned long long buf = 2ULL * (unsigned long long)zero_offload_arrays(P) * 4ULL * ms;
         if (P->offload_staging) L->predicted_host[MEM_OFFLOAD_BUF] = buf;
@@ -430,7 +445,7 @@ enum { OFFL_DISK_READ = 0, OFFL_DISK_WRITE, OFFL_TO_HOST, OFFL_TO_BACKEND, OFFL_
 static inline void zero_predict_offload_traffic(const ZeroPlan* P, unsigned long long out[OFFL_NUM]) {
     for (int k = 0; k < OFFL_NUM; k++) out[k] = 0;
     if (P->offload == OFFLOAD_NONE) return;
-    unsigned long long own = (unsigned long long)P->shard_parameters;
+    unsigned long long own = (unsigned long long)zero_held_elements(P, ZB_OPT);
     if (P->offload == OFFLOAD_DISK)
         out[OFFL_DISK_READ] = out[OFFL_DISK_WRITE] = 4ULL * (unsigned long long)zero_offload_arrays(P) * own;
     if (P->offload_staging) {
@@ -643,7 +658,7 @@ static inline void zero_engine_track_gathered(ZeroEngine* E) {
 static inline void zero_offload_alloc(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     Ledger* L = E->ledger;
-    size_t opt = zero_held_elements(P, ZB_OPT), ms = P->max_shard;
+    size_t opt = zero_held_elements(P, ZB_OPT), ms = zero_offload_unit_max(P);
     E->off_file.fd = -1;
     if (P->offload == OFFLOAD_HOST) {
         if (P->master_bytes) E->master = (float*)ledger_alloc_host(L, MEM_MASTER, 4 * opt);
@@ -664,7 +679,7 @@ static inline void zero_offload_alloc(ZeroEngine* E) {
 static inline void zero_offload_free(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     Ledger* L = E->ledger;
-    size_t opt = zero_held_elements(P, ZB_OPT), ms = P->max_shard;
+    size_t opt = zero_held_elements(P, ZB_OPT), ms = zero_offload_unit_max(P);
     ledger_free_host(L, MEM_MASTER, E->master, 4 * opt);
     ledger_free_host(L, MEM_ADAM_M, E->adam_m, 4 * opt);
     ledger_free_host(L, MEM_ADAM_V, E->adam_v, 4 * opt);
