@@ -44,6 +44,7 @@ suite "memory by stage" bash dev/test_memory.sh
 [ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
 suite "resume" bash dev/test_resume.sh
 suite "faults" bash dev/test_faults.sh
+[ -f dev/test_offload.sh ] && suite "offload" bash dev/test_offload.sh
 suite "sanitizers" bash dev/test_sanitizers.sh
 suite "fuzz smoke" bash dev/fuzz/run.sh 15
 [ -f dev/test_cuda_build.sh ] && suite "cuda build" bash dev/test_cuda_build.sh

@@ -196,10 +196,11 @@ typedef struct {
     int vocab_chunk;            /* target rows of wte per vocabulary chunk */
     int keep_logits;            /* 1: keep every chunk's logits from forward to backward (B*T*Vp) */
     int overlap;                /* 1: two unit-grad buffers per class */
+    int offload;                /* OFFLOAD_NONE, _HOST or _DISK (zero.h): where master, m, v live */
 } GPT2Options;
 
 static inline GPT2Options gpt2_default_options(void) {
-    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1};
+    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE};
     return o;
 }
 
@@ -323,6 +324,8 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     free(uc);
     if (rc) return 1;
     P->rs_scratch = BACKEND_RS_SCRATCH;
+    P->offload = opt->offload;
+    P->offload_staging = opt->offload != OFFLOAD_NONE && BACKEND_OFFLOAD_STAGING;
     int N = comm->group_size;   /* the embedding rows are exchanged inside the shard group */
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;
     P->emb_gather_bytes = N > 1 ? (unsigned long long)N * BT * (C * sizeof(floatX) + sizeof(int)) : 0;
@@ -441,10 +444,10 @@ static inline void gpt2_set_tensor(GPT2* m, int t, const float* values) {
     zero_held_range(P, ZB_PARAMS, u, &lo, &hi);
     if ((n = zero_tensor_overlap(P, t, lo, hi, &a)))
         backend_floats_to_floatX(m->engine.params + zero_index(P, ZB_PARAMS, u, a), values + (a - off), n);
-    if (m->engine.master) {
+    if (P->master_bytes) {
         zero_held_range(P, ZB_OPT, u, &lo, &hi);
         if ((n = zero_tensor_overlap(P, t, lo, hi, &a)))
-            backend_to_device(m->engine.master + zero_index(P, ZB_OPT, u, a), values + (a - off), n * sizeof(float));
+            zero_opt_set(&m->engine, ZO_MASTER, u, a, values + (a - off), n);
     }
 }
 
@@ -459,7 +462,7 @@ static inline size_t gpt2_get_own(GPT2* m, int t, float* out, size_t* first) {
     size_t n = zero_tensor_overlap(P, t, lo, hi, &a);
     *first = a - P->tensors[t].offset;
     if (!n) return 0;
-    if (m->engine.master) backend_to_host(out, m->engine.master + zero_index(P, ZB_OPT, u, a), n * sizeof(float));
+    if (P->master_bytes) zero_opt_get(&m->engine, ZO_MASTER, u, a, out, n);
     else backend_floatX_to_floats(out, m->engine.params + zero_index(P, ZB_PARAMS, u, a), n);
     return n;
 }
