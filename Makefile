@@ -30,7 +30,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref bench zero-table cluster-bench clean sanitize fuzz
+.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench clean sanitize fuzz
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -42,6 +42,7 @@ help:
 	@echo "  make zero-table  the ZeRO stage table of the README: memory, wire bytes, ms/step per stage on 2 and 4 ranks"
 	@echo "  make bench       CPU speed figures (a benchmark, not a test)"
 	@echo "  make cluster-bench   ZeRO stages x link rates on a simulated 2-node cluster (root; scripts/cluster.sh)"
+	@echo "  make bench-offload   memory, step time, I/O of --offload-optimizer disk (a benchmark, not a test)"
 	@echo "  make cuda        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt); make cuda-dev: dev/cuda kernel benchmarks; make cuda-clean"
 	@echo "  make sanitize    ASan+UBSan builds (build/san) on a short set of runs"
 	@echo "  make fuzz        fuzz the file readers (libFuzzer; build/fuzz)"
@@ -57,6 +58,7 @@ help:
 	@echo "  TABLE_MODEL='$(TABLE_MODEL)'   make zero-table: model and batch per rank"
 	@echo "  FUZZ_SECONDS=$(FUZZ_SECONDS)        make fuzz: seconds per reader"
 	@echo "  CLUSTER_BENCH='$(CLUSTER_BENCH)'      make cluster-bench: environment for dev/cluster_bench.sh, e.g. 'STEPS=3'"
+	@echo "  BENCH_STEPS BENCH_NP BENCH_ZERO   make bench-offload: steps (4), ranks (1), stage (1)"
 	@echo "  CFLAGS MPICC BLAS_CFLAGS BLAS_LIBS   the CPU build"
 	@echo "  CUDA_HOME NVCC CUDA_ARCH             the CUDA build (cuda.mk)"
 
@@ -106,6 +108,11 @@ CLUSTER_BENCH ?=
 cluster-bench: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	$(CLUSTER_BENCH) bash dev/cluster_bench.sh
+
+bench-offload: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	@mkdir -p build
+	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

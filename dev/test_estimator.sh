@@ -3,11 +3,13 @@
 # real program, `./train_gpt_cpu --estimate ...` (zero_estimate_print in
 # llmc/zero.h): the ZeRO paper's figures (70B on 64 ranks: 1120 / 293.1 /
 # 155.3 / 17.5 GB per rank for stages 0-3), the smallest rank count that fits
-# a device, the GPT-2 124M count from -e d12 without any data, --params with
-# suffixes (124M, 1.5B, 70B), the model-specific traffic of a known model
-# equal to what a training run counts (stages 0-3, 2 ranks), the activations
-# added to the fit check with -e, -b, -t (equal to the run's ledger), and one
-# clear error line with exit 1 for bad flags.
+# a device, the offloaded-optimizer rows (70B on 8 ranks: 35 GB on the
+# device at stage 3, 105 GB per rank on the host or disk, 4 ranks minimum),
+# the GPT-2 124M count from -e d12 without any data, --params with suffixes
+# (124M, 1.5B, 70B), the model-specific traffic of a known model equal to
+# what a training run counts (stages 0-3, 2 ranks), the activations added to
+# the fit check with -e, -b, -t (equal to the run's ledger), llm.c's -e dN
+# shapes, and one clear error line with exit 1 for bad flags.
 #
 #   bash dev/test_estimator.sh          (from the repository root; builds
 #                                        train_gpt_cpu with make if needed)
@@ -91,7 +93,7 @@ check_field 3 1 yes "fits in 80 GB"
 check_field 2 0 never "min ranks (p Psi = 140 GB alone exceeds 80 GB)"
 check_field 3 0 14 "min ranks (1120 GB / 80 GB)"
 check "header names 2+2+12 = 16 bytes/param" grep -q "2+2+12 = 16" <<<"$OUT"
-check "says the traffic is the paper's (no model given)" grep -q "^traffic: the ZeRO paper's 2 Psi" <<<"$OUT"
+check "says the traffic is the paper's (no model given)" grep -q "^traffic (first table): the ZeRO paper's 2 Psi" <<<"$OUT"
 check "says the fit check ignores activations" grep -q "^fit check: model states only, activations ignored" <<<"$OUT"
 T70=$OUT
 est --estimate --params 70B --dtype bf16 --ranks 64 --gpu-mem 80
@@ -134,7 +136,7 @@ TINY="-e d2 --channels 64 --heads 2 --max-seq-len 64"
 # (the same B x T: the embedding-gradient rows are all-gathered per micro-step)
 est $TINY --estimate --ranks 2 --dtype fp32 -b 1 -t 16
 check "exit status 0 (got $RC)" test "$RC" -eq 0
-check "says the traffic is model-specific" grep -q "^traffic: model-specific, from the shard plan of -e d2 (L=2 NH=2 C=64 Vp=50304) on 2 ranks, B=1 T=16" <<<"$OUT"
+check "says the traffic is model-specific" grep -q "^traffic (first table): model-specific, from the shard plan of -e d2 (L=2 NH=2 C=64 Vp=50304) on 2 ranks, B=1 T=16" <<<"$OUT"
 EST=$OUT
 est $TINY --estimate --ranks 2 --dtype fp32 -b 1 -t 16 --reshard-after-forward 0
 EST_R0=$OUT
@@ -179,6 +181,30 @@ for c in "d12 12 12 768" "d24 24 16 1024" "d36 36 20 1280" "d48 48 25 1600" "d6 
     check "-e $1: L=$2 NH=$3 C=$4, Psi = $P" bash -c 'grep -q "(L=$1 NH=$2 C=$3 Vp=50304)" <<<"$5" && grep -q "Psi = $4 parameters" <<<"$5"' _ "$2" "$3" "$4" "$P" "$OUT"
 done
 check "-h documents the rule" bash -c '"$0" -h | grep -q "d24 (24, 16, 1024)" && "$0" -h | grep -q "any other N: N layers, N heads, 64\*N channels"' "$BIN"
+
+echo "--estimate --params 70e9 --ranks 8 --gpu-mem 80: the optimizer offloaded (rows 1+off .. 3+off)"
+est --estimate --params 70e9 --ranks 8 --gpu-mem 80
+check "exit status 0 (got $RC)" test "$RC" -eq 0
+# offload rows, from the end: NF-4 device GB, NF-3 offloaded GB, NF-2 disk GB per step, NF-1 fits, NF min ranks
+check_gb 1+off 280.0          # (2+2) x 70
+check_gb 2+off 157.5          # 2 x 70 + 2 x 70/8
+check_gb 3+off 35.0           # (2+2) x 70/8
+for s in 1 2 3; do check_field ${s}+off 3 105.000 "offloaded GB per rank (12 x 70/8)"; done
+check_field 3+off 2 210.000 "disk GB read + written per step (2 x 105)"
+check_field 3+off 1 yes "3+off fits in 80 GB"
+check_field 3+off 0 4 "3+off min ranks (ceil(4 x 70 / 80))"
+check_field 2+off 0 never "2+off min ranks (p Psi = 140 GB alone)"
+check_field 3 0 14 "stage 3 without offload still needs 14"
+check "header names 12 Psi/N offloaded" grep -q "k Psi/N = 12 Psi/N per rank off the device" <<<"$OUT"
+
+echo "--estimate --params 70e9 --dtype fp32 --ranks 64 --gpu-mem 80 and --params 30e9 --ranks 32: offload rows"
+est --estimate --params 70e9 --dtype fp32 --ranks 64 --gpu-mem 80
+check_gb 3+off 8.75           # (4+4) x 70/64
+check_field 3+off 3 8.750 "fp32: offloaded GB per rank (8 x 70/64)"
+check_field 3+off 0 7 "fp32 3+off min ranks (ceil(8 x 70 / 80))"
+est --estimate --params 30e9 --ranks 32 --gpu-mem 80
+check_gb 2+off 61.875         # 2 x 30 + 2 x 30/32
+check_field 2+off 0 3 "30B 2+off min ranks (60 + 60/N <= 80)"
 
 echo "bad flags: exit 1 and one line naming the flag"
 bad_flag() { # bad_flag flag value

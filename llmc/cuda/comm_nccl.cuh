@@ -45,6 +45,7 @@
 #include "common.cuh"
 #include "matmul.cuh"
 #include "../comm.h"
+#include "../trace.h"
 
 #define NCCL_FENCES 64   /* ring of comm-stream events (fence n uses n % NCCL_FENCES) */
 
@@ -61,6 +62,39 @@ typedef struct {
     double timeout_s;
 } NcclState;
 static NcclState nccl_state;
+
+/* ------------------------------------------------------------------------ */
+/* trace marks on the device (trace.h): a pool of cudaEvents recorded on the
+   stream of the event's track, resolved against a base event after the
+   traced steps */
+#define CUDA_TRACE_EVENTS 65536
+static cudaEvent_t cuda_trace_ev[CUDA_TRACE_EVENTS];
+static int cuda_trace_n = 0, cuda_trace_based = 0;
+static cudaEvent_t cuda_trace_base;
+static double cuda_trace_base_s = 0.0;
+
+static int cuda_trace_record(int tid) {
+    if (!cuda_trace_based) {
+        cudaCheck(cudaEventCreate(&cuda_trace_base));
+        cudaCheck(cudaEventRecord(cuda_trace_base, cuda_ctx.stream));
+        cudaCheck(cudaEventSynchronize(cuda_trace_base));
+        cuda_trace_base_s = wall_seconds() - tracer.t0;
+        cuda_trace_based = 1;
+    }
+    if (cuda_trace_n >= CUDA_TRACE_EVENTS) return -1;
+    cudaEvent_t* e = &cuda_trace_ev[cuda_trace_n];
+    if (!*e) cudaCheck(cudaEventCreate(e));
+    cudaCheck(cudaEventRecord(*e, tid == TRACE_TID_COMM ? nccl_state.comm_stream : cuda_ctx.stream));
+    return cuda_trace_n++;
+}
+
+static double cuda_trace_resolve(int h) {
+    float ms = 0.0f;
+    cudaCheck(cudaEventSynchronize(cuda_trace_ev[h]));
+    cudaCheck(cudaEventElapsedTime(&ms, cuda_trace_base, cuda_trace_ev[h]));
+    return cuda_trace_base_s + 1e-3 * (double)ms;
+}
+
 
 static void nccl_check_(ncclResult_t r, const char* call, const char* file, int line) {
     if (r != ncclSuccess)
@@ -162,6 +196,8 @@ static void backend_init(Comm* c) {
     }
     nccl_state.ready = 1;
     c->backend = &nccl_state;
+    tracer.dev_record = cuda_trace_record;
+    tracer.dev_resolve = cuda_trace_resolve;
     if (c->rank == 0) {
         int v = 0;
         ncclGetVersion(&v);
@@ -196,8 +232,14 @@ static void nccl_begin(void) {
     cudaCheck(cudaStreamWaitEvent(nccl_state.comm_stream, nccl_state.compute_mark, 0));
 }
 
+/* the trace event of the collective about to be enqueued */
+static void nccl_trace(Comm* c, int kind, unsigned long long bytes) {
+    trace_begin_coll(c->cur_unit, bytes, coll_name(c->purpose_embedding && kind == COLL_ALL_GATHER ? COLL_EMB_GATHER : kind));
+}
+
 /* step 3: the fence of the collective just enqueued */
 static unsigned long long nccl_end(void) {
+    trace_end(TRACE_TID_COMM);
     unsigned long long f = ++nccl_state.issued;
     cudaCheck(cudaEventRecord(nccl_state.fences[f % NCCL_FENCES], nccl_state.comm_stream));
     return f;
@@ -225,6 +267,7 @@ static inline void backend_wait_comm(unsigned long long fence) {
    acc. */
 static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* buf, size_t shard, floatX* acc) {
     nccl_begin();
+    nccl_trace(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX));
     floatX* mine = buf + (size_t)c->group_rank * shard;
     ncclCheck(ncclReduceScatter(buf, mine, shard, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
     if (acc) elementwise_launch<2>(acc, acc, mine, shard, "reduce-scatter accumulate", nccl_state.comm_stream);
@@ -238,6 +281,7 @@ static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* b
 static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floatX* buf, size_t n) {
     if (!nccl_state.nccl_rep) return 0;
     nccl_begin();
+    nccl_trace(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
     ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, nccl_state.nccl_rep, nccl_state.comm_stream));
     unsigned long long f = nccl_end();
     comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX), c->replica_size);
@@ -253,6 +297,7 @@ static inline void backend_comm_seconds(double* busy, double* waited) { *busy = 
    before using buf (see the header comment). */
 static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
     nccl_begin();
+    nccl_trace(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX));
     ncclCheck(ncclAllGather(buf + (size_t)c->group_rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
                             nccl_state.comm_stream));
     unsigned long long f = nccl_end();
