@@ -39,6 +39,7 @@ fi
 suite "zero sweep" bash dev/test_zero_sweep.sh
 [ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh
 [ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
+[ -f dev/test_plots.sh ] && suite "plots" bash dev/test_plots.sh
 suite "resume" bash dev/test_resume.sh
 suite "faults" bash dev/test_faults.sh
 suite "sanitizers" bash dev/test_sanitizers.sh
