@@ -51,7 +51,8 @@
 typedef struct {
     int ready;
     Comm* comm;
-    ncclComm_t nccl;
+    ncclComm_t nccl;                      /* the shard group (all ranks unless HSDP) */
+    ncclComm_t nccl_rep;                  /* the replica group (HSDP), NULL when R = 1 */
     cudaStream_t comm_stream;
     cudaEvent_t compute_mark;             /* recorded on compute before each collective */
     cudaEvent_t fences[NCCL_FENCES];      /* recorded on comm after each collective */
@@ -145,11 +146,20 @@ static void backend_init(Comm* c) {
     nccl_state.timeout_s = to ? atof(to) : 900.0;
     cuda_sync_hook = nccl_sync_hook;
 
+    /* one NCCL communicator per shard group (its rank 0 makes the id, the
+       group's MPI communicator carries it), and per replica group (HSDP) */
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
-    if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    ncclCheck(ncclCommInitRank(&nccl_state.nccl, c->world_size, id, c->rank));
+    if (c->group_rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->group_host);
+    ncclCheck(ncclCommInitRank(&nccl_state.nccl, c->group_size, id, c->group_rank));
+    nccl_state.nccl_rep = NULL;
+    if (c->replica_size > 1) {
+        memset(&id, 0, sizeof(id));
+        if (c->replica_rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->replica_comm);
+        ncclCheck(ncclCommInitRank(&nccl_state.nccl_rep, c->replica_size, id, c->replica_rank));
+    }
     nccl_state.ready = 1;
     c->backend = &nccl_state;
     if (c->rank == 0) {
@@ -171,6 +181,7 @@ static void backend_finalize(Comm* c) {
     cuda_wait_stream(nccl_state.comm_stream);
     ncclCommDestroy(nccl_state.nccl);
     nccl_state.nccl = NULL;
+    if (nccl_state.nccl_rep) { ncclCommDestroy(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
     nccl_state.ready = 0;
 }
 
@@ -214,23 +225,38 @@ static inline void backend_wait_comm(unsigned long long fence) {
    acc. */
 static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* buf, size_t shard, floatX* acc) {
     nccl_begin();
-    floatX* mine = buf + (size_t)c->rank * shard;
+    floatX* mine = buf + (size_t)c->group_rank * shard;
     ncclCheck(ncclReduceScatter(buf, mine, shard, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
     if (acc) elementwise_launch<2>(acc, acc, mine, shard, "reduce-scatter accumulate", nccl_state.comm_stream);
     unsigned long long f = nccl_end();
-    comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX), c->group_size);
     return f;
 }
+
+/* HSDP: buf[0..n) summed over the replica groups, in place, on the comm
+   stream; returns the fence. */
+static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floatX* buf, size_t n) {
+    if (!nccl_state.nccl_rep) return 0;
+    nccl_begin();
+    ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, nccl_state.nccl_rep, nccl_state.comm_stream));
+    unsigned long long f = nccl_end();
+    comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX), c->replica_size);
+    return f;
+}
+
+/* Seconds of communication and of waiting for it: not measured on the GPU
+   (the comm stream runs asynchronously; a trace would need CUDA events). */
+static inline void backend_comm_seconds(double* busy, double* waited) { *busy = 0.0; *waited = 0.0; }
 
 /* In place: rank r's shard elements sit at buf + r*shard; afterwards every
    rank has all. Returns the fence; the caller waits with backend_wait_comm
    before using buf (see the header comment). */
 static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
     nccl_begin();
-    ncclCheck(ncclAllGather(buf + (size_t)c->rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
+    ncclCheck(ncclAllGather(buf + (size_t)c->group_rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
                             nccl_state.comm_stream));
     unsigned long long f = nccl_end();
-    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX), c->group_size);
     return f;
 }
 
