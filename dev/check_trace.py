@@ -33,10 +33,16 @@ Checks (always):
   - every comm-track event has args unit, bytes (integer >= 0) and kind.
 Checks (asked for):
   --gathers reshard1   (stage 3, --reshard-after-forward 1) every use of a
-                       block, in forward and in backward, is preceded by an
-                       all-gather of that unit on the same rank's comm
-                       track that started after the block's previous use
-                       ended and ended before this use began
+                       block, in forward and in backward, has an all-gather
+                       of that unit on the same rank's comm track that
+                       started after the block's previous use ended and
+                       ended before this use ended
+  --strict             ... and ended before this use computes: before the
+                       use began, or before the last "wait comm" nested in
+                       it ended (the trainer's use events open before the
+                       unit is fetched, and a fetch that issues the next
+                       prefetch can outlast the gather without a wait, so
+                       its traces need not pass this)
   --gathers reshard0   every forward use is preceded so, and there is no
                        all-gather of the block between its forward use and
                        its backward use (it was kept)
@@ -44,13 +50,15 @@ Checks (asked for):
       (default '^block [0-9]+$'). A comm event's unit is matched to the
       compute event's name through, in order: args "unit" when it is a
       string; metadata "unit_names"[unit]; --unit-names (comma-separated
-      names by unit index); args "unit_name".
+      names by unit index); args "unit_name"; the compute events on the
+      same rank whose args "unit" is the same number.
   --ledger STDOUT      the trainer's stdout of the same run: every memory
                        counter category is a ledger category (names
                        compared without " (transient)"), and its bytes in
                        use never exceed the bytes the ledger allocated for it
                        on that rank (needs --ledger all in the run for ranks
-                       other than 0; ranks without a table are skipped)
+                       other than 0; ranks without a table are skipped); a
+                       category the ledger leaves out must stay 0
 
 Prints "trace FILE: OK (...)" or one "error: FILE: <rule>" line per problem
 (the first 20), exit 1. As a module: check(obj, ...) returns the list of
@@ -72,8 +80,9 @@ def _isnum(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
 
 
-def check(obj, gathers=None, block_regex=r"^block [0-9]+$", unit_names=None, ledger=None, tol_us=0.0):
-    """obj: the parsed JSON. gathers: None, "reshard1" or "reshard0".
+def check(obj, gathers=None, block_regex=r"^block [0-9]+$", unit_names=None, ledger=None, tol_us=0.0, strict=False):
+    """obj: the parsed JSON. gathers: None, "reshard1" or "reshard0"
+    (strict: see --strict).
     unit_names: list of names by unit index (or None). ledger: {rank:
     {category: allocated bytes}} (or None). Returns a list of problems
     (strings); empty = valid."""
@@ -231,6 +240,8 @@ def check(obj, gathers=None, block_regex=r"^block [0-9]+$", unit_names=None, led
             if pid not in ledger:
                 continue
             alloc = {_ckey(c): b for c, b in ledger[pid].items()}
+            if _ckey(k) not in alloc and mx == 0:
+                continue  # the ledger leaves out categories this run does not have (master weights in fp32)
             if _ckey(k) not in alloc:
                 err("memory counter %r of rank %d is not a ledger category (%s)" % (k, pid, ", ".join(ledger[pid])))
             elif mx > alloc[_ckey(k)]:
@@ -238,7 +249,7 @@ def check(obj, gathers=None, block_regex=r"^block [0-9]+$", unit_names=None, led
                     % (k, pid, mx, alloc[_ckey(k)]))
 
     if gathers is not None:
-        errs += _check_gathers(spans, gathers, block_regex, unit_names, tol_us)
+        errs += _check_gathers(spans, gathers, block_regex, unit_names, tol_us, strict)
     return errs
 
 
@@ -246,32 +257,52 @@ def _ckey(name):
     return re.sub(r"\s*\(transient\)\s*$", "", name).strip()
 
 
-def _unit_name(sp, unit_names):
+def _unit_names_of(sp, unit_names, by_compute):
+    """The names a comm event's unit may go by: args "unit" when a string;
+    unit_names[unit] (metadata or --unit-names); args "unit_name"; else the
+    names of the compute events that carry the same args "unit" on that
+    rank (a unit such as a wte chunk has several: embedding, LM head)."""
     a = sp["args"]
     u = a.get("unit")
     if isinstance(u, str):
-        return u
+        return {u}
     if _isint(u) and unit_names is not None and 0 <= u < len(unit_names):
-        return unit_names[u]
+        return {unit_names[u]}
     if isinstance(a.get("unit_name"), str):
-        return a["unit_name"]
+        return {a["unit_name"]}
+    if _isint(u) and u in by_compute:
+        return by_compute[u]
     return None
 
 
-def _check_gathers(spans, mode, block_regex, unit_names, tol):
+def _check_gathers(spans, mode, block_regex, unit_names, tol, strict=False):
+    """A use of a block = a compute event matching block_regex inside
+    "forward" or "backward". Its gather must have started after the block's
+    previous use ended and ended before the use ends. strict: it must have
+    ended before the use computes: before the use begins, or, when waits on
+    communication ("wait comm") are nested in the use, before the last of
+    them ends. (A use event may open before its compute does: the trainer's
+    begins before it fetches the unit's parameters, which issues the next
+    prefetch, so a gather that ends during that fetch needs no wait.)"""
     errs = []
     rx = re.compile(block_regex)
     pids = sorted(set(k[0] for k in spans))
     nblock_uses = 0
     for pid in pids:
-        comp = [s for s in spans.get((pid, 0), []) if rx.search(s["name"])]
-        comm = spans.get((pid, 1), [])
+        allc = spans.get((pid, 0), [])
+        by_compute = {}
+        for s in allc:
+            u = s["args"].get("unit")
+            if _isint(u):
+                by_compute.setdefault(u, set()).add(s["name"])
+        waits = [s for s in allc if s["name"] == "wait comm" and s["end"] is not None]
+        comp = [s for s in allc if rx.search(s["name"])]
         ag = []
-        for s in comm:
+        for s in spans.get((pid, 1), []):
             kind = s["args"].get("kind", s["name"])
             if kind != "all-gather":
                 continue
-            un = _unit_name(s, unit_names)
+            un = _unit_names_of(s, unit_names, by_compute)
             if un is None:
                 errs.append("rank %d: all-gather at ts %s: cannot tell its unit's name (args.unit %r; give metadata "
                             "unit_names or --unit-names)" % (pid, s["ts"], s["args"].get("unit")))
@@ -292,13 +323,17 @@ def _check_gathers(spans, mode, block_regex, unit_names, tol):
             prev_ph = None
             for ph, s in lst:
                 nblock_uses += 1
-                mine = [g for un, g in ag if un == name and g["ts"] >= prev_end - tol and g["ts"] <= s["ts"] + tol]
-                before = [g for g in mine if g["end"] is not None and g["end"] <= s["ts"] + tol]
+                ready_by = max([s["ts"]] + [w["end"] for w in waits if w["ts"] >= s["ts"] and w["end"] <= s["end"]])
+                mine = [g for un, g in ag if name in un and g["ts"] >= prev_end - tol and g["ts"] <= s["end"] + tol]
+                before = [g for g in mine if g["end"] is not None and g["end"] <= (ready_by if strict else s["end"]) + tol]
                 want = mode == "reshard1" or ph == "forward" or prev_ph != "forward"
                 if want and not before:
-                    if mine:
-                        errs.append("rank %d: %s in %s at ts %s starts before its all-gather ends (ts %s)"
-                                    % (pid, name, ph, s["ts"], mine[0]["end"]))
+                    if mine and strict:
+                        errs.append("rank %d: %s in %s at ts %s computes (ts %s) before its all-gather ends (ts %s)"
+                                    % (pid, name, ph, s["ts"], ready_by, mine[0]["end"]))
+                    elif mine:
+                        errs.append("rank %d: %s in %s at ts %s..%s ends before its all-gather does (ts %s)"
+                                    % (pid, name, ph, s["ts"], s["end"], mine[0]["end"]))
                     else:
                         errs.append("rank %d: %s in %s at ts %s: no all-gather of it since its previous use"
                                     % (pid, name, ph, s["ts"]))
@@ -334,6 +369,7 @@ def main(argv=None):
     ap.add_argument("--block-regex", default=r"^block [0-9]+$")
     ap.add_argument("--unit-names", help="comma-separated unit names by unit index")
     ap.add_argument("--ledger", help="the trainer's stdout of the same run")
+    ap.add_argument("--strict", action="store_true", help="a use's gather ends before the use computes")
     ap.add_argument("--tolerance-us", type=float, default=0.0,
                     help="slack when comparing a gather's end with a use's start (default 0)")
     a = ap.parse_args(argv)
@@ -356,7 +392,7 @@ def main(argv=None):
             print("error: %s: %s" % (a.ledger, e))
             return 1
     names = a.unit_names.split(",") if a.unit_names else None
-    errs = check(obj, a.gathers, a.block_regex, names, ledger, a.tolerance_us)
+    errs = check(obj, a.gathers, a.block_regex, names, ledger, a.tolerance_us, a.strict)
     if errs:
         for e in errs[:20]:
             print("error: %s: %s" % (a.trace, e))
@@ -367,7 +403,7 @@ def main(argv=None):
     md = obj["metadata"]
     print("trace %s: OK (%d events, %d ranks, zero_stage %d%s%s)" % (
         a.trace, len(evs), md["num_ranks"], md["zero_stage"],
-        ", gathers %s" % a.gathers if a.gathers else "", ", memory within the ledger" if ledger else ""))
+        ", gathers %s%s" % (a.gathers, " strict" if a.strict else "") if a.gathers else "", ", memory within the ledger" if ledger else ""))
     return 0
 
 

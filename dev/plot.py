@@ -721,7 +721,8 @@ def plot_cluster(path, out, title=None):
 
 
 # track colours, chosen apart from the ledger categories' (Set2 / Dark2)
-_PHASE_COLORS = {"forward": "#8da0cb", "backward": "#e5c494", "optimizer": "#a6d854"}
+_PHASE_COLORS = {"forward": "#8da0cb", "backward": "#e5c494", "reduce grads": "#fc8d62", "optimizer": "#a6d854"}
+_PHASE_SPARE = ["#b3b3b3", "#ffd92f", "#66c2a5"]
 _WAIT_COLOR = "#333333"
 _COMM_COLORS = {"all-gather": "#e7298a", "reduce-scatter": "#1b9e77", "all-reduce": "#7570b3",
                 "embedding rows all-gather": "#a6761d"}
@@ -730,9 +731,11 @@ _COMM_SPARE = ["#d95f02", "#66a61e", "#e6ab02", "#666666"]
 
 def plot_timeline(traces, out, rank=0, step=None, title=None):
     """traces: list of (label, path). Per trace: a memory panel (stacked
-    bytes in use per category over one step) above a track panel (phase:
-    forward / backward / optimizer; compute: unit uses and waits; comm: the
-    collectives)."""
+    bytes in use per category over one step), the categories that change
+    during the step on their own scale (the gathered units, unit grads), and
+    a track panel (phase: forward / backward / ...; compute: unit uses and
+    waits; comm: the collectives). All panels share the time and byte
+    scales, so stages compare at a glance."""
     plt = _plt()
     from matplotlib.patches import Patch
     infos = []
@@ -742,18 +745,20 @@ def plot_timeline(traces, out, rank=0, step=None, title=None):
             info["label"] = lab
         infos.append(info)
     n = len(infos)
-    H = 2.25 * n + 1.25
+    H = 3.0 * n + 1.25
     fig = plt.figure(figsize=(10, H))
-    outer = fig.add_gridspec(n, 1, hspace=0.42)
-    all_cats, comm_kinds = [], []
-    ymax = 0
-    mem_axes = []
+    outer = fig.add_gridspec(n, 1, hspace=0.34)
+    all_cats, comm_kinds, phase_names = [], [], []
+    ymax, dmax = 0, 0
+    mem_axes, dyn_axes = [], []
     order = {"params": 0, "grads": 1, "master weights": 2, "adam m": 3, "adam v": 4, "activations": 5}
     for i, info in enumerate(infos):
-        inner = outer[i].subgridspec(2, 1, height_ratios=[2.0, 1.0], hspace=0.06)
+        inner = outer[i].subgridspec(3, 1, height_ratios=[1.7, 1.1, 1.0], hspace=0.07)
         axm = fig.add_subplot(inner[0])
-        axt = fig.add_subplot(inner[1], sharex=axm)
+        axd = fig.add_subplot(inner[1], sharex=axm)
+        axt = fig.add_subplot(inner[2], sharex=axm)
         mem_axes.append(axm)
+        dyn_axes.append(axd)
         t0, t1 = info["t0"], info["t1"]
         times, series = info["mem"]
         # the state at the step's start, the changes inside it, held to its end
@@ -780,24 +785,41 @@ def plot_timeline(traces, out, rank=0, step=None, title=None):
             axm.text(0.995, 0.95, "peak %.1f MB; gathered units: at most %.1f MB" % (max(tot), gpk),
                      transform=axm.transAxes, ha="right", va="top", fontsize=7.5,
                      bbox=dict(facecolor="white", alpha=0.85, edgecolor="none", pad=1))
+            # the categories that change during the step, on their own scale
+            dyn = [(c, y) for c, y in zip(cats, ys) if max(y) != min(y)]
+            if dyn:
+                axd.stackplot(xs, *[y for _, y in dyn], colors=[cat_color(c) for c, _ in dyn], step="post",
+                              linewidth=0)
+                dmax = max(dmax, max(sum(col) for col in zip(*[y for _, y in dyn])))
+            else:
+                axd.text(0.5, 0.5, "no category changes during the step", transform=axd.transAxes,
+                         ha="center", va="center", fontsize=8, color="#555555")
         else:
             axm.text(0.5, 0.5, "no memory counters in this step", transform=axm.transAxes, ha="center")
         axm.set_ylabel("MB in use")
+        axd.set_ylabel("changing\n(MB)")
         axm.set_title("%s: rank %d, step %d, %.1f ms" % (info["label"], rank, info["step"], (t1 - t0) / 1000.0),
                       loc="left", fontsize=9, pad=3)
         axm.grid(alpha=0.3)
+        axd.grid(alpha=0.3)
         plt.setp(axm.get_xticklabels(), visible=False)
+        plt.setp(axd.get_xticklabels(), visible=False)
         comp = [s for s in info["spans"].get((rank, 0), []) if s["end"] is not None and s["ts"] < t1 and s["end"] > t0]
         comm = [s for s in info["spans"].get((rank, 1), []) if s["end"] is not None and s["ts"] < t1 and s["end"] > t0]
 
         def seg(s):
             a, b = max(s["ts"], t0), min(s["end"], t1)
             return ((a - t0) / 1000.0, max((b - a) / 1000.0, 1e-6))
-        phases = [s for s in comp if s["depth"] >= 1 and s["name"] in _PHASE_COLORS]
-        for s in phases:
-            axt.broken_barh([seg(s)], (2.1, 0.8), facecolors=_PHASE_COLORS[s["name"]], edgecolor="none")
+        # phases: what the step event encloses directly (forward, backward, ...)
         for s in comp:
-            if s["depth"] < 1 or s["name"] in _PHASE_COLORS:
+            if s["depth"] == 1 and s["name"] != "wait comm":
+                if s["name"] not in _PHASE_COLORS:
+                    _PHASE_COLORS[s["name"]] = _PHASE_SPARE[(len(_PHASE_COLORS) - 4) % len(_PHASE_SPARE)]
+                if s["name"] not in phase_names:
+                    phase_names.append(s["name"])
+                axt.broken_barh([seg(s)], (2.1, 0.8), facecolors=_PHASE_COLORS[s["name"]], edgecolor="none")
+        for s in comp:
+            if s["depth"] < 1 or (s["depth"] == 1 and s["name"] != "wait comm"):
                 continue
             if s["name"] == "wait comm":
                 axt.broken_barh([seg(s)], (1.1, 0.8), facecolors=_WAIT_COLOR, edgecolor="none")
@@ -816,11 +838,13 @@ def plot_timeline(traces, out, rank=0, step=None, title=None):
         axt.set_yticklabels(["comm", "compute", "phase"])
         axt.grid(axis="x", alpha=0.3)
         axt.set_xlabel("time since the step began (ms)", labelpad=1)
+    for axd in dyn_axes:
+        axd.set_ylim(0, dmax * 1.1 if dmax > 0 else 1)
     for axm in mem_axes:  # one scale for all: sizes and durations compare across panels
         axm.set_ylim(0, ymax * 1.18 if ymax > 0 else 1)
         axm.set_xlim(0, max((x["t1"] - x["t0"]) / 1000.0 for x in infos))
     h1 = [Patch(facecolor=cat_color(c), label=_cat_key(c)) for c in all_cats]
-    h2 = [Patch(facecolor=v, label=k) for k, v in _PHASE_COLORS.items()]
+    h2 = [Patch(facecolor=_PHASE_COLORS[k], label=k) for k in phase_names]
     h2.append(Patch(facecolor=_WAIT_COLOR, label="wait comm"))
     h2 += [Patch(facecolor=_COMM_COLORS[k], label=k) for k in comm_kinds]
     top = 1.0 - 1.2 / H

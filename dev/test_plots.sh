@@ -39,11 +39,11 @@ run() { # name np args...
   if timeout 120 $MPIRUN -np "$np" ./train_gpt_cpu $TINY "$@" > "$tmp/$name.txt" 2>&1; then ok "tiny run $name"
   else bad "tiny run $name: exit $?"; tail -5 "$tmp/$name.txt"; fi
 }
-TR3=(); TR0=()
-if [ $HAS_TRACE = 1 ]; then TR3=(--trace "$tmp/n2z3.json"); TR0=(--trace "$tmp/n2z0.json"); fi
-run n2z3 2 -z 3 -v 1 -m 1 -o "$tmp/n2z3" "${TR3[@]}"
-run n2z0 2 -z 0 -v 3 -m 1 -o "$tmp/n2z0" "${TR0[@]}"
+tr() { [ $HAS_TRACE = 1 ] && echo "--trace $tmp/$1.json"; }
+run n2z3 2 -z 3 -v 1 -m 1 -o "$tmp/n2z3" $(tr n2z3)
+run n2z0 2 -z 0 -v 3 -m 1 -o "$tmp/n2z0" $(tr n2z0)
 run n3z1 3 -z 1 -v 0
+[ $HAS_TRACE = 1 ] && run n2z3r0 2 -z 3 --reshard-after-forward 0 -v 0 $(tr n2z3r0)
 
 HAS_TRACE=$HAS_TRACE $PY - "$tmp" "$pass" "$fail" <<'PY'
 import copy, json, os, re, struct, subprocess, sys
@@ -276,7 +276,7 @@ rows = plot.parse_cluster_tsv(open(tsv).read(), tsv)
 check(len(rows) == 24 and rows[1]["rate_bps"] == 1e8 and rows[0]["rate_bps"] is None and rows[0]["predicted_ms"] is None
       and rows[1]["predicted_ms"] == 10500.0, "cluster results.tsv parsed: 24 rows, rates in bit/s, '-' = none")
 plot_cmd(["cluster", tsv], T("cluster.png"), (950, 450), "plot cluster (2 layouts x 3 configs x 4 rates)")
-plot_cmd(["timeline"] + [gpath[k] for k in ("z0", "z1", "z2", "z3", "z3r0")], T("timeline.png"), (1000, 1250),
+plot_cmd(["timeline"] + [gpath[k] for k in ("z0", "z1", "z2", "z3", "z3r0")], T("timeline.png"), (1000, 1625),
          "plot timeline (synthetic traces, 5 configurations)")
 info = plot.trace_info(good["z3"], "z3", 0, None)
 gi = info["mem"][1]["gathered units (transient)"]
@@ -285,15 +285,14 @@ check(info["step"] == 2 and max(gi) == 4000 + 2 * 50000 and min(gi) == 0 and len
       % (len(gi), max(gi)))
 
 if os.environ.get("HAS_TRACE") == "1":
-    for name, z in (("n2z3", 3), ("n2z0", 0)):
+    for name, g in (("n2z3", ["--gathers", "reshard1"]), ("n2z3r0", ["--gathers", "reshard0"]), ("n2z0", [])):
         p = T(name + ".json")
-        r = subprocess.run([PY_EXE, "dev/check_trace.py", p, "--ledger", T(name + ".txt")] +
-                           (["--gathers", "reshard1"] if z == 3 else []),
+        r = subprocess.run([PY_EXE, "dev/check_trace.py", p, "--ledger", T(name + ".txt")] + g,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-        check(r.returncode == 0, "trainer's trace %s passes check_trace.py%s: %s"
-              % (name, " --gathers reshard1" if z == 3 else "", r.stdout.strip()[-300:]))
-    plot_cmd(["timeline", T("n2z0.json"), T("n2z3.json")], T("timeline_real.png"), (1000, 575),
-             "plot timeline of the trainer's traces (z0, z3)")
+        check(r.returncode == 0, "trainer's trace %s passes check_trace.py --ledger %s: %s"
+              % (name, " ".join(g), r.stdout.strip()[-300:]))
+    plot_cmd(["timeline", T("n2z0.json"), T("n2z3.json"), T("n2z3r0.json")], T("timeline_real.png"), (1000, 1025),
+             "plot timeline of the trainer's traces (z0, z3, z3 reshard 0)")
 else:
     print("note: ./train_gpt_cpu has no --trace yet: the trainer's own trace is not checked here")
 
@@ -388,8 +387,32 @@ broken("a reshard-1 trace checked as reshard 0", lambda o: None, "all-gathered a
 broken("a reshard-0 trace checked as reshard 1", lambda o: None, "no all-gather of it since its previous use",
        ["--gathers", "reshard1"], base="z3r0")
 good["nowait"] = make_trace(3, nowait=True)
-broken("blocks used before their all-gathers ended", lambda o: None, "starts before its all-gather ends",
-       ["--gathers", "reshard1"], base="nowait")
+rc, o = ct(good["nowait"], ["--gathers", "reshard1"], "v6.json")
+check(rc == 0, "check_trace: gathers that end inside their use pass without --strict")
+broken("blocks used before their all-gathers ended (--strict)", lambda o: None, "before its all-gather ends",
+       ["--gathers", "reshard1", "--strict"], base="nowait")
+rc, o = ct(good["z3"], ["--gathers", "reshard1", "--strict"], "v7.json")
+check(rc == 0, "check_trace --strict: the synthetic stage-3 trace (waits before use) passes")
+def gather_late(o):  # block 1's backward gather ends after the use ends
+    evs = o["traceEvents"]
+    ub = [e for e in evs if e["ph"] == "B" and e["pid"] == 0 and e["name"] == "block 1"][1]
+    ue = None
+    depth = 0
+    i0 = evs.index(ub)
+    for e in evs[i0 + 1:]:
+        if e.get("tid") == 0 and e["pid"] == 0 and e["ph"] in "BE":
+            if e["ph"] == "B": depth += 1
+            elif depth == 0: ue = e; break
+            else: depth -= 1
+    gb = [i for i, e in enumerate(evs) if e.get("tid") == 1 and e["pid"] == 0 and e["ph"] == "B"
+          and e["args"]["kind"] == "all-gather" and e["args"]["unit"] == 4][1]
+    # move the gather's end (and everything after it on the comm track) past the use's end
+    shift = ue["ts"] + 1.0 - evs[gb + 1]["ts"]
+    for e in evs[gb + 1:]:
+        if e.get("tid") == 1 and e["pid"] == 0 and e["ph"] in "BE":
+            e["ts"] += shift
+broken("a block's gather that ends after its use", gather_late, "ends before its all-gather does",
+       ["--gathers", "reshard1"])
 
 # ledger check (module API): counters within the allocated bytes of each category
 maxes = {}
