@@ -170,8 +170,11 @@ def parse_ledger(text, path="stdout", rank=0):
     "per_shard", "p", "g", "k", "columns": [column names after 'category'],
     "rows": [{"category", "values": {column: bytes}, "note"}] (one per
     category, in printed order), "sums": {"= model states": {...}, "= total":
-    {...}}, "ok": bool, "peak_mb", "gathered_peak_mb" (from the 'peak:' line,
-    None if absent)}. Categories are read generically (any name in the first
+    {...}}, "notes": [lines of text in the table], "ok": bool, "peak_mb",
+    "gathered_peak_mb" (from the 'peak:' line, None if absent)}. A row
+    indented deeper than the categories is a part of the category above: it
+    goes to that row's "parts" [{"name", "values", "note"}] and is not a
+    category. Categories are read generically (any name in the first
     column), so new ones and new columns need no change here."""
     lines = text.splitlines()
     head_re = re.compile(r"^memory ledger, rank (\d+) of (\d+), zero_stage (\d): Psi = (\d+) parameters "
@@ -186,7 +189,7 @@ def parse_ledger(text, path="stdout", rank=0):
         raise InputError("%s: no 'memory ledger, rank %d of N, zero_stage S: Psi = ...' table" % (path, rank))
     g = [int(x) for x in m.groups()]
     out = {"rank": g[0], "num_ranks": g[1], "zero_stage": g[2], "psi": g[3], "padded": g[4], "per_shard": g[5],
-           "p": g[6], "g": g[7], "k": g[8], "rows": [], "sums": {}, "ok": None}
+           "p": g[6], "g": g[7], "k": g[8], "rows": [], "sums": {}, "notes": [], "ok": None}
     if start + 1 >= len(lines):
         raise InputError("%s: ledger table ends after its title" % path)
     cols = _split_cols(lines[start + 1])
@@ -204,11 +207,14 @@ def parse_ledger(text, path="stdout", rank=0):
             raise InputError("%s: line %d: ledger table ends without its 'ledger:' line" % (path, j + 1))
         name, vals, note = _table_row(l, out["columns"], ends)
         if not name or not vals:
-            raise InputError("%s: line %d: ledger row without a category and numbers: %r" % (path, j + 1, s))
-        if name.startswith("="):
+            out["notes"].append(s)  # a line of text inside the table ("live at the peak: ...")
+        elif name.startswith("="):
             out["sums"][name] = {"values": vals, "note": note}
+        elif l.startswith("   ") and out["rows"]:
+            # indented deeper: a part of the category above (e.g. a transient by unit class)
+            out["rows"][-1]["parts"].append({"name": name, "values": vals, "note": note})
         else:
-            out["rows"].append({"category": name, "values": vals, "note": note})
+            out["rows"].append({"category": name, "values": vals, "note": note, "parts": []})
     if out["ok"] is None:
         raise InputError("%s: ledger table ends without its 'ledger:' line" % path)
     pk = re.search(r"^peak: ledger ([0-9.]+) MB \(gathered units in use at most ([0-9.]+) MB\)", text, re.M)

@@ -105,6 +105,33 @@ def t_ledger():
           "n3z1: 3 ranks pad Psi %d to %d = 3 x %d" % (n3["psi"], n3["padded"], n3["per_shard"]))
 guarded("ledger", t_ledger)
 
+def t_ledger_parts():
+    # the layout of a ledger whose transients are broken down by unit class
+    # (rows indented deeper) and that holds a line of text: parts are not
+    # categories, the text is kept as a note
+    s = """memory ledger, rank 0 of 2, zero_stage 3: Psi = 3323648 parameters (3323648 padded, 1661824 per shard), p=4 g=4 k=8 bytes/param
+  category                          predicted B      allocated B  paper formula B  
+  params                                6647296          6647296          6647296  p Psi/N
+  = model states                        6647296          6647296          6647296  (p+g+k) Psi/N = 16 Psi/N (8.00 bytes/param of Psi)
+  gathered units (transient)            4096512          4096512 
+    root (wpe, lnf)                       16896                   1 x 4224 elements (its largest unit)
+    wte chunks                          3679744                   2 x 459968 elements (its largest unit)
+    blocks                               399872                   2 x 49984 elements (its largest unit)
+  = total                              10743808         10743808
+  live at the peak: every buffer above
+  ledger: OK (allocated == predicted in every category)
+"""
+    L = plot.parse_ledger(s, "sample")
+    g = L["rows"][1]
+    check([r["category"] for r in L["rows"]] == ["params", "gathered units (transient)"] and
+          [(p["name"], p["values"]) for p in g["parts"]] == [("root (wpe, lnf)", {"predicted B": 16896}),
+                                                              ("wte chunks", {"predicted B": 3679744}),
+                                                              ("blocks", {"predicted B": 399872})] and
+          L["sums"]["= model states"]["values"]["paper formula B"] == 6647296 and
+          L["notes"] == ["live at the peak: every buffer above"],
+          "ledger with parts by unit class: 2 categories, 3 parts of the gathered units, a note line")
+guarded("ledger parts", t_ledger_parts)
+
 def t_traffic():
     for name in ("n2z3", "n2z0", "n3z1"):
         s = txt(name)
