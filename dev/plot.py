@@ -713,7 +713,7 @@ def plot_cluster(path, out, title=None):
             ax.set_xticks([b / 1e9 for b in rates_all])
             ax.set_xticklabels(["%g" % (b / 1e9) for b in rates_all])
         k, rr = lay.split("x")
-        ax.set_title("%s nodes x %s ranks per node" % (k, rr))
+        ax.set_title("%s node%s x %s rank%s per node" % (k, "" if k == "1" else "s", rr, "" if rr == "1" else "s"))
         ax.set_xlabel("link rate (Gbit/s)")
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("time per optimizer step (ms)")
