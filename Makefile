@@ -6,6 +6,8 @@
 #   make bench                                       CPU speed figures (not a test)
 #   make cluster-bench [CLUSTER_BENCH="STEPS=3 ..."] ZeRO stages x link rates on a simulated 2-node cluster (root)
 #   make bench-offload [BENCH_STEPS=4 BENCH_NP=1 BENCH_ZERO=1]  memory, step time, I/O of --offload-optimizer disk (not a test)
+#   make plots [PLOT_NP="2 4" PLOT_STEPS=3 LOSS_STEPS=60 PLOT_DIR=docs/img PLOT_ARGS=...]
+#                                                    the README's pictures (dev/plot.py all)
 #   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
 #   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
 #   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
@@ -35,7 +37,7 @@ ZERO ?= 1
 STEPS ?= 500
 ARGS ?=
 
-.PHONY: all train test deps data ref bench bench-offload clean sanitize fuzz cluster-bench
+.PHONY: all train test deps data ref bench bench-offload clean sanitize fuzz cluster-bench plots
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -84,6 +86,22 @@ bench-offload: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	@mkdir -p build
 	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
+# The pictures of the default model (d4, B=8, T=128): the memory ledger and
+# the traffic of stages 0-3 (and stage 3 with --reshard-after-forward 0) at
+# each PLOT_NP rank count for PLOT_STEPS steps, a trace of each at the first
+# rank count (timeline), one LOSS_STEPS-step run at 2 ranks, stage 1 (loss;
+# 0 skips it), and the cluster bench's results when build/cluster_bench has
+# them. Runs and logs in build/plots; PNGs in PLOT_DIR. About 3 minutes on
+# 2 cores. PLOT_ARGS: more options of dev/plot.py all (--model, --trace-flags,
+# --loss-np, --loss-zero; dev/plot.py all -h).
+PLOT_DIR ?= docs/img
+PLOT_NP ?= 2 4
+PLOT_STEPS ?= 3
+LOSS_STEPS ?= 60
+PLOT_ARGS ?=
+plots: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	$(PY) dev/plot.py all --out $(PLOT_DIR) --np "$(PLOT_NP)" --steps $(PLOT_STEPS) --loss-steps $(LOSS_STEPS) $(PLOT_ARGS)
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

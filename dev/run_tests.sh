@@ -42,6 +42,7 @@ suite "memory by stage" bash dev/test_memory.sh
 [ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh
 [ -f dev/test_cluster.sh ] && suite "cluster" bash dev/test_cluster.sh
 [ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
+[ -f dev/test_plots.sh ] && suite "plots" bash dev/test_plots.sh
 suite "resume" bash dev/test_resume.sh
 suite "faults" bash dev/test_faults.sh
 [ -f dev/test_offload.sh ] && suite "offload" bash dev/test_offload.sh
