@@ -216,6 +216,7 @@ int main(int argc, char** argv) {
     if (comm.rank == 0) printf("%d passed, %d failed\n", passed, failed);
     gpt2_free(&model);
     free(x); free(y); free(ref_logits); free(ref_grads); free(row); free(order); free(buf);
+    backend_finalize(&comm); /* NCCL communicator, streams (CUDA build) */
     comm_finalize(&comm);
     return failed ? 1 : 0;
 }

@@ -451,6 +451,7 @@ int main(int argc, char** argv) {
     gpt2_free(&model);
     int bad = ledger_bad + traffic_bad, anybad = 0;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    backend_finalize(&comm); /* NCCL communicator, streams (CUDA build) */
     comm_finalize(&comm);
     return anybad ? 2 : 0;
 }

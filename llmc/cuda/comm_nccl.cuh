@@ -38,15 +38,17 @@
 #ifndef LLMC_CUDA_COMM_NCCL_CUH
 #define LLMC_CUDA_COMM_NCCL_CUH
 
-#include <sched.h>
-#include <time.h>
 #include <mpi.h>
 #include <nccl.h>
 #include "common.cuh"
 #include "matmul.cuh"
 #include "../comm.h"
 
-#define NCCL_FENCES 64   /* ring of comm-stream events (fence n uses n % NCCL_FENCES) */
+/* ring of comm-stream events (fence n uses n % NCCL_FENCES); a test may
+   define it smaller before including the backend, so that the ring wraps */
+#ifndef NCCL_FENCES
+#define NCCL_FENCES 64
+#endif
 
 typedef struct {
     int ready;
@@ -73,38 +75,25 @@ static void nccl_fatal_hook(const char* msg) {
     comm_fatal(nccl_state.comm, "%s", msg);
 }
 
-/* Host wait on a stream by polling: checks NCCL's asynchronous error state
-   and the timeout while the GPU works. */
-static void nccl_sync_hook(cudaStream_t s) {
-    double t0 = wall_seconds();
-    for (unsigned long spins = 1;; spins++) {
-        cudaError_t e = cudaStreamQuery(s);
-        if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) cuda_check_(e, "cudaStreamQuery (waiting for the GPU)", __FILE__, __LINE__);
-        (void)cudaGetLastError(); /* NotReady is not an error */
-        if (spins % 256 == 0) {
-            if (nccl_state.ready) {
-                ncclResult_t ar = ncclSuccess;
-                ncclCheck(ncclCommGetAsyncError(nccl_state.nccl, &ar));
-                if (ar != ncclSuccess) {
-                    ncclCommAbort(nccl_state.nccl);
-                    nccl_state.nccl = NULL;
-                    cuda_fatal("NCCL asynchronous error %s (a collective failed; another rank may have died)",
-                               ncclGetErrorString(ar));
-                }
-            }
-            if (nccl_state.timeout_s > 0 && wall_seconds() - t0 > nccl_state.timeout_s) {
-                if (nccl_state.ready) { ncclCommAbort(nccl_state.nccl); nccl_state.nccl = NULL; }
-                cuda_fatal("waited more than %.0f s for the GPU (a collective may be waiting for a rank that is "
-                           "gone; set LLMC_GPU_TIMEOUT to change the limit)", nccl_state.timeout_s);
-            }
+/* Called by every polling host wait (common.cuh) every 256 polls: ends the
+   run on NCCL's asynchronous error state (a collective failed, e.g. a peer
+   died) or once the wait exceeds LLMC_GPU_TIMEOUT seconds. */
+static void nccl_poll_hook(double waited) {
+    if (nccl_state.ready) {
+        ncclResult_t ar = ncclSuccess;
+        ncclCheck(ncclCommGetAsyncError(nccl_state.nccl, &ar));
+        if (ar != ncclSuccess) {
+            ncclCommAbort(nccl_state.nccl);
+            nccl_state.nccl = NULL;
+            nccl_state.ready = 0;
+            cuda_fatal("NCCL asynchronous error %s (a collective failed; another rank may have died)",
+                       ncclGetErrorString(ar));
         }
-        if (spins > 2000) {
-            struct timespec ts = {0, 20000}; /* 20 us */
-            nanosleep(&ts, NULL);
-        } else {
-            sched_yield();
-        }
+    }
+    if (nccl_state.timeout_s > 0 && waited > nccl_state.timeout_s) {
+        if (nccl_state.ready) { ncclCommAbort(nccl_state.nccl); nccl_state.nccl = NULL; nccl_state.ready = 0; }
+        cuda_fatal("waited more than %.0f s for the GPU (a collective may be waiting for a rank that is "
+                   "gone; set LLMC_GPU_TIMEOUT to change the limit)", nccl_state.timeout_s);
     }
 }
 
@@ -143,7 +132,7 @@ static void backend_init(Comm* c) {
     cublasCheck(cublasSetStream(gemm_state.blas, cuda_ctx.stream));
     const char* to = getenv("LLMC_GPU_TIMEOUT");
     nccl_state.timeout_s = to ? atof(to) : 900.0;
-    cuda_sync_hook = nccl_sync_hook;
+    cuda_poll_hook = nccl_poll_hook;
 
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
@@ -155,9 +144,15 @@ static void backend_init(Comm* c) {
     if (c->rank == 0) {
         int v = 0;
         ncclGetVersion(&v);
-        printf("backend cuda-bf16: %d rank(s), rank 0 on GPU %d of %d (%s, %d SMs, %.1f GiB), NCCL %d\n",
+        printf("backend cuda-bf16: %d rank(s), rank 0 on GPU %d of %d (%s, %d SMs, %.1f GiB), NCCL %d%s\n",
                c->world_size, dev, ndev, prop.name, prop.multiProcessorCount,
-               (double)prop.totalGlobalMem / (1 << 30), v);
+               (double)prop.totalGlobalMem / (1 << 30), v,
+#ifdef LLMC_MPI_STUB
+               ", built without MPI (one rank only)"
+#else
+               ""
+#endif
+        );
         fflush(stdout);
     }
 }

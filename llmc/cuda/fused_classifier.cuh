@@ -82,14 +82,18 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     }
 }
 
-/* logits (N,Vp) bf16, losses (N) fp32 device or NULL, targets (N) device. */
-static inline void fused_classifier(floatX* logits, float* losses, const int* targets, int N, int V, int Vp,
+/* logits (N,Vp) bf16, losses (N) fp32 device or NULL, targets (N) device;
+   N rows (B*T: size_t), launched in pieces of at most 2^30 rows (blocks). */
+static inline void fused_classifier(floatX* logits, float* losses, const int* targets, size_t N, int V, int Vp,
                                     float dloss) {
-    if (N <= 0) return;
+    const size_t max_rows = (size_t)1 << 30;
     int vec = Vp % 8 == 0 && aligned16(logits);
-    fused_classifier_kernel<<<(unsigned)N, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(logits, losses, targets, V, Vp,
-                                                                                     dloss, vec);
-    cudaCheckLaunch("fused_classifier_kernel");
+    for (size_t r0 = 0; r0 < N; r0 += max_rows) {
+        unsigned int rows = (unsigned int)(N - r0 < max_rows ? N - r0 : max_rows);
+        fused_classifier_kernel<<<rows, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(
+            logits + r0 * (size_t)Vp, losses ? losses + r0 : NULL, targets + r0, V, Vp, dloss, vec);
+        cudaCheckLaunch("fused_classifier_kernel");
+    }
 }
 
 #endif /* LLMC_CUDA_FUSED_CLASSIFIER_CUH */
