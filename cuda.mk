@@ -56,9 +56,11 @@ CUDA_NCCL_LIBS = -L$(CUDA_NCCL_LIBDIR) -l:libnccl.so.2 -Xlinker -rpath=$(CUDA_NC
 _cuda_empty :=
 _cuda_space := $(_cuda_empty) $(_cuda_empty)
 _cuda_comma := ,
-CUDA_INCLUDES = -I. $(CUDA_MPI_INC) $(sort -I$(CUDA_NCCL_INCDIR) -I$(CUDA_HOME)/include)
+# NCCL's folders come before the toolkit's, whose own nccl.h / libnccl.so.2 (if
+# any) must not shadow the ones chosen
+CUDA_INCLUDES = -I. $(CUDA_MPI_INC) -I$(CUDA_NCCL_INCDIR) $(filter-out -I$(CUDA_NCCL_INCDIR),-I$(CUDA_HOME)/include)
 CUDA_BLAS_LIBS = -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -Xlinker -rpath=$(CUDA_HOME)/lib64
-CUDA_LIBS = $(CUDA_BLAS_LIBS) $(CUDA_NCCL_LIBS) $(CUDA_MPI_LIBS) \
+CUDA_LIBS = $(CUDA_NCCL_LIBS) $(CUDA_BLAS_LIBS) $(CUDA_MPI_LIBS) \
             $(if $(strip $(CUDA_MPI_OTHER)),-Xcompiler $(subst $(_cuda_space),$(_cuda_comma),$(strip $(CUDA_MPI_OTHER))),)
 CUDA_HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cuda/*.cuh) $(wildcard llmc/mpi_stub/*.h)
 CUDA_FLAGS_FILE = build/cuda_flags.txt
