@@ -1,17 +1,25 @@
 /*
- cpu/backend.h: the CPU backend of the trainer: fp32 storage (floatX =
- float), host memory, collectives over MPI on host buffers, and the fp32
- kernels of cpu/kernels.h. The CUDA backend (llmc/cuda/backend.cuh) offers
- the same functions with the same signatures for device memory and NCCL.
+ cpu/backend.h: the CPU backend of the trainer: host memory, the
+ deterministic MPI collectives of comm.h on host buffers, and the kernels
+ of the headers beside this one. Two programs come from it: fp32 storage
+ (floatX = float, ./train_gpt_cpu) and, with -DLLMC_BF16, bf16 storage with
+ fp32 master weights and Adam moments (./train_gpt_cpu_bf16). The CUDA
+ backend (llmc/cuda/backend.cuh) offers the same functions with the same
+ signatures for device memory and NCCL.
 
- Collectives (sizes in elements; each reports to the Comm counters):
-   backend_all_reduce_sum(c, buf, n)               buf[0..n) summed over ranks, in place
-   backend_reduce_scatter_sum(c, buf, s)           in place over N*s elements: afterwards
-                                                   buf[r*s .. r*s+s) on rank r holds the sum over
-                                                   ranks of that shard; the rest of buf is
-                                                   undefined (NCCL's in-place convention)
-   backend_all_gather(c, buf, s)                   in place: rank r's s elements sit at
+ Collectives of the ZeRO engine (sizes in elements; each reports to the
+ Comm counters; each returns a fence, 0 = already complete, to be passed to
+ backend_wait_comm before the buffers are touched again):
+   backend_reduce_scatter_start(c, buf, s, acc)    in place over N*s elements of buf: the
+                                                   sum over ranks (rank order, fp32, one
+                                                   rounding) of shard r lands at buf + r*s on
+                                                   rank r (acc == NULL; the rest of buf is
+                                                   undefined: NCCL's in-place convention), or
+                                                   is added into acc[0..s) (acc != NULL)
+   backend_all_gather_start(c, buf, s)             in place: rank r's s elements sit at
                                                    buf + r*s; afterwards every rank has all
+ The reduce-scatter receives into c->rs_scratch (N*s elements; the engine
+ allocates it through the ledger as "comm scratch": BACKEND_RS_SCRATCH).
 */
 #ifndef LLMC_CPU_BACKEND_H
 #define LLMC_CPU_BACKEND_H
@@ -23,8 +31,13 @@
 #include "../comm.h"
 #include "kernels.h"
 
+#ifdef LLMC_BF16
+#define BACKEND_NAME "cpu-bf16"
+#else
 #define BACKEND_NAME "cpu-fp32"
-#define FLOATX_BYTES 4
+#endif
+/* the reduce-scatter needs a receive area of one full unit (comm.h) */
+#define BACKEND_RS_SCRATCH 1
 
 /* Device / communicator set-up: nothing to do on the CPU (MPI is up). */
 /* First call of main, before MPI_Init: with Debian's OpenBLAS on a CPU it
@@ -63,32 +76,41 @@ static inline void backend_to_device(void* dst, const void* src, size_t bytes) {
 static inline void backend_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void backend_synchronize(void) {}
 
-/* fp32 <-> floatX conversions for checkpoints (identity on the CPU). */
+/* fp32 <-> floatX conversions for checkpoints and initialisation (round to
+   nearest even into bf16; exact the other way; identity in fp32). */
 static inline void backend_floats_to_floatX(floatX* dst_device, const float* src_host, size_t n) {
+#ifdef LLMC_BF16
+    for (size_t i = 0; i < n; i++) dst_device[i] = stx(src_host[i]);
+#else
     memcpy(dst_device, src_host, n * sizeof(float));
+#endif
 }
 static inline void backend_floatX_to_floats(float* dst_host, const floatX* src_device, size_t n) {
+#ifdef LLMC_BF16
+    for (size_t i = 0; i < n; i++) dst_host[i] = ldx(src_device[i]);
+#else
     memcpy(dst_host, src_device, n * sizeof(float));
+#endif
 }
 
-/* MPI counts are int: split large collectives into chunks that fit. */
-#define BACKEND_MPI_CHUNK ((size_t)1 << 30)
-
-static inline void backend_all_reduce_sum(Comm* c, floatX* buf, size_t n) {
-    for (size_t off = 0; off < n; off += BACKEND_MPI_CHUNK) {
-        size_t k = n - off < BACKEND_MPI_CHUNK ? n - off : BACKEND_MPI_CHUNK;
-        MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    }
-    comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
+static inline void backend_check_count(Comm* c, const char* what, size_t shard) {
+    if (shard > (size_t)0x7fffffff) comm_fatal(c, "%s of %zu elements per rank exceeds the MPI int count", what, shard);
 }
 
-static inline void backend_reduce_scatter_sum(Comm* c, floatX* buf, size_t shard) {
-    if (shard > BACKEND_MPI_CHUNK) comm_fatal(c, "reduce-scatter of %zu elements per rank exceeds the MPI int count", shard);
-    /* MPI's in-place form leaves the reduced shard at the START of buf; move
-       it to this rank's place, as NCCL's in-place form does directly. */
-    MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)shard, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    if (c->rank > 0) memcpy(buf + (size_t)c->rank * shard, buf, shard * sizeof(floatX));
+static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* buf, size_t shard, floatX* acc) {
+    backend_check_count(c, "reduce-scatter", shard);
+    size_t need = shard * (size_t)c->world_size * sizeof(floatX);
+    if (c->rs_scratch_bytes < need) comm_fatal(c, "reduce-scatter of %zu bytes but the comm scratch holds %zu (a plan bug)", need, c->rs_scratch_bytes);
+    hostcoll_reduce_scatter(MPI_COMM_WORLD, buf, shard, FLOATX_BYTES, c->rs_scratch, acc, 1);
     comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    return 0;
+}
+
+static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
+    backend_check_count(c, "all-gather", shard);
+    hostcoll_all_gather(MPI_COMM_WORLD, buf, shard, FLOATX_BYTES);
+    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    return 0;
 }
 
 /* Overlap hooks (the CUDA backend runs collectives on their own stream):
@@ -96,22 +118,14 @@ static inline void backend_reduce_scatter_sum(Comm* c, floatX* buf, size_t shard
    waiting is a no-op. */
 static inline void backend_wait_comm(unsigned long long fence) { (void)fence; }
 
-static inline void backend_all_gather(Comm* c, floatX* buf, size_t shard) {
-    if (shard > BACKEND_MPI_CHUNK) comm_fatal(c, "all-gather of %zu elements per rank exceeds the MPI int count", shard);
-    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, MPI_FLOAT, MPI_COMM_WORLD);
-    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
-}
-
-static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
-    backend_all_gather(c, buf, shard);
-    return 0;
-}
-
-/* dst[i] += src[i], i < n */
+/* dst[i] = round(dst[i] + src[i]), i < n */
 static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
     #pragma omp parallel for schedule(static)
-    for (long i = 0; i < (long)n; i++) dst[i] += src[i];
+    for (long i = 0; i < (long)n; i++) dst[i] = stx(ldx(dst[i]) + ldx(src[i]));
 }
+
+/* Shutdown hook before comm_finalize (the CUDA backend destroys NCCL). */
+static inline void backend_finalize(Comm* c) { (void)c; }
 
 /* Bytes the backend allocated for itself outside the ledger: none on the CPU. */
 static inline unsigned long long backend_internal_bytes(void) { return 0; }

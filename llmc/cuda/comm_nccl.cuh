@@ -197,23 +197,24 @@ static inline void backend_wait_comm(unsigned long long fence) {
     nccl_state.waited = fence;
 }
 
-/* buf[0..n) summed over ranks, in place. */
-static inline void backend_all_reduce_sum(Comm* c, floatX* buf, size_t n) {
-    nccl_begin();
-    ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
-    backend_wait_comm(nccl_end());
-    comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
-}
+/* NCCL's reduce-scatter is in place: no receive area (see zero.h). */
+#define BACKEND_RS_SCRATCH 0
 
-/* In place over N*shard elements: afterwards buf[r*shard .. r*shard+shard)
-   on rank r holds the sum over ranks of that shard; the rest of buf is
-   undefined (NCCL's in-place form: recvbuff = sendbuff + rank*recvcount). */
-static inline void backend_reduce_scatter_sum(Comm* c, floatX* buf, size_t shard) {
+/* In place over N*shard elements: the sum over ranks of shard r (NCCL,
+   ncclBfloat16, fp32 inside, rounded per hop) lands at buf + r*shard on rank
+   r (acc == NULL; the rest of buf is undefined: recvbuff = sendbuff +
+   rank*recvcount), or is then added into acc[0..shard) (acc != NULL; an fp32
+   add with one rounding, on the comm stream, covered by the fence). Returns
+   the fence; the caller waits with backend_wait_comm before touching buf or
+   acc. */
+static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* buf, size_t shard, floatX* acc) {
     nccl_begin();
-    ncclCheck(ncclReduceScatter(buf, buf + (size_t)c->rank * shard, shard, ncclBfloat16, ncclSum, nccl_state.nccl,
-                                nccl_state.comm_stream));
-    backend_wait_comm(nccl_end());
+    floatX* mine = buf + (size_t)c->rank * shard;
+    ncclCheck(ncclReduceScatter(buf, mine, shard, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
+    if (acc) elementwise_launch<2>(acc, acc, mine, shard, "reduce-scatter accumulate", nccl_state.comm_stream);
+    unsigned long long f = nccl_end();
     comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    return f;
 }
 
 /* In place: rank r's shard elements sit at buf + r*shard; afterwards every

@@ -55,10 +55,11 @@ __global__ void elementwise_kernel(floatX* out, const floatX* a, const floatX* b
 }
 
 template <int OP>
-static inline void elementwise_launch(floatX* out, const floatX* a, const floatX* b, size_t n, const char* name) {
+static inline void elementwise_launch(floatX* out, const floatX* a, const floatX* b, size_t n, const char* name,
+                                      cudaStream_t stream = cuda_ctx.stream) {
     if (n == 0) return;
     int vec = aligned16(out) && aligned16(a) && aligned16(b);
-    elementwise_kernel<OP><<<cdiv_u(n, 8 * 256), 256, 0, cuda_ctx.stream>>>(out, a, b, n, vec);
+    elementwise_kernel<OP><<<cdiv_u(n, 8 * 256), 256, 0, stream>>>(out, a, b, n, vec);
     cudaCheckLaunch(name);
 }
 

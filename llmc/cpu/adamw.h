@@ -1,0 +1,59 @@
+/*
+ * llmc/cpu/adamw.h -- AdamW on a shard of the parameters: the CPU kernel(s), twin
+ * of llmc/cuda/adamw.cuh (same names and signatures). Conventions: common.h.
+ */
+#ifndef LLMC_CPU_ADAMW_H
+#define LLMC_CPU_ADAMW_H
+
+#include "common.h"
+
+/* ------------------------------------------------------------------------ */
+/* optimizer                                                                */
+
+/* AdamW on n elements (any shard), in torch.optim.AdamW's order:
+     g = grads[i] * grad_scale
+     m = m + (1-beta1) (g - m)            (= beta1 m + (1-beta1) g)
+     v = beta2 v + (1-beta2) g^2
+     w = (master ? master[i] : params[i])
+     w = w (1 - lr weight_decay) - (lr/beta1_correction) m /
+         (sqrt(v)/sqrt(beta2_correction) + eps)
+   which equals w - lr (mhat/(sqrt(vhat)+eps) + weight_decay w) with
+   mhat = m/beta1_correction, vhat = v/beta2_correction,
+   beta{1,2}_correction = 1 - beta{1,2}^step. Stores w to master (if not
+   NULL) and params; m, v (n) updated in place. */
+static inline void adamw_update(floatX* params, float* master,
+                                const floatX* grads, float* m, float* v,
+                                size_t n, float lr, float beta1, float beta2,
+                                float beta1_correction, float beta2_correction,
+                                float eps, float weight_decay,
+                                float grad_scale) {
+    const float decay = 1.0f - lr * weight_decay;
+    const float step = lr / beta1_correction;
+    const float bc2_sqrt = sqrtf(beta2_correction);
+    const float om1 = 1.0f - beta1, om2 = 1.0f - beta2;
+    if (master) {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float g = grads[i] * grad_scale;
+            float mi = m[i] + om1 * (g - m[i]);
+            float vi = beta2 * v[i] + om2 * (g * g);
+            m[i] = mi;
+            v[i] = vi;
+            float w = master[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+            master[i] = w;
+            params[i] = w;
+        }
+    } else {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            float g = grads[i] * grad_scale;
+            float mi = m[i] + om1 * (g - m[i]);
+            float vi = beta2 * v[i] + om2 * (g * g);
+            m[i] = mi;
+            v[i] = vi;
+            params[i] = params[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+        }
+    }
+}
+
+#endif /* LLMC_CPU_ADAMW_H */

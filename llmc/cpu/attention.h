@@ -1,0 +1,142 @@
+/*
+ * llmc/cpu/attention.h -- causal multi-head self-attention, forward and backward: the CPU kernel(s), twin
+ * of llmc/cuda/attention.cuh (same names and signatures). Conventions: common.h.
+ */
+#ifndef LLMC_CPU_ATTENTION_H
+#define LLMC_CPU_ATTENTION_H
+
+#include "common.h"
+
+/* ------------------------------------------------------------------------ */
+/* attention                                                                */
+
+/* Row-block size of the causal (lower-triangular) products: a block of
+   CPU_ATT_BLOCK query rows only multiplies against the keys up to its last
+   row, which skips most of the masked upper triangle. */
+#ifndef CPU_ATT_BLOCK
+#define CPU_ATT_BLOCK 64
+#endif
+
+/* Causal multi-head self-attention, one (b, h) per task, tasks split among
+   threads, BLAS single-threaded per task. hs = C/NH, scale = 1/sqrt(hs).
+   qkv (B,T,3C) = [q | k | v]; head h uses channels h*hs .. h*hs+hs-1 of each.
+     preatt[b,h,t,s] = scale * q[b,t,h,:] . k[b,s,h,:]          (s <= t)
+     att[b,h,t,s]    = exp(preatt - max) / sum_{s'<=t} exp(...)   (s <= t),
+                       exactly 0 for s > t
+     out[b,t,h*hs+i] = sum_{s<=t} att[b,h,t,s] v[b,s,h*hs+i]
+   preatt, att: (B,NH,T,T); entries of preatt with s > t are left undefined.
+   Writes out, preatt, att (no accumulation). */
+static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
+                                     const floatX* qkv, int B, int T, int C,
+                                     int NH) {
+    cpu_blas_init();
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const floatX* q = qkv + (size_t)b * T * C3 + h * hs;
+        const floatX* k = q + C;
+        const floatX* v = q + 2 * C;
+        floatX* pre = preatt + (size_t)bh * T * T;
+        floatX* a = att + (size_t)bh * T * T;
+        floatX* o = out + (size_t)b * T * C + h * hs;
+        for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+            int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+            /* pre[r0:r1, 0:r1] = scale * q[r0:r1] k[0:r1]^T */
+            cpu_sgemm(0, 1, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3, k,
+                      C3, 0.0f, pre + (size_t)r0 * T, T);
+        }
+        for (int t = 0; t < T; t++) {
+            const floatX* p = pre + (size_t)t * T;
+            floatX* ar = a + (size_t)t * T;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int s = 0; s <= t; s++) mx = p[s] > mx ? p[s] : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int s = 0; s <= t; s++) {
+                float e = cpu_expf(p[s] - mx);
+                ar[s] = e;
+                sum += e;
+            }
+            float inv = 1.0f / sum;
+#pragma omp simd
+            for (int s = 0; s <= t; s++) ar[s] *= inv;
+            for (int s = t + 1; s < T; s++) ar[s] = 0.0f;
+        }
+        for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+            int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+            /* out[r0:r1] = att[r0:r1, 0:r1] v[0:r1] (att is 0 past t) */
+            cpu_sgemm(0, 0, r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T, T, v, C3,
+                      0.0f, o + (size_t)r0 * C, C);
+        }
+    }
+}
+
+/* Backward of attention_forward; accumulates into dqkv (B,T,3C):
+     datt[t,s]    = dout[t,h,:] . v[s,h,:]                          (s <= t)
+     dpreatt[t,s] = scale * att[t,s] (datt[t,s] - sum_s' att[t,s'] datt[t,s'])
+     dq += dpreatt @ k ;  dk += dpreatt^T @ q ;  dv += att^T @ dout_h
+   (the 1/sqrt(hs) scale is folded into dpreatt). dpreatt and datt
+   (B,NH,T,T) are scratch that this kernel overwrites, their prior contents
+   are never read: on return datt holds dL/datt for s <= t (other entries
+   undefined) and dpreatt holds scale-included dL/dpreatt for s <= t and
+   exactly 0 for s > t. dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) as in the
+   forward. Each (b,h) writes a disjoint set of dqkv columns: race-free. */
+static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
+                                      floatX* datt, const floatX* dout,
+                                      const floatX* qkv, const floatX* att,
+                                      int B, int T, int C, int NH) {
+    cpu_blas_init();
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const floatX* q = qkv + (size_t)b * T * C3 + h * hs;
+        const floatX* k = q + C;
+        const floatX* v = q + 2 * C;
+        floatX* dq = dqkv + (size_t)b * T * C3 + h * hs;
+        floatX* dk = dq + C;
+        floatX* dv = dq + 2 * C;
+        const floatX* a = att + (size_t)bh * T * T;
+        floatX* dp = dpreatt + (size_t)bh * T * T;
+        floatX* da = datt + (size_t)bh * T * T;
+        const floatX* d = dout + (size_t)b * T * C + h * hs;
+        for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+            int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+            /* datt[r0:r1, 0:r1] = dout_h[r0:r1] v[0:r1]^T */
+            cpu_sgemm(0, 1, r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C, C, v, C3,
+                      0.0f, da + (size_t)r0 * T, T);
+        }
+        for (int t = 0; t < T; t++) {
+            const floatX* ar = a + (size_t)t * T;
+            const floatX* dar = da + (size_t)t * T;
+            floatX* dpr = dp + (size_t)t * T;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int s = 0; s <= t; s++) dot += ar[s] * dar[s];
+#pragma omp simd
+            for (int s = 0; s <= t; s++) dpr[s] = scale * ar[s] * (dar[s] - dot);
+            for (int s = t + 1; s < T; s++) dpr[s] = 0.0f;
+        }
+        for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+            int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+            /* dq[r0:r1] += dpreatt[r0:r1, 0:r1] k[0:r1] */
+            cpu_sgemm(0, 0, r1 - r0, hs, r1, 1.0f, dp + (size_t)r0 * T, T, k, C3,
+                      1.0f, dq + (size_t)r0 * C3, C3);
+            /* keys/values s in [r0,r1) get contributions from queries t >= r0:
+               dk[r0:r1] += dpreatt[r0:T, r0:r1]^T q[r0:T]
+               dv[r0:r1] += att[r0:T, r0:r1]^T dout_h[r0:T] */
+            cpu_sgemm(1, 0, r1 - r0, hs, T - r0, 1.0f,
+                      dp + (size_t)r0 * T + r0, T, q + (size_t)r0 * C3, C3, 1.0f,
+                      dk + (size_t)r0 * C3, C3);
+            cpu_sgemm(1, 0, r1 - r0, hs, T - r0, 1.0f,
+                      a + (size_t)r0 * T + r0, T, d + (size_t)r0 * C, C, 1.0f,
+                      dv + (size_t)r0 * C3, C3);
+        }
+    }
+}
+
+#endif /* LLMC_CPU_ATTENTION_H */

@@ -1,0 +1,317 @@
+/*
+ * llmc/cpu/common.h -- what the CPU kernels share: the storage type floatX,
+ * OpenMP threading helpers, the BLAS entry point (CBLAS, or oneDNN's
+ * dnnl_sgemm with -DLLMC_USE_DNNL) and vectorizable exp/tanh. Each operation
+ * has its own header beside this one (encoder.h, layernorm.h, matmul.h,
+ * attention.h, gelu.h, fused_classifier.h, global_norm.h, adamw.h), the
+ * twin of the CUDA kernel header of the same name in llmc/cuda/.
+ *
+ * Conventions (all kernels):
+ *   - row-major; N = B*T rows; floatX is float in this build.
+ *   - every backward ACCUMULATES (+=) into every gradient it outputs; the
+ *     caller zeroes gradient buffers. Pointers documented "may be NULL" mean
+ *     that output is skipped.
+ *   - long sums (layernorm statistics, softmax sums, bias gradients,
+ *     sum_squares) are accumulated blockwise in float and/or in double so the
+ *     results agree with a float64 reference to ~1e-6 relative.
+ *   - deterministic: for a fixed thread count every kernel gives bitwise the
+ *     same result on every run (no atomics, reductions in a fixed order).
+ *
+ * Threading: ALL parallelism is OpenMP inside these kernels; the BLAS is
+ * always called single-threaded, from inside `omp parallel` regions, on a
+ * slice of the product per thread (cpu_sgemm_par) or one attention head per
+ * call. This avoids BLAS-thread / OpenMP-thread oversubscription on small
+ * machines. It requires that the BLAS runs single-threaded there:
+ *   - OpenBLAS (pthread build): handled here, openblas_set_num_threads(1) is
+ *     called once on first use (compile-time detected via OPENBLAS_THREAD).
+ *   - OpenBLAS (OpenMP build), oneDNN, BLIS-openmp: single-threaded inside a
+ *     parallel region by themselves.
+ *   - BLIS-pthread: do not set BLIS_NUM_THREADS.
+ * Speed note: Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and
+ * falls back to SSE3 kernels (5x slower); see cpu_blas_fast_path() below.
+ */
+/* Storage type of params, grads and activations. The fp32 program: float.
+   The bf16 program (-DLLMC_BF16): bfloat16 bits in a struct, so that any
+   arithmetic on floatX that forgets the conversion is a compile error.
+   Kernels read with ldx() and write with stx(): fp32 arithmetic inside,
+   one rounding (to nearest even, llmc/bf16.h) per stored value, as the
+   CUDA kernels do. In the fp32 program both are the identity. */
+#include "../bf16.h"
+#ifndef FLOATX_DEFINED
+#define FLOATX_DEFINED
+#ifdef LLMC_BF16
+typedef struct { uint16_t bits; } floatX;
+#define FLOATX_BYTES 2
+#else
+typedef float floatX;
+#define FLOATX_BYTES 4
+#endif
+#endif
+
+#ifndef LLMC_CPU_COMMON_H
+#define LLMC_CPU_COMMON_H
+
+/* load and store of floatX (see above) */
+#ifdef LLMC_BF16
+static inline float ldx(floatX x) { return bf16_bits_to_float(x.bits); }
+static inline floatX stx(float f) { floatX x; x.bits = bf16_bits_from_float(f); return x; }
+#else
+static inline float ldx(floatX x) { return x; }
+static inline floatX stx(float f) { return f; }
+#endif
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef LLMC_USE_DNNL
+/* oneDNN's row-major sgemm (dnnl.h); declared here so only the runtime
+   library is needed: link with -l:libdnnl.so.2 */
+#ifdef __cplusplus
+extern "C"
+#endif
+int dnnl_sgemm(char transa, char transb, int64_t M, int64_t N, int64_t K,
+               float alpha, const float* A, int64_t lda, const float* B,
+               int64_t ldb, float beta, float* C, int64_t ldc);
+#else
+#include <cblas.h>
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* threading helpers                                                        */
+
+/* number of OpenMP threads a parallel region will get (1 without OpenMP) */
+static inline int cpu_num_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+/* [lo, hi) = the part of [0, n) that thread `ith` of `nth` owns; parts are
+   contiguous, in thread order, and (except the last) multiples of `align` */
+static inline void cpu_split_range(size_t n, int ith, int nth, size_t align,
+                                   size_t* lo, size_t* hi) {
+    size_t per = (n + (size_t)nth - 1) / (size_t)nth;
+    per = (per + align - 1) / align * align;
+    size_t a = per * (size_t)ith, b = a + per;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+
+/* Makes the BLAS single-threaded (see the top of the file). Idempotent and
+   cheap after the first call; call it from serial code only. */
+static inline void cpu_blas_init(void) {
+#if !defined(LLMC_USE_DNNL) && !defined(LLMC_BLAS_THREADED) && defined(OPENBLAS_THREAD)
+    static int done = 0;
+    if (!done) {
+        /* 1 = pthread build: its own pool would fight OpenMP's threads.
+           2 = OpenMP build: single-threaded inside parallel regions already
+           (and set_num_threads would shrink OpenMP's pool). */
+        if (openblas_get_parallel() == 1) openblas_set_num_threads(1);
+        done = 1;
+    }
+#endif
+}
+
+/* OpenBLAS fast path. Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not
+   recognise recent Xeons (e.g. Sapphire/Emerald Rapids) and picks its SSE3
+   "Prescott" kernels: ~30 instead of ~150 GFLOP/s per core. It reads
+   OPENBLAS_CORETYPE only while the library loads, so the fix has to be made
+   before the program starts: if OPENBLAS_CORETYPE is unset and OpenBLAS chose
+   a core below what the CPU supports, this sets OPENBLAS_CORETYPE=SkylakeX
+   (CPU has AVX-512F) or Haswell (AVX2+FMA) and re-executes the program
+   (/proc/self/exe, same argv, same pid; an explicit OPENBLAS_CORETYPE is
+   always respected, so it cannot loop). Call it first thing in main(),
+   before MPI_Init and before any thread is created. Returns normally when
+   nothing needs doing or re-execution failed (then it is just slower). A
+   no-op unless linked against OpenBLAS on Linux/x86-64. */
+#if !defined(LLMC_USE_DNNL) && defined(OPENBLAS_THREAD) && defined(__linux__) && \
+    defined(__x86_64__) && defined(__GNUC__)
+#include <stdio.h>
+#include <unistd.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern char** environ;
+#ifdef __cplusplus
+}
+#endif
+static inline void cpu_blas_fast_path(char** argv) {
+    if (getenv("OPENBLAS_CORETYPE") != NULL) return;
+    const char* core = openblas_get_corename();
+    const char* want = NULL;
+    if (__builtin_cpu_supports("avx512f")) {
+        if (strstr(core, "kylakex") == NULL && strstr(core, "ooperlake") == NULL &&
+            strstr(core, "apphire") == NULL)
+            want = "SkylakeX";
+    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        if (strstr(core, "aswell") == NULL && strstr(core, "kylake") == NULL &&
+            strstr(core, "Zen") == NULL && strstr(core, "ooperlake") == NULL &&
+            strstr(core, "apphire") == NULL)
+            want = "Haswell";
+    }
+    if (!want) return;
+    size_t n = 0;
+    while (environ && environ[n]) n++;
+    char** env = (char**)malloc((n + 2) * sizeof(char*));
+    if (!env) return;
+    static char var[64];
+    snprintf(var, sizeof var, "OPENBLAS_CORETYPE=%s", want);
+    for (size_t i = 0; i < n; i++) env[i] = environ[i];
+    env[n] = var;
+    env[n + 1] = NULL;
+    fflush(NULL);
+    execve("/proc/self/exe", argv, env);
+    free(env); /* exec failed: carry on with the slow kernels */
+}
+#else
+static inline void cpu_blas_fast_path(char** argv) { (void)argv; }
+#endif
+
+/* C(M,N) = alpha * op(A) op(B) + beta * C, row-major, op = transpose if
+   ta/tb is non-zero. op(A) is (M,K) with leading dimension lda (A stored
+   (M,K) if !ta, (K,M) if ta); likewise B. Single call into the BLAS, run on
+   the calling thread. */
+static inline void cpu_sgemm(int ta, int tb, int M, int N, int K, float alpha,
+                             const float* A, int lda, const float* B, int ldb,
+                             float beta, float* C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+#ifdef LLMC_USE_DNNL
+    dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+               beta, C, ldc);
+#else
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
+                beta, C, ldc);
+#endif
+}
+
+/* Products below this many multiply-adds are not split among threads. */
+#ifndef CPU_GEMM_SPLIT_MIN
+#define CPU_GEMM_SPLIT_MIN 2e6
+#endif
+
+/* Thread ith's share (of nth) of the product of cpu_sgemm: the larger of the
+   two output dimensions (M or N) is cut into contiguous slices (multiples of
+   64), one per thread, and the slice is one single-threaded BLAS call.
+   Products smaller than CPU_GEMM_SPLIT_MIN are done whole by thread 0. If
+   bias is not NULL, the slice of C is first set to the broadcast row bias
+   (N) and beta must be 1 (for matmul_forward). Call it from every thread of
+   a parallel region (or with ith=0, nth=1); slices are disjoint, so no
+   barrier is needed between consecutive calls on different outputs. */
+static inline void cpu_sgemm_part(int ith, int nth, int ta, int tb, int M,
+                                  int N, int K, float alpha, const float* A,
+                                  int lda, const float* B, int ldb, float beta,
+                                  float* C, int ldc, const float* bias) {
+    size_t lo = 0, hi = 0;
+    int split_m = M >= N;
+    if ((double)M * N * K < CPU_GEMM_SPLIT_MIN || nth <= 1) {
+        if (ith == 0) hi = (size_t)(split_m ? M : N);
+    } else {
+        cpu_split_range((size_t)(split_m ? M : N), ith, nth, 64, &lo, &hi);
+    }
+    if (hi <= lo) return;
+    int n = (int)(hi - lo), o = (int)lo;
+    if (split_m) {
+        /* rows o..o+n of C need rows o.. of op(A) */
+        float* Cp = C + (size_t)o * ldc;
+        if (bias)
+            for (int i = 0; i < n; i++) memcpy(Cp + (size_t)i * ldc, bias, sizeof(float) * N);
+        const float* Ap = ta ? A + o : A + (size_t)o * lda;
+        cpu_sgemm(ta, tb, n, N, K, alpha, Ap, lda, B, ldb, beta, Cp, ldc);
+    } else {
+        /* columns o..o+n of C need columns o.. of op(B) */
+        if (bias)
+            for (int i = 0; i < M; i++)
+                memcpy(C + (size_t)i * ldc + o, bias + o, sizeof(float) * n);
+        const float* Bp = tb ? B + (size_t)o * ldb : B + o;
+        cpu_sgemm(ta, tb, M, n, K, alpha, A, lda, Bp, ldb, beta, C + o, ldc);
+    }
+}
+
+/* index of this thread and size of the current team (0, 1 outside OpenMP) */
+static inline void cpu_thread_id(int* ith, int* nth) {
+#ifdef _OPENMP
+    *ith = omp_get_thread_num();
+    *nth = omp_get_num_threads();
+#else
+    *ith = 0;
+    *nth = 1;
+#endif
+}
+
+/* Same product as cpu_sgemm, computed by all OpenMP threads, each doing its
+   slice (cpu_sgemm_part) with a single-threaded BLAS call. With
+   -DLLMC_BLAS_THREADED it is instead one call from serial code, threaded by
+   the BLAS itself (for comparison only; the attention kernels still call
+   the BLAS from inside parallel regions). */
+static inline void cpu_sgemm_par(int ta, int tb, int M, int N, int K,
+                                 float alpha, const float* A, int lda,
+                                 const float* B, int ldb, float beta, float* C,
+                                 int ldc) {
+    cpu_blas_init();
+#ifdef LLMC_BLAS_THREADED
+    cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    if ((double)M * N * K < CPU_GEMM_SPLIT_MIN || cpu_num_threads() <= 1) {
+        cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        cpu_sgemm_part(ith, nth, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                       ldc, NULL);
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* vectorizable elementary functions (plain arithmetic, so that gcc
+   vectorizes loops calling them without libmvec or -ffast-math)            */
+
+/* exp(x) for finite float x: n = round(x/ln2), r = x - n*ln2 (two-constant
+   Cody-Waite reduction, |r| <= ln2/2), exp(r) by its degree-6 Taylor
+   polynomial, times 2^n built in the exponent bits. Relative error < 3e-7
+   for x in [-87, 88]; returns 0 below about -87.3 (where exp < 2^-126) and
+   stays finite (~2^128) above 88.7. Written without float comparisons: gcc
+   (without -ffast-math) does not if-convert float clamps here, which would
+   keep every loop that calls this function from vectorizing. */
+static inline float cpu_expf(float x) {
+    float z = x * 1.44269504088896341f;
+    int32_t ni = (int32_t)(z + copysignf(0.5f, z));
+    float n = (float)ni;
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187045e-06f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t nc = ni > 127 ? 127 : ni;
+    int32_t bits = (nc + 127) << 23;
+    bits = ni < -126 ? 0 : bits;
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+
+/* tanh(u) = sign(u) (1 - e) / (1 + e), e = exp(-2|u|); absolute error
+   < 3e-7 */
+static inline float cpu_tanhf(float u) {
+    float e = cpu_expf(-2.0f * fabsf(u));
+    return copysignf((1.0f - e) / (1.0f + e), u);
+}
+
+
+#endif /* LLMC_CPU_COMMON_H */

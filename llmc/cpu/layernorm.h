@@ -1,0 +1,105 @@
+/*
+ * llmc/cpu/layernorm.h -- LayerNorm forward and backward: the CPU kernel(s), twin
+ * of llmc/cuda/layernorm.cuh (same names and signatures). Conventions: common.h.
+ */
+#ifndef LLMC_CPU_LAYERNORM_H
+#define LLMC_CPU_LAYERNORM_H
+
+#include "common.h"
+
+/* ------------------------------------------------------------------------ */
+/* layernorm                                                                */
+
+/* For each of N rows x (C): mean = sum x / C, var = sum (x-mean)^2 / C
+   (biased, two-pass), rstd = 1/sqrt(var + 1e-5),
+   out = (x - mean) * rstd * weight + bias. mean, rstd (N) are saved for the
+   backward. Sums in float over 16 lanes, then double. Writes out. */
+static inline void layernorm_forward(floatX* out, float* mean, float* rstd,
+                                     const floatX* inp, const floatX* weight,
+                                     const floatX* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const floatX* x = inp + (size_t)n * C;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < C; i++) s += x[i];
+        float m = (float)((double)s / C);
+        float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int i = 0; i < C; i++) {
+            float d = x[i] - m;
+            v += d * d;
+        }
+        float r = (float)(1.0 / sqrt((double)v / C + 1e-5));
+        floatX* o = out + (size_t)n * C;
+#pragma omp simd
+        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * weight[i] + bias[i];
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = r;
+    }
+}
+
+/* Backward of layernorm_forward. With xhat = (x - mean) * rstd and
+   g = dout * weight (per row, C):
+     dinp   += rstd * (g - mean(g) - xhat * mean(g * xhat))
+     dweight += sum over rows of dout * xhat
+     dbias   += sum over rows of dout
+   dinp: rows split among threads. dweight/dbias: channels split among
+   threads, each summing all N rows in order in double (deterministic).
+   Shapes: dinp, dout, inp (N,C); dweight, dbias, weight (C); mean, rstd (N). */
+static inline void layernorm_backward(floatX* dinp, floatX* dweight,
+                                      floatX* dbias, const floatX* dout,
+                                      const floatX* inp, const floatX* weight,
+                                      const float* mean, const float* rstd,
+                                      int N, int C) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(static) nowait
+        for (int n = 0; n < N; n++) {
+            const floatX* x = inp + (size_t)n * C;
+            const floatX* d = dout + (size_t)n * C;
+            float m = mean[n], r = rstd[n];
+            float sg = 0.0f, sgx = 0.0f;
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int i = 0; i < C; i++) {
+                float g = d[i] * weight[i];
+                sg += g;
+                sgx += g * (x[i] - m) * r;
+            }
+            float mg = sg / C, mgx = sgx / C;
+            floatX* di = dinp + (size_t)n * C;
+#pragma omp simd
+            for (int i = 0; i < C; i++) {
+                float xh = (x[i] - m) * r;
+                di[i] += r * (d[i] * weight[i] - mg - xh * mgx);
+            }
+        }
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        size_t lo, hi;
+        cpu_split_range((size_t)C, ith, nth, 16, &lo, &hi);
+        if (hi > lo) {
+            size_t w = hi - lo;
+            double* acc = (double*)calloc(2 * w, sizeof(double));
+            double* aw = acc;
+            double* ab = acc + w;
+            for (int n = 0; n < N; n++) {
+                const floatX* x = inp + (size_t)n * C + lo;
+                const floatX* d = dout + (size_t)n * C + lo;
+                float m = mean[n], r = rstd[n];
+#pragma omp simd
+                for (size_t i = 0; i < w; i++) {
+                    ab[i] += d[i];
+                    aw[i] += d[i] * ((x[i] - m) * r);
+                }
+            }
+            for (size_t i = 0; i < w; i++) {
+                dweight[lo + i] += (float)aw[i];
+                dbias[lo + i] += (float)ab[i];
+            }
+            free(acc);
+        }
+    }
+}
+
+#endif /* LLMC_CPU_LAYERNORM_H */
