@@ -27,8 +27,10 @@ _CUDA_MK_PREV_GOAL := $(.DEFAULT_GOAL)
 CUDA_HOME ?= $(if $(wildcard /usr/local/cuda/bin/nvcc),/usr/local/cuda,$(patsubst %/bin/nvcc,%,$(realpath $(shell command -v nvcc 2>/dev/null))))
 NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null) nvcc)
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-# host compiler warnings as in the CPU build; nvcc's own warnings stay on
-CUDA_WARN ?= -Xcompiler -Wall,-Wextra,-Wno-unused-function,-Wno-unused-parameter
+# host compiler warnings as in the CPU build; nvcc's own warnings stay on. The
+# OpenMP pragmas of the shared headers (comm.h's host sums) are ignored here:
+# the CUDA build has no OpenMP runtime (one fewer library on the GPU machine)
+CUDA_WARN ?= -Xcompiler -Wall,-Wextra,-Wno-unused-function,-Wno-unused-parameter,-Wno-unknown-pragmas
 # the MPI C++ bindings are not used (and warn): skip them
 CUDA_NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) $(CUDA_WARN) -lineinfo -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX
 CUDA_PYTHON ?= python3

@@ -24,12 +24,16 @@
 #   references   dev/reference.py with that machine's python3, in the background
 #                from the start: small (90 MB, cannot travel) and odd/tiny,
 #                compared bitwise with the carried copies made here
-#   test_backend the backend's collectives, fence ring and uploads (1 rank, NCCL)
-#   test_gpt     configs tiny, odd, small x ZeRO stages 0-3, stage 3 with
-#                --reshard-after-forward 0 --accum 2, and --prefetch 2 (1 rank)
+#   test_backend the backend's collectives, fence ring and uploads: 1 rank
+#                with NCCL, 2 and 4 ranks host-staged (LLMC_COLLECTIVES=host)
+#   test_gpt     ZeRO stages 0-3 against the PyTorch reference, N ranks on the
+#                one GPU: N = 1 with NCCL and N = 1, 2, 4 host-staged (configs
+#                odd and small; tiny at N = 1 and 4), stage 3 with
+#                --reshard-after-forward 0 --accum 2 and with --prefetch 2
 #   gpt2-124m    GPT-2 124M (-e d12, T=1024, B=$B): a short calibration, then
 #                TRAIN_SECONDS of training: tokens/s, MFU, peak device memory,
-#                beside llm.c's published figure
+#                beside llm.c's published figure (run after the odd config's
+#                tests, before the rest, so that the budget keeps it)
 # Budget: GPU_CHECK_BUDGET seconds in all (default 540, inside the device
 # tool's 600 s command limit); a stage that would not fit is SKIPped. Output:
 # everything on stdout; with $OUT set (the device tool) also $OUT/gpu_check.log,
@@ -448,22 +452,35 @@ st_no_gpu_error() {
 }
 
 # ---------------------------------------------------------------- GPU runs
-st_test_backend() {
-  tmo ./dev/cuda/test_backend > "$WORK/test_backend.log" 2>&1; local rc=$?
-  cat "$WORK/test_backend.log"
-  STAGE_NOTE=$(tail -1 "$WORK/test_backend.log")
-  return $rc
+# NRANKS MODE: N ranks on the one GPU; MODE nccl (N = 1 only: NCCL needs a
+# GPU per rank) or host (host-staged collectives, LLMC_COLLECTIVES=host)
+ranks_ok() { # nranks
+  [ "$1" = 1 ] || [ "$BIN_KIND" = mpi ] || { STAGE_NOTE="$1 ranks need the MPI build (this is the single-rank build)"; return 1; }
 }
-st_test_gpt() { # config extra-args...
-  local c=$1; shift
-  [ -f "$WORK/ref/${c}_debug_state.bin" ] || { STAGE_NOTE="no reference files for $c"; return 2; }
-  local log="$WORK/test_gpt_${c}_$(echo "$*" | tr -c 'a-z0-9' '_').log"
-  launch 1 ./test_gpt -e "$WORK/ref/${c}_model.bin" -s "$WORK/ref/${c}_debug_state.bin" "$@" > "$log" 2>&1
-  local rc=$?
-  grep -E "^(OK|FAIL)|passed|error" "$log" | head -40
+st_test_backend() { # nranks mode
+  ranks_ok "$1" || return 2
+  local log="$WORK/test_backend_$1_$2.log"
+  ( export LLMC_COLLECTIVES=$2; launch "$1" ./dev/cuda/test_backend ) > "$log" 2>&1; local rc=$?
+  cat "$log"
   STAGE_NOTE=$(grep -E "^[0-9]+ passed" "$log" | tail -1)
   [ -z "$STAGE_NOTE" ] && { tail -5 "$log"; STAGE_NOTE="exit $rc, no summary"; }
   return $rc
+}
+st_test_gpt() { # config nranks mode extra-args...
+  local c=$1 n=$2 mode=$3; shift 3
+  ranks_ok "$n" || return 2
+  [ -f "$WORK/ref/${c}_debug_state.bin" ] || { STAGE_NOTE="no reference files for $c"; return 2; }
+  local log="$WORK/test_gpt_${c}_${n}_${mode}_$(echo "$*" | tr -c 'a-z0-9' '_').log"
+  ( export LLMC_COLLECTIVES=$mode; launch "$n" ./test_gpt -e "$WORK/ref/${c}_model.bin" -s "$WORK/ref/${c}_debug_state.bin" "$@" ) > "$log" 2>&1
+  local rc=$?
+  grep -E "^(OK|FAIL)|passed|error|backend" "$log" | head -40
+  STAGE_NOTE=$(grep -E "^[0-9]+ passed" "$log" | tail -1)
+  [ -z "$STAGE_NOTE" ] && { tail -5 "$log"; STAGE_NOTE="exit $rc, no summary"; }
+  return $rc
+}
+test_gpt_stages() { # config nranks mode
+  local z
+  for z in 0 1 2 3; do run_stage "test_gpt $1 N=$2 $3 -z $z" 1 8 90 st_test_gpt "$1" "$2" "$3" -z $z; done
 }
 
 TRAIN_LOG="$OUTDIR/train_d12.log"
@@ -549,13 +566,24 @@ run_stage "references (python3 dev/reference.py)" 0 5 150 st_refs
 if [ -z "$BIN_KIND" ]; then
   record "GPU runs" FAIL 0 "no build of ./test_gpt succeeded"
 else
-  run_stage "test_backend (collectives, fences, uploads)" 1 10 60 st_test_backend
-  for c in tiny odd small; do
-    for z in 0 1 2 3; do run_stage "test_gpt $c -z $z" 1 8 60 st_test_gpt $c -z $z; done
-    run_stage "test_gpt $c -z 3 reshard 0, accum 2" 1 8 60 st_test_gpt $c -z 3 --reshard-after-forward 0 --accum 2
-    run_stage "test_gpt $c -z 3 prefetch 2" 1 8 60 st_test_gpt $c -z 3 --prefetch 2
-  done
+  # in order of importance: a stage that no longer fits the budget is skipped
+  run_stage "test_backend N=1 nccl (collectives, fences, uploads)" 1 10 60 st_test_backend 1 nccl
+  run_stage "test_backend N=2 host" 1 10 60 st_test_backend 2 host
+  run_stage "test_backend N=4 host" 1 10 60 st_test_backend 4 host
+  test_gpt_stages odd 1 nccl
+  test_gpt_stages odd 2 host
+  test_gpt_stages odd 4 host
   run_stage "GPT-2 124M timed run" 1 60 $((TRAIN_SECONDS + 120)) st_d12
+  test_gpt_stages small 1 nccl
+  test_gpt_stages small 2 host
+  test_gpt_stages small 4 host
+  test_gpt_stages odd 1 host
+  test_gpt_stages tiny 1 nccl
+  test_gpt_stages tiny 4 host
+  run_stage "test_gpt odd N=1 nccl -z 3 reshard 0, accum 2" 1 8 90 st_test_gpt odd 1 nccl -z 3 --reshard-after-forward 0 --accum 2
+  run_stage "test_gpt odd N=2 host -z 3 reshard 0, accum 2" 1 8 90 st_test_gpt odd 2 host -z 3 --reshard-after-forward 0 --accum 2
+  run_stage "test_gpt odd N=1 nccl -z 3 prefetch 2" 1 8 90 st_test_gpt odd 1 nccl -z 3 --prefetch 2
+  run_stage "test_gpt odd N=4 host -z 3 prefetch 2" 1 8 90 st_test_gpt odd 4 host -z 3 --prefetch 2
 fi
 [ -n "$REF_PID" ] && kill "$REF_PID" 2>/dev/null
 

@@ -4,26 +4,32 @@
  skips every collective, so this is what runs comm_nccl.cuh's code there:
  the NCCL calls with their in-place pointers, the event ordering between the
  compute and comm streams, and the fence ring, made small here
- (NCCL_FENCES 4) so that it wraps many times.
+ (NCCL_FENCES 4) so that it wraps many times. With several ranks on one GPU
+ (host-staged collectives, LLMC_COLLECTIVES=host or auto) it checks the real
+ sums over 2..N ranks.
 
-   make -f cuda.mk cuda-test && ./dev/cuda/test_backend      (or mpirun -np N)
+   make -f cuda.mk cuda-test
+   ./dev/cuda/test_backend                                   (1 rank, NCCL)
+   LLMC_COLLECTIVES=host mpirun -np 4 ./dev/cuda/test_backend   (4 ranks, one GPU)
 
  Checks (each prints one line; the last line is "N passed, M failed"):
-   1. all-reduce, reduce-scatter, all-gather (start + wait) on buffers of
-      N*shard bf16 elements for shard in {1, 7, 4099, 2^20+3}: every element
-      equals the sum over ranks (all-reduce; reduce-scatter on the rank's own
-      shard) or its owner's value (all-gather). Values are small integers
-      (-4..4), so every sum is exact in bf16 whatever the order: bitwise.
-   2. ordering, compute -> comm: a kernel on the compute stream that writes a
-      flag after ~2 ms, then a collective; a kernel queued on the comm stream
-      right after the collective must see the flag.
-   3. ordering, comm -> compute: a kernel on the comm stream that writes a
-      flag after ~2 ms, then backend_all_gather_start; after
+   1. reduce-scatter (into the rank's own shard, and added into an
+      accumulator) and all-gather (start + wait) on buffers of N*shard bf16
+      elements for shard in {1, 7, 4099, 2^20+3}: every element equals the
+      sum over ranks (plus the accumulator) or its owner's value. Values are
+      small integers (-4..4), so every sum is exact in bf16 whatever the
+      order: bitwise.
+   2. (NCCL mode) ordering, compute -> comm: a kernel on the compute stream
+      that writes a flag after ~2 ms, then a collective; a kernel queued on
+      the comm stream right after the collective must see the flag.
+   3. (NCCL mode) ordering, comm -> compute: a kernel on the comm stream that
+      writes a flag after ~2 ms, then backend_all_gather_start; after
       backend_wait_comm(fence) a compute kernel must see the flag.
-   4. fence ring wrap: fence f and fence f + NCCL_FENCES share an event; the
-      flag is written on the comm stream between them; waiting on the older
-      fence f must still order the compute kernel after the flag (it waits
-      on the re-recorded, later event: the header's promise).
+   4. (NCCL mode) fence ring wrap: fence f and fence f + NCCL_FENCES share an
+      event; the flag is written on the comm stream between them; waiting on
+      the older fence f must still order the compute kernel after the flag
+      (it waits on the re-recorded, later event: the header's promise).
+      (host-staged mode: every fence is 0, checked instead)
    5. uploads: backend_to_device from pageable memory that the host refills
       at once, behind a slow kernel, in sizes below, at and above the 4 MiB
       staging chunk: the device must hold each upload's own values.
@@ -54,13 +60,21 @@ __global__ void fill_kernel(floatX* buf, size_t n, size_t lo, size_t hi, int ran
         buf[i] = tobf(i >= lo && i < hi ? (float)val(rank, i, salt) : 100.0f);
 }
 
-/* mode 0: buf[i] == sum over ranks of val(r, i); mode 1: buf[i] == val(i / shard, i) */
+/* mode 0: buf[i] == sum over ranks of val(r, i); mode 1: buf[i] == val(i / shard, i);
+   mode 2 (accumulator of `shard` elements for the shard starting at lo):
+   buf[j] == val(99, j) + sum over ranks of val(r, lo + j) */
 __global__ void check_kernel(const floatX* buf, size_t lo, size_t hi, size_t shard, int nranks, int salt, int mode,
                              unsigned long long* bad) {
-    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += (size_t)gridDim.x * blockDim.x) {
+    size_t n = mode == 2 ? shard : hi - lo;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+        size_t i = mode == 2 ? k : lo + k;
         int want = 0;
-        if (mode == 0) for (int r = 0; r < nranks; r++) want += val(r, i, salt);
-        else want = val((int)(i / shard), i, salt);
+        if (mode == 1) want = val((int)(i / shard), i, salt);
+        else {
+            size_t g = mode == 2 ? lo + k : i;
+            for (int r = 0; r < nranks; r++) want += val(r, g, salt);
+            if (mode == 2) want += val(99, k, salt);
+        }
         if (bf(buf[i]) != (float)want) atomicAdd(bad, 1ULL);
     }
 }
@@ -104,50 +118,59 @@ int main(int argc, char** argv) {
     int* d_flag = (int*)backend_malloc(sizeof(int));
     if (!d_bad || !d_flag) comm_fatal(c, "out of device memory");
     backend_memset_zero(d_bad, sizeof(unsigned long long));
-    if (me == 0) printf("test_backend: %d rank(s), NCCL_FENCES %d\n", N, NCCL_FENCES);
+    if (me == 0) printf("test_backend: %d rank(s), %s, NCCL_FENCES %d\n", N, nccl_state.host ? "host-staged" : "NCCL", NCCL_FENCES);
 
     unsigned long long want_calls[COLL_NUM] = {0}, want_bytes[COLL_NUM] = {0};
     const size_t shards[] = {1, 7, 4099, ((size_t)1 << 20) + 3};
     const int G = 256, TPB = 256;
     int salt = 0;
 
-    /* 1. the three collectives, three rounds per size (the fences wrap) */
+    /* 1. the collectives, three rounds per size (the fences wrap) */
     for (size_t si = 0; si < sizeof(shards) / sizeof(shards[0]); si++) {
-        size_t shard = shards[si], n = shard * (size_t)N;
+        size_t shard = shards[si], n = shard * (size_t)N, lo = (size_t)me * shard, hi = lo + shard;
         floatX* buf = (floatX*)backend_malloc(n * sizeof(floatX));
-        if (!buf) comm_fatal(c, "out of device memory");
-        unsigned long long bad_ar = 0, bad_rs = 0, bad_ag = 0;
+        floatX* acc = (floatX*)backend_malloc(shard * sizeof(floatX));
+        if (!buf || !acc) comm_fatal(c, "out of device memory");
+        unsigned long long bad_rs = 0, bad_acc = 0, bad_ag = 0, nonzero = 0;
         for (int round = 0; round < 3; round++) {
             salt++;
             fill_kernel<<<G, TPB, 0, cs>>>(buf, n, 0, n, me, salt);
-            backend_all_reduce_sum(c, buf, n);
-            check_kernel<<<G, TPB, 0, cs>>>(buf, 0, n, shard, N, salt, 0, d_bad);
-            bad_ar += read_bad();
-            want_calls[COLL_ALL_REDUCE]++; want_bytes[COLL_ALL_REDUCE] += n * sizeof(floatX);
-
-            salt++;
-            fill_kernel<<<G, TPB, 0, cs>>>(buf, n, 0, n, me, salt);
-            backend_reduce_scatter_sum(c, buf, shard);
-            check_kernel<<<G, TPB, 0, cs>>>(buf, (size_t)me * shard, (size_t)(me + 1) * shard, shard, N, salt, 0, d_bad);
+            unsigned long long f = backend_reduce_scatter_start(c, buf, shard, NULL);
+            if (nccl_state.host && f != 0) nonzero++;
+            backend_wait_comm(f);
+            check_kernel<<<G, TPB, 0, cs>>>(buf, lo, hi, shard, N, salt, 0, d_bad);
             bad_rs += read_bad();
             want_calls[COLL_REDUCE_SCATTER]++; want_bytes[COLL_REDUCE_SCATTER] += n * sizeof(floatX);
 
             salt++;
-            fill_kernel<<<G, TPB, 0, cs>>>(buf, n, (size_t)me * shard, (size_t)(me + 1) * shard, me, salt);
-            unsigned long long f = backend_all_gather_start(c, buf, shard);
+            fill_kernel<<<G, TPB, 0, cs>>>(buf, n, 0, n, me, salt);
+            fill_kernel<<<G, TPB, 0, cs>>>(acc, shard, 0, shard, 99, salt);
+            f = backend_reduce_scatter_start(c, buf, shard, acc);
+            if (nccl_state.host && f != 0) nonzero++;
+            backend_wait_comm(f);
+            check_kernel<<<G, TPB, 0, cs>>>(acc, lo, hi, shard, N, salt, 2, d_bad);
+            bad_acc += read_bad();
+            want_calls[COLL_REDUCE_SCATTER]++; want_bytes[COLL_REDUCE_SCATTER] += n * sizeof(floatX);
+
+            salt++;
+            fill_kernel<<<G, TPB, 0, cs>>>(buf, n, lo, hi, me, salt);
+            f = backend_all_gather_start(c, buf, shard);
+            if (nccl_state.host && f != 0) nonzero++;
             backend_wait_comm(f);
             check_kernel<<<G, TPB, 0, cs>>>(buf, 0, n, shard, N, salt, 1, d_bad);
             bad_ag += read_bad();
             want_calls[COLL_ALL_GATHER]++; want_bytes[COLL_ALL_GATHER] += n * sizeof(floatX);
         }
         char what[128];
-        snprintf(what, sizeof(what), "all-reduce, shard %zu x %d ranks: exact sums", shard, N);
-        report(c, bad_ar == 0, what, bad_ar);
-        snprintf(what, sizeof(what), "reduce-scatter, shard %zu: own shard = exact sums", shard);
+        snprintf(what, sizeof(what), "reduce-scatter, shard %zu x %d ranks: own shard = exact sums", shard, N);
         report(c, bad_rs == 0, what, bad_rs);
+        snprintf(what, sizeof(what), "reduce-scatter into an accumulator, shard %zu: acc + sums", shard);
+        report(c, bad_acc == 0, what, bad_acc);
         snprintf(what, sizeof(what), "all-gather start + wait, shard %zu: every shard", shard);
         report(c, bad_ag == 0, what, bad_ag);
+        if (nccl_state.host) report(c, nonzero == 0, "host-staged collectives are complete on return (fence 0)", nonzero);
         backend_free(buf);
+        backend_free(acc);
     }
 
     size_t shard = 4096, n = shard * (size_t)N;
@@ -155,8 +178,9 @@ int main(int argc, char** argv) {
     if (!buf) comm_fatal(c, "out of device memory");
     const unsigned long long delay_ns = 2000000ULL; /* 2 ms */
 
+    if (nccl_state.host && me == 0) printf("(host-staged mode: no comm stream, the ordering checks 2-4 do not apply)\n");
     /* 2. compute -> comm */
-    {
+    if (!nccl_state.host) {
         unsigned long long bad = 0;
         for (int k = 1; k <= 6; k++) {
             backend_memset_zero(d_flag, sizeof(int));
@@ -172,7 +196,7 @@ int main(int argc, char** argv) {
     }
 
     /* 3. comm -> compute */
-    {
+    if (!nccl_state.host) {
         unsigned long long bad = 0;
         for (int k = 1; k <= 6; k++) {
             backend_memset_zero(d_flag, sizeof(int));
@@ -188,7 +212,7 @@ int main(int argc, char** argv) {
     }
 
     /* 4. a fence older than the ring: fence f and f + NCCL_FENCES share an event */
-    {
+    if (!nccl_state.host) {
         unsigned long long bad = 0, wrong_waited = 0;
         for (int k = 1; k <= 3; k++) {
             backend_memset_zero(d_flag, sizeof(int));

@@ -59,10 +59,6 @@ static inline void backend_init(Comm* c) {
 #endif
 }
 
-/* Before comm_finalize: nothing to release on the CPU (the CUDA backend
-   destroys its NCCL communicator and waits for its streams here). */
-static inline void backend_finalize(Comm* c) { (void)c; }
-
 /* Host memory, 64-byte aligned; NULL on failure. */
 static inline void* backend_malloc(size_t bytes) {
     size_t n = round_up(bytes, 64);

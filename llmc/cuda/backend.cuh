@@ -1,23 +1,26 @@
 /*
  cuda/backend.cuh: the CUDA backend of the trainer: bf16 storage (floatX =
  __nv_bfloat16), fp32 master weights and Adam moments, device memory, NCCL
- collectives, and the kernels of the other headers in this directory. It
- offers exactly the functions of llmc/cpu/backend.h and llmc/cpu/kernels.h,
- with the same names and signatures, plus backend_init(Comm*) (GPU, streams,
- NCCL; call it right after comm_init), backend_all_gather_start /
- backend_wait_comm (overlap, see comm_nccl.cuh) and backend_finalize.
+ or host-staged collectives, and the kernels of the other headers in this
+ directory. It offers exactly the functions of llmc/cpu/backend.h and the
+ CPU kernel headers, with the same names and signatures, plus
+ backend_init(Comm*) (GPU, streams, NCCL or host-staged collectives; call it
+ right after comm_init) and backend_finalize (before comm_finalize).
 
  Execution model (what gpt.h and zero.h can rely on):
    - every kernel, memset and device copy runs on ONE compute stream, in
      program order; the calls return before the GPU is done (asynchronous);
-   - collectives run on a comm stream, ordered against the compute stream by
-     events (comm_nccl.cuh); no device-wide synchronisation inside a step;
+   - NCCL collectives run on a comm stream, ordered against the compute
+     stream by events (comm_nccl.cuh); no device-wide synchronisation inside
+     a step. Host-staged collectives (ranks sharing a GPU) wait for the
+     compute stream, sum on the host and return complete (fence 0);
    - the host waits for the GPU only in: backend_to_host, backend_floatX_to_
      floats, backend_floats_to_floatX, sum_squares (the grad norm),
      backend_synchronize, backend_free (cudaFree), backend_malloc
-     (cudaMalloc may synchronise) and backend_to_device (only until an
-     earlier upload has left its pinned staging buffer, see there). gpt2_forward with targets therefore
-     waits once per micro-step (the losses), zero_grad_norm once per tensor.
+     (cudaMalloc may synchronise), backend_to_device (only until an earlier
+     upload has left its pinned staging buffer, see there) and the
+     host-staged collectives. gpt2_forward with targets therefore waits once
+     per micro-step (the losses), zero_grad_norm once per tensor.
    - all int* token arrays given to kernels are device memory.
 
  Memory: backend_malloc = cudaMalloc (NULL on failure; 256-byte aligned).
@@ -25,7 +28,8 @@
  context, the 32 MiB cuBLAS workspace, NCCL's buffers, the stream-ordered
  scratch of some kernels (column-sum partials, the token sort) and pinned
  host staging buffers (host memory, not counted: 2 x 4 MiB for uploads, a
- grow-only one for the bf16 conversions).
+ grow-only one for the bf16 conversions, three grow-only ones for the
+ host-staged collectives).
 */
 #ifndef LLMC_CUDA_BACKEND_CUH
 #define LLMC_CUDA_BACKEND_CUH
