@@ -12,6 +12,9 @@
 #
 # Needs CUDA 12+ (nvcc, cuBLAS/cuBLASLt, CUB) and NCCL >= 2.13. Found as:
 #   nvcc: $(CUDA_HOME)/bin/nvcc, else the nvcc on PATH (CUDA_HOME then follows it)
+#   cuBLAS: CUDA_CUBLAS_HOME (include/, lib/ with libcublas.so, libcublasLt.so),
+#         else $(CUDA_HOME)/include and lib64 (scripts/gpu_check.sh makes such a
+#         folder of links when only a pip wheel holds cuBLAS)
 #   MPI:  `$(CUDA_MPICC) -showme` (Open MPI); with no such mpicc (or
 #         CUDA_MPICC=false) the build uses llmc/mpi_stub/mpi.h and runs ONE rank
 #   NCCL: CUDA_NCCL_HOME (with include/nccl.h and lib/libnccl.so.2), else the
@@ -55,13 +58,20 @@ CUDA_NCCL_INCDIR = $(if $(strip $(CUDA_NCCL_HOME)),$(CUDA_NCCL_HOME)/include,$(C
 CUDA_NCCL_LIBDIR = $(if $(strip $(CUDA_NCCL_HOME)),$(CUDA_NCCL_HOME)/lib,$(CUDA_HOME)/lib64)
 CUDA_NCCL_LIBS = -L$(CUDA_NCCL_LIBDIR) -l:libnccl.so.2 -Xlinker -rpath=$(CUDA_NCCL_LIBDIR)
 
+# ---- cuBLAS / cuBLASLt: CUDA_CUBLAS_HOME (include/cublasLt.h, lib/libcublas.so,
+# lib/libcublasLt.so) if given, else the toolkit's
+CUDA_CUBLAS_HOME ?=
+CUDA_CUBLAS_INCDIR = $(if $(strip $(CUDA_CUBLAS_HOME)),$(CUDA_CUBLAS_HOME)/include,$(CUDA_HOME)/include)
+CUDA_CUBLAS_LIBDIR = $(if $(strip $(CUDA_CUBLAS_HOME)),$(CUDA_CUBLAS_HOME)/lib,$(CUDA_HOME)/lib64)
+
 _cuda_empty :=
 _cuda_space := $(_cuda_empty) $(_cuda_empty)
 _cuda_comma := ,
 # NCCL's folders come before the toolkit's, whose own nccl.h / libnccl.so.2 (if
 # any) must not shadow the ones chosen
-CUDA_INCLUDES = -I. $(CUDA_MPI_INC) -I$(CUDA_NCCL_INCDIR) $(filter-out -I$(CUDA_NCCL_INCDIR),-I$(CUDA_HOME)/include)
-CUDA_BLAS_LIBS = -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -Xlinker -rpath=$(CUDA_HOME)/lib64
+_cuda_blas_inc = -I$(CUDA_CUBLAS_INCDIR) $(filter-out -I$(CUDA_CUBLAS_INCDIR),-I$(CUDA_HOME)/include)
+CUDA_INCLUDES = -I. $(CUDA_MPI_INC) -I$(CUDA_NCCL_INCDIR) $(filter-out -I$(CUDA_NCCL_INCDIR),$(_cuda_blas_inc))
+CUDA_BLAS_LIBS = -L$(CUDA_CUBLAS_LIBDIR) -lcublasLt -lcublas -Xlinker -rpath=$(CUDA_CUBLAS_LIBDIR)
 CUDA_LIBS = $(CUDA_NCCL_LIBS) $(CUDA_BLAS_LIBS) $(CUDA_MPI_LIBS) \
             $(if $(strip $(CUDA_MPI_OTHER)),-Xcompiler $(subst $(_cuda_space),$(_cuda_comma),$(strip $(CUDA_MPI_OTHER))),)
 CUDA_HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cuda/*.cuh) $(wildcard llmc/mpi_stub/*.h)
@@ -82,6 +92,7 @@ cuda-config:
 	@echo "nvcc:  $(NVCC) ($(CUDA_HOME))"
 	@echo "arch:  $(CUDA_ARCH)"
 	@echo "MPI:   $(if $(filter stub,$(CUDA_MPI_KIND)),none: single-rank stand-in llmc/mpi_stub/mpi.h ($(CUDA_MPICC) -showme gave nothing),$(CUDA_MPICC): $(CUDA_MPI_INC) $(CUDA_MPI_LINK))"
+	@echo "cuBLAS: $(CUDA_CUBLAS_INCDIR)/cublasLt.h, $(CUDA_CUBLAS_LIBDIR)/libcublasLt.so"
 	@echo "NCCL:  $(CUDA_NCCL_INCDIR)/nccl.h, $(CUDA_NCCL_LIBDIR)/libnccl.so.2$(if $(strip $(CUDA_NCCL_HOME)), (CUDA_NCCL_HOME or the $(CUDA_PYTHON) wheel), (CUDA toolkit))"
 
 train_gpt: train_gpt.cu $(CUDA_HEADERS) $(CUDA_FLAGS_FILE)
@@ -103,7 +114,7 @@ CUDA_DEV_BINS = $(CUDA_DEV_SRCS:.cu=)
 cuda-dev: $(CUDA_DEV_BINS)
 
 $(CUDA_DEV_BINS): dev/cuda/%: dev/cuda/%.cu dev/cuda/common.h $(CUDA_HEADERS) $(CUDA_FLAGS_FILE)
-	$(NVCC) $(CUDA_NVCCFLAGS) -I. -I$(CUDA_HOME)/include $< -o $@ $(CUDA_BLAS_LIBS)
+	$(NVCC) $(CUDA_NVCCFLAGS) -I. $(_cuda_blas_inc) $< -o $@ $(CUDA_BLAS_LIBS)
 
 cuda-clean:
 	rm -f train_gpt test_gpt dev/cuda/test_backend $(CUDA_DEV_BINS) $(CUDA_FLAGS_FILE)

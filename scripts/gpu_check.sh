@@ -10,6 +10,7 @@
 # Stages (each reports PASS / FAIL / SKIP with its time; a failure never stops
 # the next stage; the table at the end lists them all):
 #   machine      nvidia-smi, nvcc, python3 (+ torch), cores
+#   cublas       the toolkit's cuBLAS, else links to the pip wheel's (CUDA_CUBLAS_HOME)
 #   kernel build dev/cuda kernel checks (no MPI, no NCCL), sm_90 + compute_90 PTX only
 #   kernel <k>   each dev/cuda check against its CPU reference (needs the GPU)
 #   mpi unpack   build/gpu-carry/debs unpacked with `dpkg -x` into a private
@@ -34,8 +35,10 @@
 #                TRAIN_SECONDS of training: tokens/s, MFU, peak device memory,
 #                beside llm.c's published figure (run after the odd config's
 #                tests, before the rest, so that the budget keeps it)
-# Budget: GPU_CHECK_BUDGET seconds in all (default 540, inside the device
-# tool's 600 s command limit); a stage that would not fit is SKIPped. Output:
+# Budget: GPU_CHECK_BUDGET seconds in all (default 450: with the machine's
+# start, about a minute, the whole lease stays under 10 minutes of device
+# time; the device tool's command limit is 600 s); the kernel checks get at
+# most KERNEL_SECONDS (150) of it; a stage that would not fit is SKIPped. Output:
 # everything on stdout; with $OUT set (the device tool) also $OUT/gpu_check.log,
 # $OUT/gpu_check_summary.txt and $OUT/train_d12.log.
 # Env: B (micro-batch of the timed run, default 32), TRAIN_SECONDS (45),
@@ -46,12 +49,14 @@
 # copied to a fresh temp dir and the check runs there in a private mount
 # namespace (unshare -m) where every file of the carried Debian packages
 # installed on THIS machine (mpicc, mpirun, libmpi, their libraries), ssh,
-# and the CUDA toolkit's NCCL are hidden; `python3` is /usr/bin/python3 with a
-# stand-in nvidia/nccl wheel (the toolkit's nccl.h and libnccl.so.2, no
-# libnccl.so) on PYTHONPATH. So the unpack, the builds, the NCCL discovery,
-# mpirun and the reference generation run exactly as on the GPU machine, and
-# every stage that needs the GPU says so and is skipped. Without unshare the
-# dry run still runs, unisolated, and says so.
+# and the CUDA toolkit's NCCL and cuBLAS are hidden; `python3` is
+# /usr/bin/python3 with stand-in nvidia/nccl and nvidia/cu13 wheels (the
+# toolkit's headers and versioned libraries, no unversioned .so) on
+# PYTHONPATH. So the unpack, the builds, the NCCL and cuBLAS discovery, mpirun
+# and the reference generation run as on the GPU machine, and every stage
+# that needs the GPU says so and is skipped. Without unshare the dry run
+# still runs, unisolated, and says so. (Debian's torch here links libibverbs,
+# libnuma, ...: those packages stay visible; the closure stage checks them.)
 # Exit status: 0 if no stage failed.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -93,6 +98,17 @@ dry_run_outer() {
     echo "note: no NCCL in the CUDA toolkit here: the stand-in wheel is empty"
     nccl_so=""
   fi
+  # a stand-in for the cuBLAS wheel too (nvidia/cu13: headers and versioned
+  # libraries only), the toolkit's cuBLAS hidden: the GPU image may hold
+  # cuBLAS only as a wheel
+  mkdir -p "$D/site/nvidia/cu13/include" "$D/site/nvidia/cu13/lib"
+  local blas_binds="" f
+  cp "$cuda_home"/include/cublas*.h "$D/site/nvidia/cu13/include/" 2>/dev/null
+  for f in "$cuda_home"/lib64/libcublas.so.* "$cuda_home"/lib64/libcublasLt.so.*; do
+    [ -e "$f" ] || continue
+    touch "$D/site/nvidia/cu13/lib/$(basename "$f")"
+    blas_binds="$blas_binds $(readlink -f "$f")=$D/site/nvidia/cu13/lib/$(basename "$f")"
+  done
   # files to hide: the carried packages as installed here, ssh, the toolkit's
   # NCCL. Not hidden: packages whose libraries this machine's torch loads
   # (Debian's torch links libibverbs, libnuma, ...: the GPU machine's pip
@@ -109,15 +125,17 @@ dry_run_outer() {
   done
   [ -n "$keep" ] && echo "not hidden (this machine's torch loads them):$keep"
   ls "$cuda_home"/lib64/libnccl* "$cuda_home"/include/nccl*.h 2>/dev/null >> "$hide"
+  ls "$cuda_home"/lib64/libcublas* "$cuda_home"/include/cublas*.h 2>/dev/null >> "$hide"
   cat > "$D/inner.sh" <<EOF
 set -u
 if [ -n "$nccl_so" ]; then mount --bind "$nccl_so" "$D/site/nvidia/nccl/lib/libnccl.so.2" || exit 97; fi
+for b in $blas_binds; do mount --bind "\${b%%=*}" "\${b#*=}" || exit 97; done
 n=0
 while read -r f; do
   f=\$(readlink -f "\$f" 2>/dev/null) || continue
   if [ -f "\$f" ] && [ ! -c "\$f" ]; then mount --bind /dev/null "\$f" 2>/dev/null && n=\$((n+1)); fi
 done < "$hide"
-echo "dry run: hid \$n files of this machine's Open MPI, its libraries, ssh and the toolkit's NCCL (private mount namespace)"
+echo "dry run: hid \$n files of this machine's Open MPI, its libraries, ssh and the toolkit's NCCL and cuBLAS (private mount namespace)"
 export GPU_CHECK_ISOLATED=1
 cd "$D/tree" && exec bash scripts/gpu_check.sh
 EOF
@@ -129,6 +147,7 @@ EOF
   else
     echo "note: unshare -m is not permitted here: the dry run is NOT isolated from this machine's MPI and NCCL"
     [ -n "$nccl_so" ] && ln -sf "$nccl_so" "$D/site/nvidia/nccl/lib/libnccl.so.2"
+    for b in $blas_binds; do ln -sf "${b%%=*}" "${b#*=}"; done
     (cd "$D/tree" && GPU_CHECK_ISOLATED=0 bash scripts/gpu_check.sh); rc=$?
   fi
   return $rc
@@ -141,7 +160,7 @@ fi
 
 # ============================================================== the check
 T0=$(date +%s)
-BUDGET=${GPU_CHECK_BUDGET:-540}
+BUDGET=${GPU_CHECK_BUDGET:-450}
 B=${B:-32}
 TRAIN_SECONDS=${TRAIN_SECONDS:-45}
 JOBS=${JOBS:-$(nproc)}
@@ -245,9 +264,39 @@ st_refs() {
   return 0
 }
 
+# ---------------------------------------------------------------- cuBLAS
+# the toolkit's, else a folder of links to the pip wheel's (nvidia/cu13 or
+# nvidia/cublas: headers, libcublas.so.N, libcublasLt.so.N, no unversioned
+# names), passed to make as CUDA_CUBLAS_HOME
+CUBLAS_HOME=""
+st_cublas() {
+  local cuda_home; cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  if [ -f "$cuda_home/include/cublasLt.h" ] && [ -e "$cuda_home/lib64/libcublasLt.so" ] && [ -e "$cuda_home/lib64/libcublas.so" ]; then
+    STAGE_NOTE="the CUDA toolkit's ($cuda_home)"; return 0
+  fi
+  echo "no cuBLAS in $cuda_home; looking in python3's nvidia wheels"
+  local roots h lt b
+  roots=$(python3 -c 'import nvidia; print(" ".join(nvidia.__path__))' 2>/dev/null)
+  [ -n "$roots" ] || { STAGE_NOTE="no cuBLAS in the toolkit and no nvidia package in python3"; return 1; }
+  h=$(find $roots -maxdepth 4 -name cublasLt.h 2>/dev/null | head -1)
+  lt=$(find $roots -maxdepth 4 -name 'libcublasLt.so.*' 2>/dev/null | sort | head -1)
+  b=$(find $roots -maxdepth 4 -name 'libcublas.so.*' 2>/dev/null | sort | head -1)
+  echo "cublasLt.h: ${h:-none}, libcublasLt: ${lt:-none}, libcublas: ${b:-none}"
+  [ -n "$h" ] && [ -n "$lt" ] && [ -n "$b" ] || { STAGE_NOTE="no cuBLAS headers or libraries in the wheels either"; return 1; }
+  CUBLAS_HOME="$WORK/cublas"
+  mkdir -p "$CUBLAS_HOME/include" "$CUBLAS_HOME/lib"
+  local f
+  for f in "$(dirname "$h")"/cublas*.h; do ln -sf "$f" "$CUBLAS_HOME/include/"; done
+  ln -sf "$lt" "$CUBLAS_HOME/lib/libcublasLt.so"; ln -sf "$b" "$CUBLAS_HOME/lib/libcublas.so"
+  ln -sf "$lt" "$CUBLAS_HOME/lib/$(basename "$lt")"; ln -sf "$b" "$CUBLAS_HOME/lib/$(basename "$b")"
+  STAGE_NOTE="wheel: $(dirname "$(dirname "$lt")")"
+  return 0
+}
+
 # ---------------------------------------------------------------- kernels
 st_kernel_build() {
-  tmo make -j"$JOBS" -f cuda.mk cuda-dev CUDA_ARCH="$CUDA_ARCH" > "$WORK/build_kernels.log" 2>&1
+  tmo make -j"$JOBS" -f cuda.mk cuda-dev CUDA_ARCH="$CUDA_ARCH" ${CUBLAS_HOME:+CUDA_CUBLAS_HOME=$CUBLAS_HOME} \
+    > "$WORK/build_kernels.log" 2>&1
   local rc=$?
   grep -i -E "error|warning" "$WORK/build_kernels.log" | head -20
   STAGE_NOTE="$(ls dev/cuda/*.cu | grep -v test_backend | wc -l) programs, $(grep -c -i warning "$WORK/build_kernels.log") warning lines"
@@ -300,8 +349,15 @@ EOF
   ln -sf ../usr/bin/orterun "$MPI/bin/mpirun"
   ln -sf ../usr/bin/orted "$MPI/bin/orted"
   # soname links that Debian's maintainer scripts (alternatives) would make
-  local d
-  for d in $(find "$MPI" -name '*.so*' -printf '%h\n' | sort -u); do ldconfig -n "$d" 2>/dev/null; done
+  local d so
+  if command -v ldconfig >/dev/null 2>&1 || [ -x /sbin/ldconfig ]; then
+    for d in $(find "$MPI" -name '*.so*' -printf '%h\n' | sort -u); do "$(command -v ldconfig || echo /sbin/ldconfig)" -n "$d" 2>/dev/null; done
+  else # the same by hand: a link named after each library's SONAME
+    for f in $(find "$MPI" -type f -name '*.so.*'); do
+      so=$(readelf -d "$f" 2>/dev/null | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+      [ -n "$so" ] && [ ! -e "$(dirname "$f")/$so" ] && ln -s "$(basename "$f")" "$(dirname "$f")/$so"
+    done
+  fi
   MPI_LDPATH="$MPI/usr/lib/x86_64-linux-gnu:$MPI/lib/x86_64-linux-gnu:$MPI/usr/lib/x86_64-linux-gnu/openmpi/lib:$MPI/usr/lib/libpsm1"
   echo "unpacked $n packages into $MPI ($(du -sh "$MPI" | cut -f1))"
   with_mpi mpicc -showme:compile && with_mpi mpicc -showme:link || { STAGE_NOTE="mpicc -showme failed"; return 1; }
@@ -379,6 +435,7 @@ BIN_KIND=""     # mpi or stub: which build ./train_gpt ./test_gpt are
 make_cuda() { # extra make args...
   local a=(-j"$JOBS" -f cuda.mk cuda cuda-test CUDA_ARCH="$CUDA_ARCH")
   [ -n "$NCCL_HOME" ] && a+=(CUDA_NCCL_HOME="$NCCL_HOME")
+  [ -n "$CUBLAS_HOME" ] && a+=(CUDA_CUBLAS_HOME="$CUBLAS_HOME")
   tmo make "${a[@]}" "$@"
 }
 check_ldd() { # binaries...: every library resolves
@@ -390,7 +447,7 @@ check_ldd() { # binaries...: every library resolves
 }
 st_build_mpi() {
   [ $MPI_OK = 1 ] || { STAGE_NOTE="no usable MPI from the carry"; return 1; }
-  with_mpi make -f cuda.mk cuda-config CUDA_ARCH="$CUDA_ARCH" ${NCCL_HOME:+CUDA_NCCL_HOME=$NCCL_HOME}
+  with_mpi make -f cuda.mk cuda-config CUDA_ARCH="$CUDA_ARCH" ${NCCL_HOME:+CUDA_NCCL_HOME=$NCCL_HOME} ${CUBLAS_HOME:+CUDA_CUBLAS_HOME=$CUBLAS_HOME}
   ( mpi_env; make_cuda ) > "$WORK/build_mpi.log" 2>&1; local rc=$?
   grep -i -E "error|warning" "$WORK/build_mpi.log" | head -20
   [ $rc -ne 0 ] && { tail -30 "$WORK/build_mpi.log"; STAGE_NOTE="build failed"; return 1; }
@@ -401,9 +458,10 @@ st_build_mpi() {
   return 0
 }
 st_build_stub() {
-  make -f cuda.mk cuda-config CUDA_MPICC=false CUDA_ARCH="$CUDA_ARCH" ${NCCL_HOME:+CUDA_NCCL_HOME=$NCCL_HOME}
+  make -f cuda.mk cuda-config CUDA_MPICC=false CUDA_ARCH="$CUDA_ARCH" ${NCCL_HOME:+CUDA_NCCL_HOME=$NCCL_HOME} ${CUBLAS_HOME:+CUDA_CUBLAS_HOME=$CUBLAS_HOME}
   # the dry run compiles test_backend once (MPI build): its stand-in twin differs only in mpi.h
-  if [ "$DRY" = 1 ]; then tmo make -j"$JOBS" -f cuda.mk cuda CUDA_ARCH="$CUDA_ARCH" CUDA_MPICC=false ${NCCL_HOME:+CUDA_NCCL_HOME=$NCCL_HOME}
+  if [ "$DRY" = 1 ]; then tmo make -j"$JOBS" -f cuda.mk cuda CUDA_ARCH="$CUDA_ARCH" CUDA_MPICC=false ${NCCL_HOME:+CUDA_NCCL_HOME=$NCCL_HOME} \
+                            ${CUBLAS_HOME:+CUDA_CUBLAS_HOME=$CUBLAS_HOME}
   else make_cuda CUDA_MPICC=false; fi > "$WORK/build_stub.log" 2>&1; local rc=$?
   grep -i -E "error|warning" "$WORK/build_stub.log" | head -20
   [ $rc -ne 0 ] && { tail -30 "$WORK/build_stub.log"; STAGE_NOTE="build failed"; return 1; }
@@ -539,9 +597,13 @@ d12_figures() { # log B steps
 note "gpu_check: $( [ "$DRY" = 1 ] && echo "DRY RUN (no GPU used)" || echo "GPU run" ), budget $BUDGET s, B=$B"
 run_stage "machine" 0 5 30 st_machine
 start_refs
+run_stage "cublas (toolkit, else the python3 wheel)" 0 2 30 st_cublas
 run_stage "kernel build (dev/cuda, sm_90)" 0 30 240 st_kernel_build
+KERNEL_DEADLINE=$(( $(date +%s) + ${KERNEL_SECONDS:-150} ))   # the kernel checks' share of the budget
 for k in $(ls dev/cuda/*.cu | xargs -n1 basename | sed 's/\.cu$//' | grep -v '^test_backend$'); do
-  run_stage "kernel $k" 1 10 60 st_kernel_run "$k"
+  krem=$(( KERNEL_DEADLINE - $(date +%s) ))
+  if [ "$DRY" != 1 ] && [ $krem -lt 10 ]; then record "kernel $k" SKIP 0 "the kernel checks' ${KERNEL_SECONDS:-150} s are spent"; continue; fi
+  run_stage "kernel $k" 1 10 $(( krem < 60 ? krem : 60 )) st_kernel_run "$k"
 done
 run_stage "mpi unpack (carried Open MPI)" 0 5 60 st_mpi_unpack
 run_stage "mpi closure (ldd of every carried file)" 0 5 60 st_mpi_closure
