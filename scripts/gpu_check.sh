@@ -173,6 +173,7 @@ mkdir -p "$OUTDIR"
 LOG="$OUTDIR/gpu_check.log"
 SUMMARY="$OUTDIR/gpu_check_summary.txt"
 exec > >(tee "$LOG") 2>&1
+TEE_PID=$!
 
 RES_NAME=(); RES_STAT=(); RES_SECS=(); RES_NOTE=()
 record() { # name status seconds note
@@ -665,4 +666,7 @@ done
   echo "$np passed, $nf failed, $ns skipped"
 } > "$SUMMARY"
 cat "$SUMMARY"
-[ "$nf" -eq 0 ]
+rc=0; [ "$nf" -eq 0 ] || rc=1
+exec 1>&- 2>&-      # let tee write the last lines of the log before the exit
+wait "$TEE_PID" 2>/dev/null
+exit $rc
