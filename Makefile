@@ -4,6 +4,7 @@
 #   make train [NP=2 ZERO=1 STEPS=... ARGS="..."]   train the default GPT on the CPU
 #   make test                                        every check a CPU machine can run
 #   make bench                                       CPU speed figures (not a test)
+#   make cluster-bench [CLUSTER_BENCH="STEPS=3 ..."] ZeRO stages x link rates on a simulated 2-node cluster (root)
 #   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
 #   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
 #   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
@@ -33,7 +34,7 @@ ZERO ?= 1
 STEPS ?= 500
 ARGS ?=
 
-.PHONY: all train test deps data ref bench clean sanitize fuzz
+.PHONY: all train test deps data ref bench clean sanitize fuzz cluster-bench
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -70,6 +71,13 @@ bench: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	@mkdir -p build
 	BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
+
+# ZeRO stages on 2 simulated nodes (scripts/cluster.sh) at 100 Mbit/s, 1 and
+# 10 Gbit/s: step time, bytes across the link, a simple model. Not a test.
+CLUSTER_BENCH ?=
+cluster-bench: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	$(CLUSTER_BENCH) bash dev/cluster_bench.sh
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

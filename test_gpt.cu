@@ -13,7 +13,8 @@
    - the memory ledger (allocated == predicted per category) and the
      traffic of the training steps (counted == predicted per collective).
  Usage: mpirun -np N ./test_gpt_cpu -e model.bin -s debug_state.bin [-z s]
-        [--reshard-after-forward 0|1] [--accum A] [--losses-out file]
+        [--reshard-after-forward 0|1] [--accum A] [--losses-out file] [--prefetch K]
+        [--reshard-embedding 0|1] [--vocab-chunk R] [--keep-logits 0|1] [--shard-group G] [--overlap 0|1]
  Prints one line per check and "N passed, M failed"; exit 1 if any failed.
 */
 #ifdef __CUDACC__
@@ -54,10 +55,10 @@ int main(int argc, char** argv) {
     backend_preinit(argv);
     Comm comm;
     comm_init(&comm, &argc, &argv);
-    backend_init(&comm); /* GPU + NCCL (CUDA build); no-op on the CPU */
     char err[ERRLEN] = "";
     const char* model_path = NULL; const char* state_path = NULL; const char* losses_out = NULL;
     long zero_stage = 0, reshard = 1, accum = 1, prefetch = 1, reshard_emb = 1, vocab_chunk = 8192, keep_logits = 0;
+    long shard_group = comm.world_size, overlap = 1;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) { set_err(err, ERRLEN, "flag %s needs a value", argv[i]); break; }
         const char* f = argv[i]; const char* v = argv[++i];
@@ -70,11 +71,16 @@ int main(int argc, char** argv) {
         else if (!strcmp(f, "--reshard-embedding")) { if (parse_long(v, &reshard_emb)) set_err(err, ERRLEN, "--reshard-embedding '%s' is not an integer", v); }
         else if (!strcmp(f, "--vocab-chunk")) { if (parse_long(v, &vocab_chunk) || vocab_chunk < 1) set_err(err, ERRLEN, "--vocab-chunk '%s' must be a positive integer", v); }
         else if (!strcmp(f, "--keep-logits")) { if (parse_long(v, &keep_logits)) set_err(err, ERRLEN, "--keep-logits '%s' is not an integer", v); }
+        else if (!strcmp(f, "--shard-group")) { if (parse_long(v, &shard_group) || shard_group < 1 || comm.world_size % shard_group) set_err(err, ERRLEN, "--shard-group '%s' must divide the rank count %d", v, comm.world_size); }
+        else if (!strcmp(f, "--overlap")) { if (parse_long(v, &overlap)) set_err(err, ERRLEN, "--overlap '%s' is not an integer", v); }
         else if (!strcmp(f, "--accum")) { if (parse_long(v, &accum) || accum < 1) set_err(err, ERRLEN, "--accum '%s' must be a positive integer", v); }
         else set_err(err, ERRLEN, "unknown flag %s", f);
     }
     if (!err[0] && (!model_path || !state_path)) set_err(err, ERRLEN, "usage: test_gpt -e model.bin -s debug_state.bin [-z stage] [--accum A]");
     comm_check_all(&comm, err);
+    if (shard_group != comm.world_size) comm_set_groups(&comm, (int)shard_group);
+    comm.overlap = (int)overlap;
+    backend_init(&comm); /* GPU + NCCL (CUDA build); the communication thread (CPU) */
 
     GPT2Config cfg;
     int version;
@@ -224,7 +230,7 @@ int main(int argc, char** argv) {
     if (comm.rank == 0) printf("%d passed, %d failed\n", passed, failed);
     gpt2_free(&model);
     free(x); free(y); free(ref_logits); free(ref_grads); free(row); free(order); free(buf);
-    backend_finalize(&comm); /* NCCL communicator, streams (CUDA build) */
+    backend_finalize(&comm);
     comm_finalize(&comm);
     return failed ? 1 : 0;
 }

@@ -28,6 +28,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 #include "llmc/schedulers.h"
+#include "llmc/trace.h"
 
 typedef struct {
     const char* train_pattern;
@@ -41,6 +42,9 @@ typedef struct {
     int warmup, max_steps, val_every, val_steps, sample_every, gen_tokens, ckpt_every;
     int zero_stage, reshard_after_forward, prefetch;
     int reshard_embedding, vocab_chunk, keep_logits, overlap;
+    int shard_group;             /* HSDP: ranks per shard group (-1: all) */
+    const char* trace_path;      /* --trace FILE */
+    int trace_first, trace_last; /* --trace-steps a:b (optimizer steps, 1-based, inclusive) */
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
     int ledger_all, ledger_every;
     unsigned long long seed;
@@ -94,6 +98,12 @@ static void usage(FILE* out) {
 "  --vocab-chunk <n>  rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)  default 8192\n"
 "  --keep-logits <0|1>  keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
 "              recomputing them in backward (same numbers, less compute, more memory)  default 0\n"
+"  --shard-group <G>  HSDP: shard over groups of G consecutive ranks (one node when G = ranks\n"
+"              per node), replicate across the N/G groups (stages 1-3; G must divide N)  default N\n"
+"  --overlap <0|1>  run collectives beside computation (CPU: a communication thread)  default 1\n"
+"timeline\n"
+"  --trace <file>  write a Chrome trace-event JSON timeline (open in Perfetto / chrome://tracing)\n"
+"  --trace-steps <a:b>  the optimizer steps it covers                   default 2:3\n"
 "  --ledger <rank0|all>  print the memory ledger for rank 0 or every rank  default rank0\n"
 "  --ledger-every <n>    print the traffic table every n steps (0: only at the end)  default 0\n"
 "estimator (no training, no data)\n"
@@ -115,6 +125,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->warmup = 20; a->max_steps = 500; a->val_every = 100; a->val_steps = 10; a->sample_every = 250; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 0; a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
+    a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     *want_help = 0;
@@ -124,7 +135,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
             "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
-            "--reshard-embedding", "--vocab-chunk", "--keep-logits",
+            "--reshard-embedding", "--vocab-chunk", "--keep-logits", "--shard-group", "--overlap", "--trace", "--trace-steps",
             "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
@@ -161,6 +172,20 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("--reshard-embedding", a->reshard_embedding, 0, 1)
         INTFLAG("--vocab-chunk", a->vocab_chunk, 1, 1 << 24)
         INTFLAG("--keep-logits", a->keep_logits, 0, 1)
+        INTFLAG("--shard-group", a->shard_group, 1, 1 << 20)
+        INTFLAG("--overlap", a->overlap, 0, 1)
+        if (!strcmp(f, "--trace")) { a->trace_path = v; continue; }
+        if (!strcmp(f, "--trace-steps")) {
+            const char* colon = strchr(v, ':');
+            long x = 0, y = 0;
+            char tmp[64];
+            if (!colon || strlen(v) >= sizeof(tmp)) return set_err(err, errlen, "flag --trace-steps: '%s' must be a:b (first and last optimizer step, 1-based)", v);
+            memcpy(tmp, v, (size_t)(colon - v)); tmp[colon - v] = 0;
+            if (parse_long(tmp, &x) || parse_long(colon + 1, &y) || x < 1 || y < x)
+                return set_err(err, errlen, "flag --trace-steps: '%s' must be a:b with 1 <= a <= b", v);
+            a->trace_first = (int)x; a->trace_last = (int)y;
+            continue;
+        }
         INTFLAG("--ledger-every", a->ledger_every, 0, 1 << 30)
         INTFLAG("--layers", a->layers, 1, 1000)
         INTFLAG("--heads", a->heads, 1, 10000)
@@ -308,6 +333,15 @@ int main(int argc, char** argv) {
         return 0;
     }
 
+    /* shard groups (HSDP) and overlap, before the backend starts its streams / thread */
+    int G = a.shard_group > 0 ? a.shard_group : comm.world_size;
+    if (comm.world_size % G != 0)
+        set_err(err, ERRLEN, "--shard-group %d: must divide the number of ranks %d", G, comm.world_size);
+    else if (G != comm.world_size && a.zero_stage == 0)
+        set_err(err, ERRLEN, "--shard-group %d: stage 0 shards nothing; HSDP needs -z 1, 2 or 3", G);
+    comm_check_all(&comm, err);
+    if (G != comm.world_size) comm_set_groups(&comm, G);
+    comm.overlap = a.overlap;
     backend_init(&comm); /* GPU + NCCL (CUDA build); -h and --estimate above need no device */
 
     resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
@@ -383,6 +417,17 @@ int main(int argc, char** argv) {
         if (have_val) printf(", val %zu tokens (%s)", val.num_tokens, a.val_pattern);
         printf("\n");
     }
+    comm_print_placement(&comm, stdout); /* node, local rank, threads of every rank */
+    if (comm.rank == 0 && comm.replica_size > 1)
+        printf("HSDP: %d shard groups of %d ranks (ranks %d..%d, ...): shards inside a group, replicas across groups\n",
+               comm.replica_size, comm.group_size, 0, comm.group_size - 1);
+    if (comm.rank == 0 && a.overlap && !comm.thread_multiple)
+        printf("note: MPI does not provide MPI_THREAD_MULTIPLE: collectives run without overlap\n");
+    if (a.trace_path) {
+        trace_init(MEM_NUM, mem_names);
+        if (a.trace_last > a.max_steps) a.trace_last = a.max_steps;
+        if (a.trace_first > a.trace_last) a.trace_first = a.trace_last;
+    }
     int ledger_bad = 0;
     print_ledger_all_ranks(&model, a.ledger_all, &ledger_bad);
 
@@ -410,6 +455,11 @@ int main(int argc, char** argv) {
         }
         if (last) break;
         comm.phase = PHASE_TRAIN;
+        tracer.on = a.trace_path && step + 1 >= a.trace_first && step + 1 <= a.trace_last;
+        trace_begin(TRACE_TID_COMPUTE, -1, "step %d", step + 1);
+        if (tracer.on) zero_trace_memory(&model.engine);
+        double busy0, wait0;
+        backend_comm_seconds(&busy0, &wait0);
         double t0 = wall_seconds();
         gpt2_begin_step(&model);
         double loss = 0.0;
@@ -422,24 +472,47 @@ int main(int argc, char** argv) {
         }
         gpt2_reduce_grads(&model);
         opt.lr = lr_schedule(a.lr, step, a.warmup, a.max_steps, a.final_frac);
+        trace_begin(TRACE_TID_COMPUTE, -1, "optimizer");
         double norm = zero_optimizer_step(&model.engine, &opt, step + 1);
+        trace_end(TRACE_TID_COMPUTE);
         comm_allreduce_sum_host(&comm, &loss, 1);
         loss /= (double)accum * N;
         backend_synchronize();
         double ms = 1000.0 * (wall_seconds() - t0);
+        trace_end(TRACE_TID_COMPUTE);
+        tracer.on = 0;
+        double busy1, wait1;
+        backend_comm_seconds(&busy1, &wait1);
+        double comm_ms = 1000.0 * (busy1 - busy0), wait_ms = 1000.0 * (wait1 - wait0);
+        char commtxt[96] = "";
+        if (comm_ms > 0.0)
+            snprintf(commtxt, sizeof(commtxt), " | comm %.1f ms, waited %.1f ms (%.0f%% hidden)", comm_ms, wait_ms,
+                     100.0 * (comm_ms > wait_ms ? 1.0 - wait_ms / comm_ms : 0.0));
         if (step > 0) { total_ms += ms; timed++; }
         double tps = (double)a.total_batch / (ms / 1000.0);
         if (comm.rank == 0) {
-            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB\n", step + 1, a.max_steps,
-                   loss, opt.lr, norm, ms, tps, model.ledger.current / 1e6);
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB%s\n", step + 1, a.max_steps,
+                   loss, opt.lr, norm, ms, tps, model.ledger.current / 1e6, commtxt);
             fflush(stdout);
         }
-        if (logf) { fprintf(logf, "step %d train_loss %.6f lr %.6e norm %.6f ms %.3f tok_per_s %.1f\n", step + 1, loss, opt.lr, norm, ms, tps); fflush(logf); }
+        if (logf) { fprintf(logf, "step %d train_loss %.6f lr %.6e norm %.6f ms %.3f tok_per_s %.1f comm_ms %.3f wait_ms %.3f compute_ms %.3f\n",
+                            step + 1, loss, opt.lr, norm, ms, tps, comm_ms, wait_ms, ms - wait_ms); fflush(logf); }
         if (!isfinite(loss)) comm_fatal(&comm, "loss became %f at step %d (lower -l?)", loss, step + 1);
         if (a.ledger_every > 0 && (step + 1) % a.ledger_every == 0 && step + 1 < a.max_steps) {
             int dummy = 0;
             print_traffic_all_ranks(&model, a.ledger_all, step + 1 - start_step, &dummy);
         }
+    }
+    if (a.trace_path) {
+        char meta[512];
+        snprintf(meta, sizeof(meta), "\"zero_stage\": %d, \"num_ranks\": %d, \"shard_group\": %d, \"reshard_after_forward\": %d, "
+                 "\"reshard_embedding\": %d, \"prefetch\": %d, \"overlap\": %d, \"backend\": \"%s\", \"steps\": \"%d:%d\"",
+                 a.zero_stage, N, comm.group_size, a.reshard_after_forward, a.reshard_embedding, a.prefetch, a.overlap,
+                 BACKEND_NAME, a.trace_first, a.trace_last);
+        trace_write(a.trace_path, comm.rank, N, meta, err, ERRLEN);
+        comm_check_all(&comm, err);
+        if (comm.rank == 0) printf("wrote trace %s (steps %d..%d; open it in https://ui.perfetto.dev or chrome://tracing)\n",
+                                   a.trace_path, a.trace_first, a.trace_last);
     }
     int traffic_bad = 0;
     print_traffic_all_ranks(&model, a.ledger_all, a.max_steps - start_step, &traffic_bad);
@@ -466,7 +539,7 @@ int main(int argc, char** argv) {
     gpt2_free(&model);
     int bad = ledger_bad + traffic_bad, anybad = 0;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    backend_finalize(&comm); /* NCCL communicator, streams (CUDA build) */
+    backend_finalize(&comm);
     comm_finalize(&comm);
     return anybad ? 2 : 0;
 }

@@ -37,7 +37,9 @@ if [ -f dev/test_kernels.c ]; then
 fi
 [ -f dev/test_estimator.sh ] && suite "estimator" bash dev/test_estimator.sh
 suite "zero sweep" bash dev/test_zero_sweep.sh
+suite "overlap and hsdp" bash dev/test_overlap.sh
 [ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh
+[ -f dev/test_cluster.sh ] && suite "cluster" bash dev/test_cluster.sh
 [ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
 suite "resume" bash dev/test_resume.sh
 suite "faults" bash dev/test_faults.sh

@@ -12,6 +12,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdint.h>
 
 #ifndef LLMC_MPI_STUB
 #error "build with -Illmc/mpi_stub"
@@ -68,6 +69,17 @@ int main(int argc, char** argv) {
     int agv[6] = {0}, cnt[1] = {2}, disp[1] = {3}, src[2] = {5, 6};
     MPI_Allgatherv(src, 2, MPI_INT, agv, cnt, disp, MPI_INT, MPI_COMM_WORLD);
     check(agv[2] == 0 && agv[3] == 5 && agv[4] == 6 && agv[5] == 0, "Allgatherv honours the displacement");
+    float ia[4] = {1, 2, 3, 4}, iao[4] = {0};
+    MPI_Request ir;
+    MPI_Ialltoall(ia, 4, MPI_FLOAT, iao, 4, MPI_FLOAT, MPI_COMM_WORLD, &ir);
+    int done = 0;
+    MPI_Test(&ir, &done, MPI_STATUS_IGNORE);
+    uint16_t ig[2] = {7, 9};
+    MPI_Request ir2;
+    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ig, 2, MPI_UINT16_T, MPI_COMM_WORLD, &ir2);
+    MPI_Wait(&ir2, MPI_STATUS_IGNORE);
+    check(done && iao[0] == 1 && iao[3] == 4 && ig[0] == 7 && ig[1] == 9 && ir == MPI_REQUEST_NULL,
+          "Ialltoall + Test, Iallgather in place + Wait");
     int b = 42;
     MPI_Bcast(&b, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -105,7 +105,7 @@ static void expect_layout(const TList* l, int N, Expect* e) {
 
 static int plan_init_simple(ZeroPlan* P, const TList* l, int stage, int N, int rank, int pb, int gb,
                             int reshard, int prefetch, int A, char* err) {
-    return zero_plan_init(P, l->t, l->n, l->num_units, stage, N, rank, pb, gb, reshard, prefetch, A, err, ERRLEN);
+    return zero_plan_init(P, l->t, l->n, l->num_units, stage, N, rank, 1, pb, gb, reshard, prefetch, A, err, ERRLEN);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -393,7 +393,7 @@ static void test_classes(void) {
         expect_layout(&l, N, &e);
         char err[ERRLEN] = "";
         ZeroPlan P;
-        int rc = zero_plan_init(&P, l.t, l.n, l.num_units, 3, N, 0, 2, 2, 1, pf, A, err, ERRLEN);
+        int rc = zero_plan_init(&P, l.t, l.n, l.num_units, 3, N, 0, 1, 2, 2, 1, pf, A, err, ERRLEN);
         CHECK(rc == 0, "init: %s", err);
         if (rc) continue;
         P.overlap = ov;
@@ -439,7 +439,7 @@ static void expect_error(const TList* l, int n, int num_units, int stage, int N,
                          const char* what, const char* word) {
     char err[ERRLEN] = "";
     ZeroPlan P;
-    int rc = zero_plan_init(&P, l->t, n, num_units, stage, N, rank, pb, pb, 1, prefetch, A, err, ERRLEN);
+    int rc = zero_plan_init(&P, l->t, n, num_units, stage, N, rank, 1, pb, pb, 1, prefetch, A, err, ERRLEN);
     CHECK(rc == 1, "%s: returned %d, expected 1", what, rc);
     CHECK(err[0] != '\0', "%s: no message", what);
     CHECK(strstr(err, word) != NULL, "%s: message '%s' does not mention '%s'", what, err, word);
@@ -487,10 +487,10 @@ static void test_errors(void) {
     /* the valid neighbours of those configurations are accepted */
     char err[ERRLEN] = "";
     ZeroPlan P;
-    int rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 3, 4, 3, 2, 2, 1, 0, 1, err, ERRLEN);
+    int rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 3, 4, 3, 1, 2, 2, 1, 0, 1, err, ERRLEN);
     CHECK(rc == 0, "stage 3, rank 3 of 4, prefetch 0: rejected: %s", err);
     zero_plan_free(&P);
-    rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 0, 1, 0, 4, 4, 0, 0, 1, err, ERRLEN);
+    rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 0, 1, 0, 1, 4, 4, 0, 0, 1, err, ERRLEN);
     CHECK(rc == 0, "stage 0, 1 rank, fp32: rejected: %s", err);
     zero_plan_free(&P);
     group_end("impossible configurations rejected with a message");

@@ -306,7 +306,7 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     int n = gpt2_num_tensors(y), nu = gpt2_num_units(y);
     ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
     gpt2_build_tensors(cfg, y, ts);
-    int rc = zero_plan_init(&m->plan, ts, n, nu, opt->zero_stage, comm->world_size, comm->rank,
+    int rc = zero_plan_init(&m->plan, ts, n, nu, opt->zero_stage, comm->group_size, comm->group_rank, comm->replica_size,
                             (int)sizeof(floatX), (int)sizeof(floatX), opt->reshard_after_forward, opt->prefetch,
                             opt->grad_accum_steps, err, errlen);
     free(ts);
@@ -323,7 +323,7 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     free(uc);
     if (rc) return 1;
     P->rs_scratch = BACKEND_RS_SCRATCH;
-    int N = comm->world_size;
+    int N = comm->group_size;   /* the embedding rows are exchanged inside the shard group */
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;
     P->emb_gather_bytes = N > 1 ? (unsigned long long)N * BT * (C * sizeof(floatX) + sizeof(int)) : 0;
     zero_predict_memory(P, gpt2_activation_bytes(cfg, y, opt, B, T), &m->ledger);
@@ -372,6 +372,14 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     m->targets = (int*)gpt2_act(m, BT * sizeof(int));
     m->emb_rows = emb_rows ? (floatX*)gpt2_alloc(m, MEM_EMB_ROWS, emb_rows) : m->dres;
     m->emb_acc = emb_acc ? (floatX*)gpt2_alloc(m, MEM_EMB_ACC, emb_acc) : NULL;
+    if (m->ledger.failed_category >= 0) {
+        unsigned long long need = 0;
+        for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
+        return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
+                       "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
+                       m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
+                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, opt->zero_stage);
+    }
     m->host_losses = (float*)malloc_or_die(BT * f, "host losses");
     /* host-side bookkeeping of the embedding gradient (ints, outside the ledger) */
     size_t nrows = (size_t)N * BT;
@@ -409,14 +417,6 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
         for (int l = nl - 1; l >= 0; l--) s[q++] = gpt2_unit_block(y, l);
         for (int k = 0; k < K; k++) m->sched_chunks[k] = gpt2_unit_chunk(y, k);
         m->sched_fwd = s;  /* its first sched_fwd_len entries */
-    }
-    if (m->ledger.failed_category >= 0) {
-        unsigned long long need = 0;
-        for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
-        return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
-                       "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
-                       m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
-                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, opt->zero_stage);
     }
     return 0;
 }
@@ -611,17 +611,23 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     if (targets) backend_to_device(m->targets, targets, BT * sizeof(int));
     memcpy(m->host_tokens, inputs, BT * sizeof(int));
     zero_begin_pass(E, dloss != 0.0f ? m->sched_train : m->sched_fwd, dloss != 0.0f ? m->sched_train_len : m->sched_fwd_len);
+    trace_begin(TRACE_TID_COMPUTE, -1, "forward");
+    trace_begin(TRACE_TID_COMPUTE, gpt2_unit_root(), "root");
     floatX* root = zero_unit_params(E, gpt2_unit_root());
+    trace_end(TRACE_TID_COMPUTE);
     /* embedding: each token's row from the chunk that holds it */
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k);
+        trace_begin(TRACE_TID_COMPUTE, u, "embedding chunk %d", k);
         floatX* W = zero_unit_params(E, u);
         encoder_forward_rows(m->encoded, m->inputs, W, gpt2_chunk_row0(y, k), gpt2_chunk_nrows(y, k),
                              gpt2_tp(m, root, T_WPE), B, T, C);
         zero_release_unit(E, u, 1);
+        trace_end(TRACE_TID_COMPUTE);
     }
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_block(y, l);
+        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         floatX* w = zero_unit_params(E, u);
         floatX* x = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
@@ -651,6 +657,7 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
         matmul_forward(fcproj, fchg, gpt2_tp(m, w, b0 + B_FCPROJW), gpt2_tp(m, w, b0 + B_FCPROJB), (int)BT, 4 * C, C);
         residual_forward(res3, res2, fcproj, BT * C);
         zero_release_unit(E, u, 1);
+        trace_end(TRACE_TID_COMPUTE);
     }
     floatX* last = m->residual3 + (size_t)(L - 1) * BT * C;
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, last, gpt2_tp(m, root, T_LNFW), gpt2_tp(m, root, T_LNFB), (int)BT, C);
@@ -660,25 +667,31 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
             backend_memcpy(m->dlnf + (size_t)b * C, m->lnf + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof(floatX));
         for (int k = 0; k < y->num_chunks; k++) {
             int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
+            trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
             floatX* W = zero_unit_params(E, u);
             gpt2_chunk_logits(m, m->logits, m->dlnf, B, W, k);
             for (int b = 0; b < B; b++)
                 backend_memcpy(m->last_logits + (size_t)b * Vp + gpt2_chunk_row0(y, k), m->logits + (size_t)b * nr,
                                (size_t)nr * sizeof(floatX));
             zero_release_unit(E, u, 1);
+            trace_end(TRACE_TID_COMPUTE);
         }
+        trace_end(TRACE_TID_COMPUTE);
         return 0.0f;
     }
     classifier_stats_init(m->lm_max, m->lm_sum, m->lm_target, (int)BT);
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
+        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* W = zero_unit_params(E, u);
         floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
         gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
         classifier_chunk_stats(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->lm_target);
         zero_release_unit(E, u, 1);
+        trace_end(TRACE_TID_COMPUTE);
     }
     classifier_losses(m->losses, m->lm_max, m->lm_sum, m->lm_target, (int)BT);
+    trace_end(TRACE_TID_COMPUTE);
     backend_to_host(m->host_losses, m->losses, BT * sizeof(float));
     double s = 0.0;
     for (size_t i = 0; i < BT; i++) s += m->host_losses[i];
@@ -731,8 +744,9 @@ static inline void gpt2_embedding_backward(GPT2* m, int B, int T) {
     if (N > 1) {
         backend_memcpy(m->emb_rows + (size_t)P->rank * BT * C, m->dres, BT * C * sizeof(floatX));
         comm->purpose_embedding = 1;
+        comm->cur_unit = -1;
         unsigned long long f = backend_all_gather_start(comm, m->emb_rows, BT * C);
-        comm_all_gather_ints(comm, m->host_tokens, (int)BT, m->emb_tokens);
+        comm_group_gather_ints(comm, m->host_tokens, (int)BT, m->emb_tokens);
         comm->purpose_embedding = 0;
         backend_wait_comm(f);
     } else {
@@ -764,12 +778,15 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
     ZeroEngine* E = &m->engine;
     int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size;
     size_t BT = (size_t)B * T, x = sizeof(floatX);
+    if (B != m->B || T != m->T) comm_fatal(m->comm, "gpt2_backward: micro-batch %dx%d differs from the allocated %dx%d", B, T, m->B, m->T);
+    trace_begin(TRACE_TID_COMPUTE, -1, "backward");
     floatX* root = zero_unit_params(E, gpt2_unit_root());
     /* LM head: per vocabulary chunk, dlogits from the saved statistics, dlnf
        += dlogits W, dW = dlogits^T lnf, handed to the engine at once */
     backend_memset_zero(m->dlnf, BT * C * x);
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
+        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* W = zero_unit_params(E, u);
         floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
         if (!m->opt.keep_logits) gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
@@ -778,15 +795,19 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
         matmul_backward(m->dlnf, g, NULL, lg, m->lnf, W, (int)BT, C, nr);
         zero_unit_grads_done(E, u);
         zero_release_unit(E, u, 0);
+        trace_end(TRACE_TID_COMPUTE);
     }
+    trace_begin(TRACE_TID_COMPUTE, gpt2_unit_root(), "root");
     floatX* groot = zero_unit_grads(E, gpt2_unit_root());
     backend_memset_zero(m->dres, BT * C * x);
     floatX* last = m->residual3 + (size_t)(L - 1) * BT * C;
     layernorm_backward(m->dres, gpt2_tp(m, groot, T_LNFW), gpt2_tp(m, groot, T_LNFB), m->dlnf, last,
                        gpt2_tp(m, root, T_LNFW), m->lnf_mean, m->lnf_rstd, (int)BT, C);
     zero_unit_grads_done(E, gpt2_unit_root());
+    trace_end(TRACE_TID_COMPUTE);
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt2_unit_block(y, l);
+        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         floatX* w = zero_unit_params(E, u);
         floatX* g = zero_unit_grads(E, u);
         int b0 = gpt2_block_tensor(y, l, 0);
@@ -828,8 +849,12 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
                            gpt2_tp(m, w, b0 + B_LN1W), ln1m, ln1r, (int)BT, C);
         zero_unit_grads_done(E, u);
         zero_release_unit(E, u, 0);
+        trace_end(TRACE_TID_COMPUTE);
     }
+    trace_begin(TRACE_TID_COMPUTE, -1, "embedding");
     gpt2_embedding_backward(m, B, T);
+    trace_end(TRACE_TID_COMPUTE);
+    trace_end(TRACE_TID_COMPUTE);
 }
 
 /* After the last micro-step of an optimizer step: every rank's own shard of
@@ -837,10 +862,12 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
    reduce-scatter the full grads, add the embedding gradient (after the LM
    head's part, as stages 2-3 do: the same sums in the same order), and at
    stage 0 all-gather the result (stage 0's all-reduce). Stages 2-3: wait
-   for the reduce-scatters still running. */
+   for the reduce-scatters still running. HSDP: the group's sums are then
+   all-reduced across the replica groups. */
 static inline void gpt2_reduce_grads(GPT2* m) {
     const ZeroPlan* P = &m->plan;
     ZeroEngine* E = &m->engine;
+    trace_begin(TRACE_TID_COMPUTE, -1, "reduce grads");
     zero_reduce_scatter_grads(E);
     if (P->zero_stage <= 1) {
         if (m->emb_pending) {
@@ -853,8 +880,10 @@ static inline void gpt2_reduce_grads(GPT2* m) {
                 backend_add(E->grads + zero_index(P, ZB_GRADS, u, lo), m->emb_acc + m->emb_acc_off[u], hi - lo);
             }
         }
-        zero_all_gather_grads(E);
     }
+    zero_all_reduce_replicas(E);
+    zero_all_gather_grads(E);
+    trace_end(TRACE_TID_COMPUTE);
 }
 
 /* Start of an optimizer step: zero the gradient accumulators. */

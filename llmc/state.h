@@ -274,7 +274,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
             fflush(stderr);
             _exit(3);
         }
-        for (int t = 0; t < P->num_tensors && cfile_ok(&f); t++) {
+        for (int t = 0; t < P->num_tensors && cfile_ok(&f) && c->replica_rank == 0; t++) {  /* HSDP: one group writes */
             int u = P->tensors[t].unit;
             size_t lo_, hi_, x, first = 0, n;
             if (which < 2) {

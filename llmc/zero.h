@@ -100,7 +100,9 @@ enum { ZB_PARAMS = 0, ZB_GRADS, ZB_OPT /* master, m, v */ };
 
 typedef struct {
     int zero_stage;           /* 0..3 */
-    int num_ranks, rank;      /* N, r */
+    int num_ranks, rank;      /* N, r: ranks sharing the shards (the shard group; all ranks unless HSDP) */
+    int replicas;             /* R: groups holding the same shards (HSDP; 1 otherwise); units
+                                 are padded for N*R ranks so a shard splits into R parts */
     int param_bytes;          /* p: 4 (fp32) or 2 (bf16) */
     int grad_bytes;           /* g */
     int master_bytes;         /* 4 when p < 4 (fp32 master copy), else 0 */
@@ -170,16 +172,20 @@ static inline int zero_plan_set_classes(ZeroPlan* P, int ncls, const int* unit_c
 }
 
 /* Build the plan. tensors: n entries, grouped by unit (unit numbers
-   non-decreasing), copied. Returns 0, or 1 with a message in err for an
-   impossible configuration (stage outside 0..3, N < 1, rank out of range,
-   a tensor of size 0, units out of order). */
+   non-decreasing), copied. num_ranks, rank: the shard group (N) and this
+   rank in it; replicas: R groups holding the same shards (HSDP, 1 without).
+   Returns 0, or 1 with a message in err for an impossible configuration
+   (stage outside 0..3, N < 1, rank out of range, a tensor of size 0, units
+   out of order). */
 static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, int num_units,
-                                 int zero_stage, int num_ranks, int rank, int param_bytes, int grad_bytes,
+                                 int zero_stage, int num_ranks, int rank, int replicas, int param_bytes, int grad_bytes,
                                  int reshard_after_forward, int prefetch, int grad_accum_steps,
                                  char* err, size_t errlen) {
     memset(P, 0, sizeof(*P));
     if (zero_stage < 0 || zero_stage > 3) return set_err(err, errlen, "-z %d: zero_stage must be 0, 1, 2 or 3", zero_stage);
     if (num_ranks < 1 || rank < 0 || rank >= num_ranks) return set_err(err, errlen, "shard plan: rank %d of %d is invalid", rank, num_ranks);
+    if (replicas < 1) return set_err(err, errlen, "shard plan: %d replicas is invalid", replicas);
+    if (replicas > 1 && zero_stage == 0) return set_err(err, errlen, "--shard-group: stage 0 shards nothing; HSDP (shard groups smaller than the world) needs -z 1, 2 or 3");
     if (param_bytes != 2 && param_bytes != 4) return set_err(err, errlen, "shard plan: param_bytes %d must be 2 or 4", param_bytes);
     if (grad_bytes != 2 && grad_bytes != 4) return set_err(err, errlen, "shard plan: grad_bytes %d must be 2 or 4", grad_bytes);
     if (n < 1 || n > ZERO_MAX_TENSORS || num_units < 1) return set_err(err, errlen, "shard plan: %d tensors in %d units is invalid", n, num_units);
@@ -190,7 +196,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, 
         if (tensors[i].size == 0) return set_err(err, errlen, "shard plan: tensor %s has size 0", tensors[i].name);
         prev = tensors[i].unit;
     }
-    P->zero_stage = zero_stage; P->num_ranks = num_ranks; P->rank = rank;
+    P->zero_stage = zero_stage; P->num_ranks = num_ranks; P->rank = rank; P->replicas = replicas;
     P->param_bytes = param_bytes; P->grad_bytes = grad_bytes;
     P->master_bytes = param_bytes < 4 ? 4 : 0;
     P->reshard_after_forward = reshard_after_forward ? 1 : 0;
@@ -206,7 +212,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, 
         u->size = round_up(t->offset + t->size, ZERO_ALIGN);
         P->num_parameters += t->size;
     }
-    size_t granule = (size_t)num_ranks * ZERO_ALIGN;
+    size_t granule = (size_t)num_ranks * (size_t)replicas * ZERO_ALIGN;
     size_t off = 0, soff = 0;
     for (int u = 0; u < num_units; u++) {
         ZeroUnit* U = &P->units[u];
@@ -324,7 +330,7 @@ static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long act
     /* Collectives run in place (the own shard of a full unit buffer receives
        the sum); a backend whose reduce-scatter is an all-to-all plus a sum in
        rank order (the CPU's, comm.h) receives into one unit-sized area. */
-    if (P->rs_scratch && P->num_ranks > 1) L->predicted[MEM_COMM_SCRATCH] = g * P->max_padded;
+    if (P->rs_scratch && (P->num_ranks > 1 || P->replicas > 1)) L->predicted[MEM_COMM_SCRATCH] = g * P->max_padded;
 }
 
 /* Model-state bytes (params, grads, master, m, v) of a ledger column. */
@@ -339,7 +345,9 @@ static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long ha
     unsigned long long full = P->padded_parameters, A = (unsigned long long)P->grad_accum_steps;
     for (int k = 0; k < COLL_NUM; k++) handed[k] = 0;
     handed[COLL_SCALARS] = 2 * sizeof(double); /* loss and grad-norm squares */
-    if (P->num_ranks == 1) return;  /* nothing to communicate; the engine skips the calls */
+    /* HSDP: the own grad shard of every unit, all-reduced across the replicas once per step */
+    if (P->replicas > 1) handed[COLL_ALL_REDUCE] = g * P->shard_parameters;
+    if (P->num_ranks == 1) return;  /* nothing to communicate in the group; the engine skips the calls */
     handed[COLL_EMB_GATHER] = A * P->emb_gather_bytes;
     switch (P->zero_stage) {
         case 0: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = g * full; break; /* all-reduce = RS + AG */
@@ -420,6 +428,7 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
 /* functions (llmc/cpu/backend.h or llmc/cuda/backend.cuh) declared first.  */
 #ifndef ZERO_PLAN_ONLY
 #include "comm.h"
+#include "trace.h"
 
 /* Allocate through the ledger. A failed allocation returns NULL and is
    recorded (failed_category, failed_bytes) for the caller to report as one
@@ -464,7 +473,24 @@ typedef struct {
        (zero_begin_pass), for prefetching; cursor = position of the last use */
     const int* schedule;
     int schedule_len, cursor;
+    unsigned long long unit_grads_in_use;  /* bytes of unit-grad buffers holding grads (traces) */
+    int unit_grads_busy[ZERO_MAX_CLASSES][2];
+    int poison;               /* LLMC_POISON=1: released gathered slots are filled with NaN */
 } ZeroEngine;
+
+/* The bytes in use per ledger category right now, for the trace's memory
+   counter: every category as allocated, except the transients of stages
+   2-3, which count only while they hold something: the gathered slots that
+   hold a unit, the unit-grad buffers between their zeroing and the end of
+   their reduce-scatter (as far as the engine knows: until it waits). */
+static inline void zero_trace_memory(ZeroEngine* E) {
+    if (!tracer.on) return;
+    unsigned long long b[MEM_NUM];
+    for (int i = 0; i < MEM_NUM; i++) b[i] = E->ledger->allocated[i];
+    b[MEM_GATHERED] = E->ledger->gathered_in_use;
+    b[MEM_UNIT_GRADS] = E->unit_grads_in_use;
+    trace_memory(b);
+}
 
 static inline void zero_engine_track_gathered(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
@@ -474,6 +500,7 @@ static inline void zero_engine_track_gathered(ZeroEngine* E) {
     b *= (unsigned long long)P->param_bytes;
     E->ledger->gathered_in_use = b;
     if (b > E->ledger->gathered_peak) E->ledger->gathered_peak = b;
+    zero_trace_memory(E);
 }
 
 /* Allocate every model-state buffer the plan says this rank holds, and the
@@ -481,6 +508,8 @@ static inline void zero_engine_track_gathered(ZeroEngine* E) {
 static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm* c) {
     memset(E, 0, sizeof(*E));
     E->plan = P; E->ledger = L; E->comm = c;
+    const char* poison = getenv("LLMC_POISON");
+    E->poison = poison && poison[0] == '1';
     size_t pb = (size_t)P->param_bytes, gb = (size_t)P->grad_bytes;
     E->params = (floatX*)ledger_alloc(L, c, MEM_PARAMS, pb * zero_held_elements(P, ZB_PARAMS));
     E->grads = (floatX*)ledger_alloc(L, c, MEM_GRADS, gb * zero_held_elements(P, ZB_GRADS));
@@ -498,7 +527,7 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
             for (int b = 0; b < K->grad_buffers; b++)
                 E->unit_grads[k][b] = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * K->max_padded);
     }
-    if (P->rs_scratch && P->num_ranks > 1) {
+    if (P->rs_scratch && (P->num_ranks > 1 || P->replicas > 1)) {
         E->comm_scratch = (floatX*)ledger_alloc(L, c, MEM_COMM_SCRATCH, gb * P->max_padded);
         c->rs_scratch = E->comm_scratch;
         c->rs_scratch_bytes = E->comm_scratch ? gb * P->max_padded : 0;
@@ -535,6 +564,7 @@ static inline unsigned long long zero_gather_into(ZeroEngine* E, int u, floatX* 
     floatX* mine = dst + (size_t)P->rank * U->shard;
     backend_wait_comm(prev);
     if (mine != own_shard) backend_memcpy(mine, own_shard, U->shard * sizeof(floatX));
+    E->comm->cur_unit = u;
     return P->num_ranks > 1 ? backend_all_gather_start(E->comm, dst, U->shard) : 0;
 }
 
@@ -604,7 +634,14 @@ static inline void zero_release_unit(ZeroEngine* E, int u, int after_forward) {
     int mode = P->classes[P->units[u].cls].mode;
     if (mode == ZERO_KEEP_STEP || (after_forward && mode == ZERO_KEEP_MICRO)) return;
     int s = zero_slot_of(P, u);
-    if (E->slot_unit[s] == u) { E->slot_unit[s] = -1; zero_engine_track_gathered(E); }
+    if (E->slot_unit[s] == u) {
+        E->slot_unit[s] = -1;
+        zero_engine_track_gathered(E);
+        if (E->poison) {   /* a later use without a new gather reads NaN */
+            backend_wait_comm(E->slot_fence[s]);
+            backend_memset_nan(E->slots[s], P->units[u].padded * sizeof(floatX));
+        }
+    }
 }
 
 /* Stage 3: every gathered unit is dropped (after the optimizer step changed
@@ -612,7 +649,13 @@ static inline void zero_release_unit(ZeroEngine* E, int u, int after_forward) {
 static inline void zero_release_all(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 3) return;
-    for (int s = 0; s < P->num_slots; s++) E->slot_unit[s] = -1;
+    for (int s = 0; s < P->num_slots; s++) {
+        if (E->poison && E->slot_unit[s] >= 0) {
+            backend_wait_comm(E->slot_fence[s]);
+            backend_memset_nan(E->slots[s], P->units[E->slot_unit[s]].padded * sizeof(floatX));
+        }
+        E->slot_unit[s] = -1;
+    }
     zero_engine_track_gathered(E);
 }
 
@@ -630,6 +673,11 @@ static inline floatX* zero_unit_grads(ZeroEngine* E, int u) {
     backend_wait_comm(E->unit_grads_fence[U->cls][b]);
     floatX* g = E->unit_grads[U->cls][b];
     backend_memset_zero(g, U->padded * sizeof(floatX));
+    if (!E->unit_grads_busy[U->cls][b]) {
+        E->unit_grads_busy[U->cls][b] = 1;
+        E->unit_grads_in_use += (unsigned long long)P->classes[U->cls].max_padded * (unsigned long long)P->grad_bytes;
+        zero_trace_memory(E);
+    }
     return g;
 }
 
@@ -644,6 +692,7 @@ static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
     int b = U->idx % P->classes[U->cls].grad_buffers;
     floatX* g = E->unit_grads[U->cls][b];
     floatX* dst = E->grads + U->shard_offset;
+    E->comm->cur_unit = u;
     if (P->num_ranks > 1) E->unit_grads_fence[U->cls][b] = backend_reduce_scatter_start(E->comm, g, U->shard, dst);
     else backend_add(dst, g, U->shard);
 }
@@ -652,7 +701,12 @@ static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
    shards (before reading them: the embedding rows, the optimizer). */
 static inline void zero_wait_grads(ZeroEngine* E) {
     for (int k = 0; k < E->plan->num_classes; k++)
-        for (int b = 0; b < 2; b++) { backend_wait_comm(E->unit_grads_fence[k][b]); E->unit_grads_fence[k][b] = 0; }
+        for (int b = 0; b < 2; b++) {
+            backend_wait_comm(E->unit_grads_fence[k][b]);
+            E->unit_grads_fence[k][b] = 0;
+            E->unit_grads_busy[k][b] = 0;
+        }
+    if (E->unit_grads_in_use) { E->unit_grads_in_use = 0; zero_trace_memory(E); }
 }
 
 /* Start of an optimizer step: zero the gradient accumulators. */
@@ -670,16 +724,41 @@ static inline void zero_reduce_scatter_grads(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     zero_wait_grads(E);
     if (P->num_ranks == 1 || P->zero_stage >= 2) return;
-    for (int u = 0; u < P->num_units; u++)
-        backend_wait_comm(backend_reduce_scatter_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard, NULL));
+    unsigned long long f = 0;
+    for (int u = 0; u < P->num_units; u++) {
+        E->comm->cur_unit = u;
+        f = backend_reduce_scatter_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard, NULL);
+    }
+    backend_wait_comm(f); /* collectives complete in issue order */
+}
+
+/* HSDP: sum the own grad shard of every unit across the R replica groups
+   (after the group's reduce-scatters and the embedding gradient): every
+   group then holds the gradient of the whole global batch. No-op when R =
+   1. */
+static inline void zero_all_reduce_replicas(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (P->replicas == 1) return;
+    unsigned long long f = 0;
+    for (int u = 0; u < P->num_units; u++) {
+        size_t lo, hi;
+        zero_own_range(P, u, &lo, &hi);
+        E->comm->cur_unit = u;
+        f = backend_all_reduce_replicas_start(E->comm, E->grads + zero_index(P, ZB_GRADS, u, lo), hi - lo);
+    }
+    backend_wait_comm(f);
 }
 
 /* Stage 0: all-gather the reduced shards into every rank's full grads. */
 static inline void zero_all_gather_grads(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     if (P->num_ranks == 1 || P->zero_stage != 0) return;
-    for (int u = 0; u < P->num_units; u++)
-        backend_wait_comm(backend_all_gather_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard));
+    unsigned long long f = 0;
+    for (int u = 0; u < P->num_units; u++) {
+        E->comm->cur_unit = u;
+        f = backend_all_gather_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard);
+    }
+    backend_wait_comm(f);
 }
 
 /* Global grad norm: each rank sums the squares of its OWN shard of every
@@ -695,7 +774,7 @@ static inline double zero_grad_norm(ZeroEngine* E) {
         ss += sum_squares(E->grads + zero_index(P, ZB_GRADS, u, lo), hi - lo);
     }
     double buf[2] = {ss, 0.0};
-    comm_allreduce_sum_host(E->comm, buf, 1);
+    comm_group_sum_host(E->comm, buf, 1);   /* one copy of every gradient per shard group */
     return sqrt(buf[0]);
 }
 
@@ -731,10 +810,12 @@ static inline double zero_optimizer_step(ZeroEngine* E, const AdamWConfig* cfg, 
                      P->tensors[i].decay ? cfg->weight_decay : 0.0f, scale);
     }
     if ((P->zero_stage == 1 || P->zero_stage == 2) && P->num_ranks > 1) {
+        unsigned long long f = 0;
         for (int u = 0; u < P->num_units; u++) {
-            floatX* full = E->params + P->units[u].offset;
-            backend_wait_comm(backend_all_gather_start(E->comm, full, P->units[u].shard));
+            E->comm->cur_unit = u;
+            f = backend_all_gather_start(E->comm, E->params + P->units[u].offset, P->units[u].shard);
         }
+        backend_wait_comm(f); /* collectives complete in issue order */
     }
     zero_release_all(E);
     return norm;
@@ -792,35 +873,46 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
 }
 
 /* Print counted vs predicted traffic of the training phase over `steps`
-   optimizer steps, with the volume per step in units of Psi (ring wire
-   bytes / (element bytes x (N-1)/N x Psi): the ZeRO paper's measure), and at
-   stage 3 what each unit class contributed. Returns the number of
-   mismatching collectives. */
+   optimizer steps, with the volume per step in units of Psi, the ZeRO
+   paper's measure: ring wire bytes / (element bytes x (k-1)/k x Psi) for a
+   collective over k ranks (the shard group's G for reduce-scatter,
+   all-gather and the embedding rows; the R replica groups for HSDP's
+   all-reduce of one shard, whose volume is therefore 2/G Psi), and at stage
+   3 what each unit class contributed. Returns the number of mismatching
+   collectives. */
 static inline int zero_print_traffic(FILE* out, const ZeroPlan* P, const Comm* c, int steps) {
     unsigned long long per[COLL_NUM];
     zero_predict_traffic(P, per);
-    int N = P->num_ranks;
-    fprintf(out, "traffic, rank %d of %d, zero_stage %d, %d optimizer steps x %d micro-steps (training only):\n",
-            P->rank, N, P->zero_stage, steps, P->grad_accum_steps);
+    int G = P->num_ranks, R = P->replicas;
+    if (R > 1)
+        fprintf(out, "traffic, rank %d of %d in its shard group, %d replica groups (HSDP), zero_stage %d, %d optimizer steps x %d micro-steps (training only):\n",
+                P->rank, G, R, P->zero_stage, steps, P->grad_accum_steps);
+    else
+        fprintf(out, "traffic, rank %d of %d, zero_stage %d, %d optimizer steps x %d micro-steps (training only):\n",
+                P->rank, G, P->zero_stage, steps, P->grad_accum_steps);
     fprintf(out, "  %-26s %8s %18s %18s %18s %10s\n", "collective", "calls", "handed B", "predicted B", "ring wire B", "Psi/step");
     int bad = 0;
-    double total_psi = 0, psi_unit = (double)P->num_parameters * (N - 1) / (double)N;
+    double inside = 0, across = 0;
     for (int k = 0; k < COLL_NUM; k++) {
         unsigned long long pred = per[k] * (unsigned long long)steps;
         int ok = c->handed[PHASE_TRAIN][k] == pred;
         bad += !ok;
         double psi = 0;
-        if (k != COLL_SCALARS && N > 1 && steps > 0) {
+        int n = k == COLL_ALL_REDUCE ? R : G;
+        if (k != COLL_SCALARS && n > 1 && steps > 0) {
             double elem = k == COLL_ALL_GATHER ? P->param_bytes : P->grad_bytes;
-            psi = (double)c->wire[PHASE_TRAIN][k] / steps / (elem * psi_unit);
-            total_psi += psi;
+            psi = (double)c->wire[PHASE_TRAIN][k] / steps / (elem * (double)P->num_parameters * (n - 1) / (double)n);
+            if (k == COLL_ALL_REDUCE) across += psi; else inside += psi;
         }
         fprintf(out, "  %-26s %8llu %18llu %18llu %18llu %10.3f%s\n", coll_name(k), c->calls[PHASE_TRAIN][k],
                 c->handed[PHASE_TRAIN][k], pred, c->wire[PHASE_TRAIN][k], psi, ok ? "" : "   <-- ERROR: counted != predicted");
     }
-    if (N > 1) {
-        fprintf(out, "  volume per optimizer step: %.3f Psi (ZeRO paper: 2 Psi at stages 0-2, 3 Psi at stage 3)\n", total_psi);
-        if (P->zero_stage == 3) {
+    if (G > 1 || R > 1) {
+        fprintf(out, "  volume per optimizer step: %.3f Psi (ZeRO paper: 2 Psi at stages 0-2, 3 Psi at stage 3)\n", inside + across);
+        if (R > 1)
+            fprintf(out, "  HSDP: %.3f Psi inside the %d-rank shard groups, %.3f Psi across the %d groups (the all-reduce of a 1/%d shard: 2/G Psi)\n",
+                    inside, G, across, R, G);
+        if (P->zero_stage == 3 && G > 1) {
             unsigned long long A = (unsigned long long)P->grad_accum_steps;
             fprintf(out, "  stage-3 all-gathers by unit class, per optimizer step:");
             for (int k = 0; k < P->num_classes; k++) {

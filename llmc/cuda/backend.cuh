@@ -101,6 +101,10 @@ static inline void backend_free(void* p) {
 static inline void backend_memset_zero(void* p, size_t bytes) {
     if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_ctx.stream));
 }
+/* all bits set: a NaN in bf16 (debug poisoning), async on the compute stream */
+static inline void backend_memset_nan(void* p, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemsetAsync(p, 0xFF, bytes, cuda_ctx.stream));
+}
 /* device to device, async on the compute stream; regions must not overlap */
 static inline void backend_memcpy(void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_ctx.stream));

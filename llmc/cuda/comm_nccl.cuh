@@ -31,7 +31,9 @@
       overwrites a buffer a queued kernel still reads;
    2. the NCCL call on the comm stream;
    3. an event recorded on the comm stream (its "fence", a sequence number).
- backend_reduce_scatter_start and backend_all_gather_start return the fence
+ backend_reduce_scatter_start, backend_all_gather_start (both over the shard
+ group: all ranks unless HSDP) and backend_all_reduce_replicas_start (HSDP:
+ across the replica groups) return the fence
  WITHOUT waiting: the caller calls backend_wait_comm(fence) before any
  kernel touches the buffers, which lets a prefetched all-gather run while
  the compute stream works on the current unit. Nothing in a step
@@ -64,7 +66,8 @@ typedef struct {
     int ready;                            /* backend_init done (streams, events) */
     int host;                             /* 1: host-staged collectives, no NCCL */
     Comm* comm;
-    ncclComm_t nccl;                      /* NULL in host-staged mode */
+    ncclComm_t nccl;                      /* the shard group (all ranks unless HSDP); NULL host-staged */
+    ncclComm_t nccl_rep;                  /* the replica group (HSDP), NULL when R = 1 or host-staged */
     cudaStream_t comm_stream;
     cudaEvent_t compute_mark;             /* recorded on compute before each collective */
     cudaEvent_t fences[NCCL_FENCES];      /* recorded on comm after each collective */
@@ -93,15 +96,18 @@ static void nccl_poll_hook(double waited) {
     if (nccl_state.nccl) {
         ncclResult_t ar = ncclSuccess;
         ncclCheck(ncclCommGetAsyncError(nccl_state.nccl, &ar));
+        if (ar == ncclSuccess && nccl_state.nccl_rep) ncclCheck(ncclCommGetAsyncError(nccl_state.nccl_rep, &ar));
         if (ar != ncclSuccess) {
             ncclCommAbort(nccl_state.nccl);
             nccl_state.nccl = NULL;
+            if (nccl_state.nccl_rep) { ncclCommAbort(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
             cuda_fatal("NCCL asynchronous error %s (a collective failed; another rank may have died)",
                        ncclGetErrorString(ar));
         }
     }
     if (nccl_state.timeout_s > 0 && waited > nccl_state.timeout_s) {
         if (nccl_state.nccl) { ncclCommAbort(nccl_state.nccl); nccl_state.nccl = NULL; }
+        if (nccl_state.nccl_rep) { ncclCommAbort(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
         cuda_fatal("waited more than %.0f s for the GPU (a collective may be waiting for a rank that is "
                    "gone; set LLMC_GPU_TIMEOUT to change the limit)", nccl_state.timeout_s);
     }
@@ -173,12 +179,21 @@ static void backend_init(Comm* c) {
     nccl_state.timeout_s = to ? atof(to) : 900.0;
     cuda_poll_hook = nccl_poll_hook;
 
+    nccl_state.nccl_rep = NULL;
     if (!nccl_state.host) {
+        /* one NCCL communicator per shard group (its rank 0 makes the id, the
+           group's MPI communicator carries it), and per replica group (HSDP) */
         ncclUniqueId id;
         memset(&id, 0, sizeof(id));
-        if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-        ncclCheck(ncclCommInitRank(&nccl_state.nccl, c->world_size, id, c->rank));
+        if (c->group_rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->group_host);
+        ncclCheck(ncclCommInitRank(&nccl_state.nccl, c->group_size, id, c->group_rank));
+        if (c->replica_size > 1) {
+            memset(&id, 0, sizeof(id));
+            if (c->replica_rank == 0) ncclCheck(ncclGetUniqueId(&id));
+            MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->replica_comm);
+            ncclCheck(ncclCommInitRank(&nccl_state.nccl_rep, c->replica_size, id, c->replica_rank));
+        }
     }
     nccl_state.ready = 1;
     c->backend = &nccl_state;
@@ -210,6 +225,7 @@ static void backend_finalize(Comm* c) {
     cuda_wait_stream(nccl_state.comm_stream);
     if (nccl_state.nccl) ncclCommDestroy(nccl_state.nccl);
     nccl_state.nccl = NULL;
+    if (nccl_state.nccl_rep) { ncclCommDestroy(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
     nccl_state.ready = 0;
 }
 
@@ -275,17 +291,17 @@ static void host_stage_check(Comm* c, const char* what, size_t shard) {
    cannot overwrite the staging buffers early. Fence 0 (complete). */
 static unsigned long long host_reduce_scatter(Comm* c, floatX* buf, size_t shard, floatX* acc) {
     host_stage_check(c, "reduce-scatter", shard);
-    size_t n = shard * (size_t)c->world_size;
+    size_t n = shard * (size_t)c->group_size;
     uint16_t* h = host_stage_get(0, n);
     uint16_t* scratch = host_stage_get(1, n);
     uint16_t* ha = acc ? host_stage_get(2, shard) : NULL;
     cudaCheck(cudaMemcpyAsync(h, buf, n * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
     if (acc) cudaCheck(cudaMemcpyAsync(ha, acc, shard * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
     cuda_wait_compute();
-    hostcoll_reduce_scatter(MPI_COMM_WORLD, h, shard, 2, scratch, ha, 1);
+    hostcoll_reduce_scatter(c->group_comm, h, shard, 2, scratch, ha, 1);
     if (acc) cudaCheck(cudaMemcpyAsync(acc, ha, shard * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
-    else cudaCheck(cudaMemcpyAsync(buf + (size_t)c->rank * shard, h + (size_t)c->rank * shard, shard * sizeof(floatX),
-                                   cudaMemcpyHostToDevice, cuda_ctx.stream));
+    else cudaCheck(cudaMemcpyAsync(buf + (size_t)c->group_rank * shard, h + (size_t)c->group_rank * shard,
+                                   shard * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
     return 0;
 }
 
@@ -293,11 +309,24 @@ static unsigned long long host_reduce_scatter(Comm* c, floatX* buf, size_t shard
    hostcoll_all_gather (MPI_Allgather in place), the whole buffer back. */
 static unsigned long long host_all_gather(Comm* c, floatX* buf, size_t shard) {
     host_stage_check(c, "all-gather", shard);
-    size_t n = shard * (size_t)c->world_size, off = (size_t)c->rank * shard;
+    size_t n = shard * (size_t)c->group_size, off = (size_t)c->group_rank * shard;
     uint16_t* h = host_stage_get(0, n);
     cudaCheck(cudaMemcpyAsync(h + off, buf + off, shard * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
     cuda_wait_compute();
-    hostcoll_all_gather(MPI_COMM_WORLD, h, shard, 2);
+    hostcoll_all_gather(c->group_comm, h, shard, 2, 0);
+    cudaCheck(cudaMemcpyAsync(buf, h, n * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
+    return 0;
+}
+
+/* Host-staged all-reduce over the replica groups (HSDP): comm.h's
+   hostcoll_all_reduce (reduce-scatter + all-gather, rank-order sums). */
+static unsigned long long host_all_reduce_replicas(Comm* c, floatX* buf, size_t n) {
+    host_stage_check(c, "all-reduce", n);
+    uint16_t* h = host_stage_get(0, n);
+    uint16_t* scratch = host_stage_get(1, n);
+    cudaCheck(cudaMemcpyAsync(h, buf, n * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_wait_compute();
+    hostcoll_all_reduce(c->replica_comm, h, n, 2, scratch, 1);
     cudaCheck(cudaMemcpyAsync(buf, h, n * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
     return 0;
 }
@@ -311,36 +340,60 @@ static unsigned long long host_all_gather(Comm* c, floatX* buf, size_t shard) {
    acc. Host-staged: comm.h's deterministic sum, acc[i] = round(acc[i] + sum)
    with ONE rounding (as the CPU build), fence 0. */
 static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* buf, size_t shard, floatX* acc) {
+    unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
     if (nccl_state.host) {
         nccl_require();
         unsigned long long f = host_reduce_scatter(c, buf, shard, acc);
-        comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+        comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
         return f;
     }
     nccl_begin();
-    floatX* mine = buf + (size_t)c->rank * shard;
+    floatX* mine = buf + (size_t)c->group_rank * shard;
     ncclCheck(ncclReduceScatter(buf, mine, shard, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
     if (acc) elementwise_launch<2>(acc, acc, mine, shard, "reduce-scatter accumulate", nccl_state.comm_stream);
     unsigned long long f = nccl_end();
-    comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
     return f;
 }
+
+/* HSDP: buf[0..n) summed over the replica groups, in place (NCCL on the comm
+   stream, or host-staged: comm.h's deterministic all-reduce, n a multiple of
+   the replica count); returns the fence. */
+static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floatX* buf, size_t n) {
+    if (c->replica_size <= 1) return 0;
+    unsigned long long f;
+    if (nccl_state.host) {
+        nccl_require();
+        f = host_all_reduce_replicas(c, buf, n);
+    } else {
+        nccl_begin();
+        ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, nccl_state.nccl_rep, nccl_state.comm_stream));
+        f = nccl_end();
+    }
+    comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX), c->replica_size);
+    return f;
+}
+
+/* Seconds of communication and of waiting for it: not measured on the GPU
+   (the comm stream runs asynchronously; a trace would need CUDA events). */
+static inline void backend_comm_seconds(double* busy, double* waited) { *busy = 0.0; *waited = 0.0; }
 
 /* In place: rank r's shard elements sit at buf + r*shard; afterwards every
    rank has all. Returns the fence; the caller waits with backend_wait_comm
    before using buf (see the header comment). */
 static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
+    unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
     if (nccl_state.host) {
         nccl_require();
         unsigned long long f = host_all_gather(c, buf, shard);
-        comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+        comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
         return f;
     }
     nccl_begin();
-    ncclCheck(ncclAllGather(buf + (size_t)c->rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
+    ncclCheck(ncclAllGather(buf + (size_t)c->group_rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
                             nccl_state.comm_stream));
     unsigned long long f = nccl_end();
-    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
     return f;
 }
 

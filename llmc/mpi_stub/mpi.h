@@ -25,8 +25,10 @@
  error line and exit 1 on every process, instead of running N copies that
  each believe they are rank 0 of 1.
 
- Not implemented (no caller in the project): one-sided communication, MPI-IO,
- derived datatypes, non-blocking collectives, intercommunicators.
+ Non-blocking collectives (MPI_Iallgather, MPI_Ialltoall, ...) complete at
+ once (request MPI_REQUEST_NULL). Not implemented (no caller in the
+ project): one-sided communication, MPI-IO, derived datatypes,
+ intercommunicators.
  Plain C11 / C++17, header only (every function static).
 */
 #ifndef LLMC_MPI_STUB_MPI_H
@@ -321,6 +323,36 @@ static inline int MPI_Alltoallv(const void* send, const int scounts[], const int
         llmc_mpi_copy((const char*)send + llmc_mpi_bytes(sdispls[0], st), (char*)recv + llmc_mpi_bytes(rdispls[0], rt),
                       scounts[0], st);
     return MPI_SUCCESS;
+}
+
+/* non-blocking collectives complete at once (one member: a copy) */
+static inline int MPI_Iallreduce(const void* send, void* recv, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                                 MPI_Request* r) {
+    *r = MPI_REQUEST_NULL;
+    return MPI_Allreduce(send, recv, count, t, op, c);
+}
+static inline int MPI_Ireduce_scatter_block(const void* send, void* recv, int recvcount, MPI_Datatype t, MPI_Op op,
+                                            MPI_Comm c, MPI_Request* r) {
+    *r = MPI_REQUEST_NULL;
+    return MPI_Reduce_scatter_block(send, recv, recvcount, t, op, c);
+}
+static inline int MPI_Iallgather(const void* send, int scount, MPI_Datatype st, void* recv, int rcount, MPI_Datatype rt,
+                                 MPI_Comm c, MPI_Request* r) {
+    *r = MPI_REQUEST_NULL;
+    return MPI_Allgather(send, scount, st, recv, rcount, rt, c);
+}
+static inline int MPI_Ialltoall(const void* send, int scount, MPI_Datatype st, void* recv, int rcount, MPI_Datatype rt,
+                                MPI_Comm c, MPI_Request* r) {
+    *r = MPI_REQUEST_NULL;
+    return MPI_Alltoall(send, scount, st, recv, rcount, rt, c);
+}
+static inline int MPI_Ibcast(void* buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request* r) {
+    *r = MPI_REQUEST_NULL;
+    return MPI_Bcast(buf, count, t, root, c);
+}
+static inline int MPI_Ibarrier(MPI_Comm c, MPI_Request* r) {
+    *r = MPI_REQUEST_NULL;
+    return MPI_Barrier(c);
 }
 
 /* point to point: messages to oneself. A send first matches the oldest
