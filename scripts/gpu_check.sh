@@ -30,7 +30,8 @@
 #   test_gpt     ZeRO stages 0-3 against the PyTorch reference, N ranks on the
 #                one GPU: N = 1 with NCCL and N = 1, 2, 4 host-staged (configs
 #                odd and small; tiny at N = 1 and 4), stage 3 with
-#                --reshard-after-forward 0 --accum 2 and with --prefetch 2
+#                --reshard-after-forward 0 --accum 2, with --prefetch 2, and
+#                HSDP (--shard-group 2 of 4 ranks: the replica all-reduce)
 #   gpt2-124m    GPT-2 124M (-e d12, T=1024, B=$B): a short calibration, then
 #                TRAIN_SECONDS of training: tokens/s, MFU, peak device memory,
 #                beside llm.c's published figure (run after the odd config's
@@ -647,6 +648,8 @@ else
   run_stage "test_gpt odd N=2 host -z 3 reshard 0, accum 2" 1 8 90 st_test_gpt odd 2 host -z 3 --reshard-after-forward 0 --accum 2
   run_stage "test_gpt odd N=1 nccl -z 3 prefetch 2" 1 8 90 st_test_gpt odd 1 nccl -z 3 --prefetch 2
   run_stage "test_gpt odd N=4 host -z 3 prefetch 2" 1 8 90 st_test_gpt odd 4 host -z 3 --prefetch 2
+  run_stage "test_gpt odd N=4 host -z 3 HSDP (--shard-group 2)" 1 8 90 st_test_gpt odd 4 host -z 3 --shard-group 2
+  run_stage "test_gpt odd N=4 host -z 2 HSDP (--shard-group 2)" 1 8 90 st_test_gpt odd 4 host -z 2 --shard-group 2
 fi
 [ -n "$REF_PID" ] && kill "$REF_PID" 2>/dev/null
 
