@@ -507,8 +507,8 @@ st_no_gpu_error() {
   local rc=$?
   cat "$WORK/no_gpu.log" | head -20
   local lines; lines=$(grep -c "^error" "$WORK/no_gpu.log")
-  STAGE_NOTE="$n rank(s): exit $rc, $lines error line(s) (expected: non-zero exit, 'no usable CUDA device')"
-  [ $rc -ne 0 ] && grep -q "no usable CUDA device" "$WORK/no_gpu.log" && [ $rc -ne 124 ]
+  STAGE_NOTE="$n rank(s): exit $rc, $lines error line(s) (expected: exit 1, one line 'error: no usable CUDA device')"
+  [ $rc -eq 1 ] && [ "$lines" = 1 ] && grep -q "^error: no usable CUDA device" "$WORK/no_gpu.log"
 }
 
 # ---------------------------------------------------------------- GPU runs

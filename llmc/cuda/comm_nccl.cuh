@@ -114,12 +114,12 @@ static void nccl_poll_hook(double waited) {
 }
 
 /* The collectives' mode from LLMC_COLLECTIVES: 0 NCCL, 1 host-staged, -1 auto. */
-static int nccl_mode_from_env(void) {
+static int nccl_mode_from_env(char* err, size_t errlen) {
     const char* m = getenv("LLMC_COLLECTIVES");
     if (!m || !m[0] || !strcmp(m, "auto")) return -1;
     if (!strcmp(m, "nccl")) return 0;
     if (!strcmp(m, "host")) return 1;
-    cuda_fatal("LLMC_COLLECTIVES=%s: must be nccl, host or auto", m);
+    snprintf(err, errlen, "LLMC_COLLECTIVES=%s: must be nccl, host or auto", m);
     return -1;
 }
 
@@ -129,22 +129,25 @@ static int nccl_mode_from_env(void) {
 static void backend_init(Comm* c) {
     nccl_state.comm = c;
     cuda_fatal_hook = nccl_fatal_hook;
-    int mode = nccl_mode_from_env();
-    int ndev = 0;
+    /* the set-up errors every rank meets alike (no GPU, a bad setting):
+       one line from the lowest failing rank, exit 1 everywhere (comm_check_all) */
+    char err[256] = "";
+    int mode = nccl_mode_from_env(err, sizeof(err));
+    int ndev = 0, dev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0)
-        cuda_fatal("no usable CUDA device on this rank (cudaGetDeviceCount: %s)",
-                   e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    int dev;
-    if (ndev >= c->local_size) dev = c->local_rank;
-    else if (ndev == 1) dev = 0;
-    else if (mode == 1) dev = c->local_rank % ndev;
-    else {
-        cuda_fatal("%d ranks on this node but %d visible GPUs: run at most %d ranks per node "
-                   "(or give each rank one GPU with CUDA_VISIBLE_DEVICES / --gpus-per-task=1, "
-                   "or share GPUs with LLMC_COLLECTIVES=host)", c->local_size, ndev, ndev);
-        dev = 0;
+    if (!err[0] && (e != cudaSuccess || ndev == 0))
+        snprintf(err, sizeof(err), "no usable CUDA device (cudaGetDeviceCount: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    (void)cudaGetLastError();
+    if (!err[0]) {
+        if (ndev >= c->local_size) dev = c->local_rank;
+        else if (ndev == 1) dev = 0;
+        else if (mode == 1) dev = c->local_rank % ndev;
+        else snprintf(err, sizeof(err), "%d ranks on this node but %d visible GPUs: run at most %d ranks per node "
+                      "(or give each rank one GPU with CUDA_VISIBLE_DEVICES / --gpus-per-task=1, "
+                      "or share GPUs with LLMC_COLLECTIVES=host)", c->local_size, ndev, ndev);
     }
+    comm_check_all(c, err);
     cudaCheck(cudaSetDevice(dev));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dev));
@@ -163,8 +166,9 @@ static void backend_init(Comm* c) {
     free(uuids);
     if (mode == -1) mode = all_share ? 1 : 0;
     if (mode == 0 && all_share)
-        cuda_fatal("LLMC_COLLECTIVES=nccl but ranks share a GPU (this rank and rank %d, or others): NCCL needs "
-                   "one GPU per rank; use LLMC_COLLECTIVES=host (or auto) to share", share_with);
+        snprintf(err, sizeof(err), "LLMC_COLLECTIVES=nccl but ranks share a GPU: NCCL needs one GPU per rank; "
+                 "use LLMC_COLLECTIVES=host (or auto) to share");
+    comm_check_all(c, err);
     nccl_state.host = mode;
 
     int least = 0, greatest = 0;
