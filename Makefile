@@ -5,6 +5,7 @@
 #   make test                                        every check a CPU machine can run
 #   make bench                                       CPU speed figures (not a test)
 #   make cluster-bench [CLUSTER_BENCH="STEPS=3 ..."] ZeRO stages x link rates on a simulated 2-node cluster (root)
+#   make bench-offload [BENCH_STEPS=4 BENCH_NP=1 BENCH_ZERO=1]  memory, step time, I/O of --offload-optimizer disk (not a test)
 #   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
 #   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
 #   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
@@ -34,7 +35,7 @@ ZERO ?= 1
 STEPS ?= 500
 ARGS ?=
 
-.PHONY: all train test deps data ref bench clean sanitize fuzz cluster-bench
+.PHONY: all train test deps data ref bench bench-offload clean sanitize fuzz cluster-bench
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -78,6 +79,11 @@ CLUSTER_BENCH ?=
 cluster-bench: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	$(CLUSTER_BENCH) bash dev/cluster_bench.sh
+
+bench-offload: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	@mkdir -p build
+	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

@@ -46,6 +46,8 @@ typedef struct {
     const char* trace_path;      /* --trace FILE */
     int trace_first, trace_last; /* --trace-steps a:b (optimizer steps, 1-based, inclusive) */
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
+    int offload;                 /* --offload-optimizer: OFFLOAD_NONE, _HOST (CUDA build) or _DISK */
+    const char* offload_dir;     /* disk:DIR */
     int ledger_all, ledger_every;
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
@@ -98,6 +100,17 @@ static void usage(FILE* out) {
 "  --vocab-chunk <n>  rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)  default 8192\n"
 "  --keep-logits <0|1>  keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
 "              recomputing them in backward (same numbers, less compute, more memory)  default 0\n"
+"  --offload-optimizer <none|disk:DIR"
+#ifdef __CUDACC__
+"|host"
+#endif
+">  stages 1-3: keep the fp32 master weights and Adam m, v\n"
+"              off the backend's memory: disk:DIR streams them unit by unit through a scratch file\n"
+"              per rank in DIR (DIR/optim_rank<r>.bin, unlinked at once: it never outlives the run)"
+#ifdef __CUDACC__
+";\n              host keeps them in page-locked host memory and runs AdamW on the CPU"
+#endif
+"\n              (the same numbers as without offload, bit for bit)  default none\n"
 "  --shard-group <G>  HSDP: shard over groups of G consecutive ranks (one node when G = ranks\n"
 "              per node), replicate across the N/G groups (stages 1-3; G must divide N)  default N\n"
 "  --overlap <0|1>  run collectives beside computation (CPU: a communication thread)  default 1\n"
@@ -136,6 +149,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
             "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
             "--reshard-embedding", "--vocab-chunk", "--keep-logits", "--shard-group", "--overlap", "--trace", "--trace-steps",
+            "--offload-optimizer",
             "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
@@ -194,6 +208,24 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("--vocab", a->vocab, 1, 10000000)
         INTFLAG("--ranks", a->est_ranks, 1, 1 << 30)
         if (!strcmp(f, "--seed")) { if (parse_long(v, &n) || n < 0) return set_err(err, errlen, "flag --seed: '%s' must be a non-negative integer", v); a->seed = (unsigned long long)n; continue; }
+        if (!strcmp(f, "--offload-optimizer")) {
+            if (!strcmp(v, "none")) { a->offload = OFFLOAD_NONE; a->offload_dir = NULL; }
+            else if (!strcmp(v, "host")) {
+#ifdef __CUDACC__
+                a->offload = OFFLOAD_HOST; a->offload_dir = NULL;
+#else
+                return set_err(err, errlen, "flag --offload-optimizer: 'host' is for the CUDA build (the CPU build's memory is host memory already); use disk:DIR");
+#endif
+            } else if (!strncmp(v, "disk:", 5) && v[5]) { a->offload = OFFLOAD_DISK; a->offload_dir = v + 5; }
+            else return set_err(err, errlen, "flag --offload-optimizer: '%s' must be none, %sdisk:DIR (a directory)", v,
+#ifdef __CUDACC__
+                                "host or "
+#else
+                                ""
+#endif
+                                );
+            continue;
+        }
         if (!strcmp(f, "--ledger")) {
             if (!strcmp(v, "all")) a->ledger_all = 1; else if (!strcmp(v, "rank0")) a->ledger_all = 0;
             else return set_err(err, errlen, "flag --ledger: '%s' must be rank0 or all", v);
@@ -209,6 +241,14 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
 #undef FLOATFLAG
         return set_err(err, errlen, "unknown flag '%s' (see -h)", f);
     }
+    /* Stage 0 keeps the whole optimizer on every rank: offloading N identical
+       copies multiplies the host or disk bytes and the I/O by N for nothing;
+       ZeRO-Offload starts from the sharded optimizer (stage 1 has the same
+       traffic as stage 0). */
+    if (!a->estimate && a->offload != OFFLOAD_NONE && a->zero_stage == 0)
+        return set_err(err, errlen, "--offload-optimizer %s%s: needs -z 1, 2 or 3 (stage 0 replicates the optimizer states on every rank; "
+                       "offloading N identical copies is not ZeRO-Offload: use -z 1, which moves the same bytes per step)",
+                       a->offload == OFFLOAD_DISK ? "disk:" : "host", a->offload == OFFLOAD_DISK ? a->offload_dir : "");
     return 0;
 }
 
@@ -302,7 +342,7 @@ static void print_ledger_all_ranks(GPT2* m, int all, int* bad) {
 static void print_traffic_all_ranks(GPT2* m, int all, int steps, int* bad) {
     Comm* c = m->comm;
     for (int r = 0; r < (all ? c->world_size : 1); r++) {
-        if (c->rank == r) { *bad += zero_print_traffic(stdout, &m->plan, c, steps); fflush(stdout); }
+        if (c->rank == r) { *bad += zero_print_traffic(stdout, &m->plan, c, steps) + zero_print_offload_traffic(stdout, &m->engine, steps); fflush(stdout); }
         MPI_Barrier(MPI_COMM_WORLD);
     }
 }
@@ -363,12 +403,13 @@ int main(int argc, char** argv) {
     GPT2Options mopt = gpt2_default_options();
     mopt.zero_stage = a.zero_stage; mopt.reshard_after_forward = a.reshard_after_forward; mopt.prefetch = a.prefetch;
     mopt.reshard_embedding = a.reshard_embedding; mopt.vocab_chunk = a.vocab_chunk; mopt.keep_logits = a.keep_logits;
-    mopt.overlap = a.overlap; mopt.grad_accum_steps = accum;
+    mopt.overlap = a.overlap; mopt.grad_accum_steps = accum; mopt.offload = a.offload;
     if (gpt2_init(&model, &cfg, &comm, &mopt, a.B, a.T, err, ERRLEN)) {
         size_t l = strlen(err);
         snprintf(err + l, ERRLEN - l, " [-e %s]", a.init);
     }
     comm_check_all(&comm, err);
+    zero_offload_open(&model.engine, a.offload_dir); /* disk: the scratch files, or one error before any step */
     if (from_ckpt) gpt2_load_checkpoint(&model, a.init, err, ERRLEN);
     else gpt2_init_random(&model, a.seed);
     comm_check_all(&comm, err);
@@ -406,8 +447,10 @@ int main(int argc, char** argv) {
     int start_step = a.resume ? state_resume(&model, &train, a.output_dir, a.max_steps) : 0;
 
     if (comm.rank == 0) {
-        printf("train_gpt (%s): %d rank%s, zero_stage %d%s\n", BACKEND_NAME, N, N > 1 ? "s" : "", a.zero_stage,
-               a.zero_stage == 3 ? (a.reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "");
+        printf("train_gpt (%s): %d rank%s, zero_stage %d%s%s%s\n", BACKEND_NAME, N, N > 1 ? "s" : "", a.zero_stage,
+               a.zero_stage == 3 ? (a.reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "",
+               a.offload == OFFLOAD_DISK ? ", optimizer states offloaded to disk:" : a.offload == OFFLOAD_HOST ? ", optimizer states offloaded to host memory" : "",
+               a.offload == OFFLOAD_DISK ? a.offload_dir : "");
         printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %zu parameters, init %s\n", cfg.num_layers, cfg.num_heads,
                cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.plan.num_parameters,
                start_step > 0 ? "from the resumed checkpoint" : from_ckpt ? a.init : "random");

@@ -45,7 +45,15 @@ CONFIGS=(
   "z2 | -z 2"
   "z3 | -z 3"
   "z3 reshard 0 | -z 3 --reshard-after-forward 0"
+  "z3 hsdp | -z 3 --shard-group RPN"
+  "z3 keep emb | -z 3 --reshard-embedding 0"
+  "z2 no overlap | -z 2 --overlap 0"
+  "z3 no overlap | -z 3 --overlap 0"
+  "z3 prefetch 0 | -z 3 --prefetch 0"
+  "z3 prefetch 2 | -z 3 --prefetch 2"
 )
+# (RPN in the flags becomes the ranks per node of the layout: HSDP with one
+# shard group per node)
 # Columns of the trainer's traffic table summed over its collectives, per
 # rank and step (add a column name here to print it too).
 TRAFFIC_COLUMNS=("ring wire B")
@@ -73,6 +81,14 @@ rate_bps() { # tc rate -> bits/s
 }
 for l in $LAYOUTS; do [[ "$l" =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || die "LAYOUTS: '$l' must be NODESxRANKS, e.g. 2x2"; done
 for r in $RATES; do rate_bps "$r" >/dev/null || die "RATES: '$r' is not a tc rate such as 100mbit or 1gbit"; done
+
+# mean over steps 2.. of the trainer's "comm X ms, waited Y ms" (rank 0):
+# the time the collectives took and the part the compute thread waited
+comm_cols() { # log
+  awk '/^step +[0-9]+\//{ split($2, s, "/"); if (s[1] >= 2 && match($0, /comm [0-9.]+ ms, waited [0-9.]+ ms/)) {
+         split(substr($0, RSTART, RLENGTH), f, " "); c += f[2]; w += f[5]; n++ } }
+       END { if (n) printf "%.1f %.0f\n", c / n, (c > 0 ? 100 * (1 - w / c) : 0); else print "- -" }' "$1"
+}
 
 # sum of named columns of rank 0's traffic table, per step (one value per column)
 traffic_cols() { # log steps columns...
@@ -111,7 +127,7 @@ run_one() {
   $CL rate "$rate" >/dev/null || return 1
   local c0 c1
   c0=$(counters)
-  $CL run -np $((K * R)) --map-by "ppr:$R:node" -- ./train_gpt_cpu $MODEL $flags -x "$steps" -v 0 -s 0 > "$log" 2>&1
+  $CL run -np $((K * R)) --map-by "ppr:$R:node" -- ./train_gpt_cpu $MODEL ${flags//RPN/$R} -x "$steps" -v 0 -s 0 > "$log" 2>&1
   local rc=$?
   c1=$(counters)
   if [ $rc != 0 ]; then
@@ -132,16 +148,16 @@ echo "  $($CL status | head -1)"
 echo "  (cpus: each node its own share; OpenMP threads per rank: the trainer's default, node cpus / ranks on the node)"
 hdr=$(printf '%-6s %-16s %-8s %10s %10s %10s' layout config rate "ms/step" "link MB" "max MB")
 for c in "${TRAFFIC_COLUMNS[@]}"; do hdr+=$(printf ' %14s' "${c% B} MB"); done
-hdr+=$(printf ' %10s %10s %9s' "comp ms" "pred ms" "meas/pred")
+hdr+=$(printf ' %10s %10s %9s %9s %7s' "comp ms" "pred ms" "meas/pred" "comm ms" "hidden")
 echo "$hdr"
 tsv="$OUT/results.tsv"; md="$OUT/results.md"
 printf 'layout\tconfig\trate\tms_per_step\tlink_MB_per_step\tmax_node_MB_per_step' > "$tsv"
 for c in "${TRAFFIC_COLUMNS[@]}"; do printf '\ttrainer_%s_MB_per_rank_step' "${c// /_}" >> "$tsv"; done
-printf '\tcompute_ms\tpredicted_ms\n' >> "$tsv"
+printf '\tcompute_ms\tpredicted_ms\tcomm_ms\thidden_pct\n' >> "$tsv"
 { printf '| nodes x ranks | config | link rate | ms / step | across the link, MB / step | busiest node direction, MB / step |'
   for c in "${TRAFFIC_COLUMNS[@]}"; do printf ' trainer %s, MB / rank / step |' "${c% B}"; done
-  printf ' compute ms (no limit) | predicted ms | measured / predicted |\n|'
-  for ((i = 0; i < 9 + ${#TRAFFIC_COLUMNS[@]}; i++)); do printf -- '---|'; done; echo; } > "$md"
+  printf ' compute ms (no limit) | predicted ms | measured / predicted | comm ms / step | comm hidden |\n|'
+  for ((i = 0; i < 11 + ${#TRAFFIC_COLUMNS[@]}; i++)); do printf -- '---|'; done; echo; } > "$md"
 
 failed=0
 for layout in $LAYOUTS; do
@@ -161,6 +177,7 @@ for layout in $LAYOUTS; do
         { din = $2 - $5; dout = $3 - $6; sum += din; if (din > mx) mx = din; if (dout > mx) mx = dout }
         END { printf "%.3f %.3f\n", sum / n / 1e6, mx / n / 1e6 }')
       R_WIRE=$(traffic_cols "$R_LOG" "$STEPS" "${TRAFFIC_COLUMNS[@]}")
+      read -r R_COMM R_HID < <(comm_cols "$R_LOG")
       pred="-"; ratio="-"
       if [ "$rate" != none ] && [ -n "$comp" ]; then
         bps=$(rate_bps "$rate")
@@ -169,14 +186,14 @@ for layout in $LAYOUTS; do
       fi
       line=$(printf '%-6s %-16s %-8s %10s %10s %10s' "$layout" "$label" "$rate" "$R_MS" "$R_LINK" "$R_MAX")
       for w in $R_WIRE; do line+=$(printf ' %14s' "$w"); done
-      line+=$(printf ' %10s %10s %9s' "${comp:--}" "$pred" "$ratio")
+      line+=$(printf ' %10s %10s %9s %9s %6s%%' "${comp:--}" "$pred" "$ratio" "$R_COMM" "$R_HID")
       echo "$line"
       printf '%s\t%s\t%s\t%s\t%s\t%s' "$layout" "$label" "$rate" "$R_MS" "$R_LINK" "$R_MAX" >> "$tsv"
       for w in $R_WIRE; do printf '\t%s' "$w" >> "$tsv"; done
-      printf '\t%s\t%s\n' "${comp:--}" "$pred" >> "$tsv"
+      printf '\t%s\t%s\t%s\t%s\n' "${comp:--}" "$pred" "$R_COMM" "$R_HID" >> "$tsv"
       { printf '| %s | %s | %s | %s | %s | %s |' "${layout/x/ x }" "$label" "$rate" "$R_MS" "$R_LINK" "$R_MAX"
         for w in $R_WIRE; do printf ' %s |' "$w"; done
-        printf ' %s | %s | %s |\n' "${comp:--}" "$pred" "$ratio"; } >> "$md"
+        printf ' %s | %s | %s | %s | %s%% |\n' "${comp:--}" "$pred" "$ratio" "$R_COMM" "$R_HID"; } >> "$md"
     done
   done
 done

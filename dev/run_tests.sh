@@ -38,11 +38,13 @@ fi
 [ -f dev/test_estimator.sh ] && suite "estimator" bash dev/test_estimator.sh
 suite "zero sweep" bash dev/test_zero_sweep.sh
 suite "overlap and hsdp" bash dev/test_overlap.sh
+suite "memory by stage" bash dev/test_memory.sh
 [ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh
 [ -f dev/test_cluster.sh ] && suite "cluster" bash dev/test_cluster.sh
 [ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
 suite "resume" bash dev/test_resume.sh
 suite "faults" bash dev/test_faults.sh
+[ -f dev/test_offload.sh ] && suite "offload" bash dev/test_offload.sh
 suite "sanitizers" bash dev/test_sanitizers.sh
 suite "fuzz smoke" bash dev/fuzz/run.sh 15
 [ -f dev/test_gpu_dry_run.sh ] && suite "gpu dry run" bash dev/test_gpu_dry_run.sh

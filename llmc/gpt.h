@@ -196,10 +196,11 @@ typedef struct {
     int vocab_chunk;            /* target rows of wte per vocabulary chunk */
     int keep_logits;            /* 1: keep every chunk's logits from forward to backward (B*T*Vp) */
     int overlap;                /* 1: two unit-grad buffers per class */
+    int offload;                /* OFFLOAD_NONE, _HOST or _DISK (zero.h): where master, m, v live */
 } GPT2Options;
 
 static inline GPT2Options gpt2_default_options(void) {
-    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1};
+    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE};
     return o;
 }
 
@@ -233,7 +234,7 @@ typedef struct {
     floatX* emb_rows;
     floatX* emb_acc;
     size_t* emb_acc_off;        /* per unit: offset in emb_acc (units 0..K) */
-    int *host_tokens, *emb_tokens, *emb_positions, *emb_order_tok, *emb_order_pos;
+    int *host_tokens, *emb_tokens, *emb_positions, *emb_order_tok, *emb_order_pos, *emb_seg, *emb_seg_key;
     int emb_pending;            /* stages 0-1, one micro-step: rows kept for gpt2_reduce_grads */
     /* stage-3 use schedules: forward, forward + backward, chunks only */
     int *sched_fwd, *sched_train, *sched_chunks;
@@ -323,6 +324,8 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     free(uc);
     if (rc) return 1;
     P->rs_scratch = BACKEND_RS_SCRATCH;
+    P->offload = opt->offload;
+    P->offload_staging = opt->offload != OFFLOAD_NONE && BACKEND_OFFLOAD_STAGING;
     int N = comm->group_size;   /* the embedding rows are exchanged inside the shard group */
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;
     P->emb_gather_bytes = N > 1 ? (unsigned long long)N * BT * (C * sizeof(floatX) + sizeof(int)) : 0;
@@ -388,6 +391,8 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     m->emb_positions = (int*)malloc_or_die(nrows * sizeof(int), "embedding positions");
     m->emb_order_tok = (int*)malloc_or_die(nrows * sizeof(int), "embedding order");
     m->emb_order_pos = (int*)malloc_or_die(nrows * sizeof(int), "embedding order");
+    m->emb_seg = (int*)malloc_or_die((nrows + 1) * sizeof(int), "embedding segments");
+    m->emb_seg_key = (int*)malloc_or_die(nrows * sizeof(int), "embedding segments");
     m->emb_acc_off = (size_t*)malloc_or_die((size_t)gpt2_num_emb_units(m) * sizeof(size_t), "embedding offsets");
     {
         size_t off = 0;
@@ -439,10 +444,10 @@ static inline void gpt2_set_tensor(GPT2* m, int t, const float* values) {
     zero_held_range(P, ZB_PARAMS, u, &lo, &hi);
     if ((n = zero_tensor_overlap(P, t, lo, hi, &a)))
         backend_floats_to_floatX(m->engine.params + zero_index(P, ZB_PARAMS, u, a), values + (a - off), n);
-    if (m->engine.master) {
+    if (P->master_bytes) {
         zero_held_range(P, ZB_OPT, u, &lo, &hi);
         if ((n = zero_tensor_overlap(P, t, lo, hi, &a)))
-            backend_to_device(m->engine.master + zero_index(P, ZB_OPT, u, a), values + (a - off), n * sizeof(float));
+            zero_opt_set(&m->engine, ZO_MASTER, u, a, values + (a - off), n);
     }
 }
 
@@ -457,7 +462,7 @@ static inline size_t gpt2_get_own(GPT2* m, int t, float* out, size_t* first) {
     size_t n = zero_tensor_overlap(P, t, lo, hi, &a);
     *first = a - P->tensors[t].offset;
     if (!n) return 0;
-    if (m->engine.master) backend_to_host(out, m->engine.master + zero_index(P, ZB_OPT, u, a), n * sizeof(float));
+    if (P->master_bytes) zero_opt_get(&m->engine, ZO_MASTER, u, a, out, n);
     else backend_floatX_to_floats(out, m->engine.params + zero_index(P, ZB_PARAMS, u, a), n);
     return n;
 }
@@ -698,6 +703,25 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     return (float)(s / (double)BT);
 }
 
+/* The segments of embedding_backward_range: in order (row indices sorted by
+   (key, index)), the runs of rows whose key (table row) lies in [r_first,
+   r_last]: seg[s] .. seg[s+1] is run s, seg_key[s] its table row. seg needs
+   room for n + 1 entries, seg_key for n. Returns the number of runs. */
+static inline int gpt2_embedding_segments(const int* keys, const int* order, int n, long r_first, long r_last,
+                                          int* seg, int* seg_key) {
+    int a = 0, b = n;
+    while (a < b) { int mid = (a + b) / 2; if (keys[order[mid]] < r_first) a = mid + 1; else b = mid; }
+    int nseg = 0, i = a;
+    while (i < n && keys[order[i]] <= r_last) {
+        seg[nseg] = i;
+        seg_key[nseg++] = keys[order[i]];
+        int k = keys[order[i]];
+        while (i < n && keys[order[i]] == k) i++;
+    }
+    seg[nseg] = i;
+    return nseg;
+}
+
 /* The embedding gradient of the last micro-step's rows (m->emb_rows,
    m->emb_tokens and their orders) for this rank's own shard of units
    0..K, added with one rounding per element into dst_of(u) + (a - lo)
@@ -720,12 +744,14 @@ static inline void gpt2_embedding_apply(GPT2* m, int B, int T, int where) {
         size_t tab = a - P->tensors[t].offset;   /* element offset in the table (wpe or this piece of wte) */
         floatX* dst = where == GPT2_EMB_TO_ACC ? m->emb_acc + m->emb_acc_off[u] + (a - lo)
                                                : E->grads + zero_index(P, ZB_GRADS, u, a);
-        if (u == 0)
-            embedding_backward_range(dst, tab, tab + cnt, m->emb_rows, m->emb_positions, m->emb_order_pos, n, C);
-        else {
-            size_t row0 = (size_t)gpt2_chunk_row0(y, u - 1) * (size_t)C;
-            embedding_backward_range(dst, row0 + tab, row0 + tab + cnt, m->emb_rows, m->emb_tokens, m->emb_order_tok, n, C);
-        }
+        /* wpe: keyed by position; a wte piece: by token, in whole-table coordinates */
+        size_t base = u == 0 ? 0 : (size_t)gpt2_chunk_row0(y, u - 1) * (size_t)C;
+        const int* keys = u == 0 ? m->emb_positions : m->emb_tokens;
+        const int* order = u == 0 ? m->emb_order_pos : m->emb_order_tok;
+        size_t lo_t = base + tab, hi_t = base + tab + cnt;
+        int nseg = gpt2_embedding_segments(keys, order, n, (long)(lo_t / (size_t)C), (long)((hi_t - 1) / (size_t)C),
+                                           m->emb_seg, m->emb_seg_key);
+        embedding_backward_range(dst, lo_t, hi_t, m->emb_rows, order, m->emb_seg, m->emb_seg_key, nseg, C);
     }
 }
 
@@ -926,7 +952,7 @@ static inline void gpt2_free(GPT2* m) {
     zero_engine_free(&m->engine);
     zero_plan_free(&m->plan);
     free(m->host_losses); free(m->host_tokens); free(m->emb_tokens); free(m->emb_positions);
-    free(m->emb_order_tok); free(m->emb_order_pos); free(m->emb_acc_off);
+    free(m->emb_order_tok); free(m->emb_order_pos); free(m->emb_seg); free(m->emb_seg_key); free(m->emb_acc_off);
     free(m->sched_train); free(m->sched_chunks);
 }
 

@@ -11,7 +11,11 @@
  it uses them).
 
  Events are "B"/"E" pairs with "ts" in microseconds since the trace
- started (a barrier on every rank). Each thread records into its own
+ started (a barrier on every rank). On a GPU the host only enqueues work,
+ so the backend may install device marks (tracer.dev_record/dev_resolve):
+ each begin/end then also records a device event on the stream of its
+ track, and trace_write replaces the host time by the device time (the
+ CUDA build records cudaEvents on the compute and comm streams). Each thread records into its own
  growable buffer (no locks); recording is on only while trace_on is set
  (the trainer sets it for the steps chosen by --trace-steps). trace_write
  gathers every rank's events to rank 0, which writes FILE.tmp and renames
@@ -37,6 +41,7 @@ typedef struct {
     int unit;                       /* -1: none */
     unsigned long long bytes;       /* comm events */
     unsigned long long mem[TRACE_MEM_MAX];  /* 'C' events */
+    int dev;                        /* device mark (dev_record), -1: host time only */
 } TraceEvent;
 
 typedef struct {
@@ -51,6 +56,12 @@ typedef struct {
     TraceBuf buf[TRACE_TIDS];
     int num_mem;
     const char* mem_names[TRACE_MEM_MAX];
+    /* device timestamps (optional): dev_record(tid) marks "now" on the
+       track's stream and returns a handle (-1: none); dev_resolve(handle)
+       returns its time in seconds since the trace started, after the work
+       completed (called from trace_write) */
+    int (*dev_record)(int tid);
+    double (*dev_resolve)(int handle);
 } Tracer;
 
 static Tracer tracer;
@@ -65,6 +76,7 @@ static inline TraceEvent* trace_push(int tid) {
     }
     TraceEvent* e = &b->ev[b->n++];
     memset(e, 0, sizeof(*e));
+    e->dev = tracer.dev_record ? tracer.dev_record(tid) : -1;
     return e;
 }
 
@@ -81,6 +93,15 @@ static inline void trace_begin(int tid, int unit, const char* fmt, ...) {
     e->ph = 'B'; e->ts = wall_seconds() - tracer.t0; e->unit = unit;
 }
 
+/* Begin a collective's event on the comm track (kind, unit, bytes). */
+static inline void trace_begin_coll(int unit, unsigned long long bytes, const char* kind) {
+    if (!tracer.on) return;
+    TraceEvent* e = trace_push(TRACE_TID_COMM);
+    if (!e) return;
+    snprintf(e->name, sizeof(e->name), "%s", kind);
+    e->ph = 'B'; e->ts = wall_seconds() - tracer.t0; e->unit = unit; e->bytes = bytes;
+}
+
 static inline void trace_end(int tid) {
     if (!tracer.on) return;
     TraceEvent* e = trace_push(tid);
@@ -89,16 +110,16 @@ static inline void trace_end(int tid) {
 }
 
 /* A finished event [t0, t1] (wall_seconds) on track tid: a collective
-   (unit, bytes) or a wait. */
+   (unit, bytes) or a wait (host times: no device marks). */
 static inline void trace_complete(int tid, const char* name, double t0, double t1, int unit, unsigned long long bytes) {
     if (!tracer.on) return;
     TraceEvent* b = trace_push(tid);
     if (!b) return;
     snprintf(b->name, sizeof(b->name), "%s", name);
-    b->ph = 'B'; b->ts = t0 - tracer.t0; b->unit = unit; b->bytes = bytes;
+    b->ph = 'B'; b->ts = t0 - tracer.t0; b->unit = unit; b->bytes = bytes; b->dev = -1;
     TraceEvent* e = trace_push(tid);
     if (!e) return;
-    e->ph = 'E'; e->ts = t1 - tracer.t0; e->unit = -1;
+    e->ph = 'E'; e->ts = t1 - tracer.t0; e->unit = -1; e->dev = -1;
 }
 
 /* The bytes in use per category (n <= TRACE_MEM_MAX values, names given
@@ -114,7 +135,10 @@ static inline void trace_memory(const unsigned long long* bytes) {
 
 /* Enable tracing (collective: a barrier sets the common origin). */
 static inline void trace_init(int num_mem, const char* const* mem_names) {
+    int (*rec)(int) = tracer.dev_record;
+    double (*res)(int) = tracer.dev_resolve;
     memset(&tracer, 0, sizeof(tracer));
+    tracer.dev_record = rec; tracer.dev_resolve = res;
     tracer.enabled = 1;
     tracer.num_mem = num_mem < TRACE_MEM_MAX ? num_mem : TRACE_MEM_MAX;
     for (int i = 0; i < tracer.num_mem; i++) tracer.mem_names[i] = mem_names[i];
@@ -165,6 +189,7 @@ static inline int trace_write(const char* path, int rank, int nranks, const char
         TraceBuf* b = &tracer.buf[t];
         for (size_t i = 0; i < b->n; i++) {
             TraceEvent* e = &b->ev[i];
+            if (e->dev >= 0 && tracer.dev_resolve) e->ts = tracer.dev_resolve(e->dev);
             if (e->ph == 'C') {
                 trace_cat(&s, &n, &cap, "{\"name\":\"memory\",\"ph\":\"C\",\"ts\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{", e->ts * 1e6, rank, t);
                 for (int k = 0; k < tracer.num_mem; k++) {

@@ -55,6 +55,7 @@
 #include "matmul.cuh"
 #include "gelu.cuh"
 #include "../comm.h"
+#include "../trace.h"
 
 /* ring of comm-stream events (fence n uses n % NCCL_FENCES); a test may
    define it smaller before including the backend, so that the ring wraps */
@@ -76,6 +77,39 @@ typedef struct {
     double timeout_s;
 } NcclState;
 static NcclState nccl_state;
+
+/* ------------------------------------------------------------------------ */
+/* trace marks on the device (trace.h): a pool of cudaEvents recorded on the
+   stream of the event's track, resolved against a base event after the
+   traced steps */
+#define CUDA_TRACE_EVENTS 65536
+static cudaEvent_t cuda_trace_ev[CUDA_TRACE_EVENTS];
+static int cuda_trace_n = 0, cuda_trace_based = 0;
+static cudaEvent_t cuda_trace_base;
+static double cuda_trace_base_s = 0.0;
+
+static int cuda_trace_record(int tid) {
+    if (!cuda_trace_based) {
+        cudaCheck(cudaEventCreate(&cuda_trace_base));
+        cudaCheck(cudaEventRecord(cuda_trace_base, cuda_ctx.stream));
+        cudaCheck(cudaEventSynchronize(cuda_trace_base));
+        cuda_trace_base_s = wall_seconds() - tracer.t0;
+        cuda_trace_based = 1;
+    }
+    if (cuda_trace_n >= CUDA_TRACE_EVENTS) return -1;
+    cudaEvent_t* e = &cuda_trace_ev[cuda_trace_n];
+    if (!*e) cudaCheck(cudaEventCreate(e));
+    cudaCheck(cudaEventRecord(*e, tid == TRACE_TID_COMM ? nccl_state.comm_stream : cuda_ctx.stream));
+    return cuda_trace_n++;
+}
+
+static double cuda_trace_resolve(int h) {
+    float ms = 0.0f;
+    cudaCheck(cudaEventSynchronize(cuda_trace_ev[h]));
+    cudaCheck(cudaEventElapsedTime(&ms, cuda_trace_base, cuda_trace_ev[h]));
+    return cuda_trace_base_s + 1e-3 * (double)ms;
+}
+
 
 static void nccl_check_(ncclResult_t r, const char* call, const char* file, int line) {
     if (r != ncclSuccess)
@@ -201,6 +235,8 @@ static void backend_init(Comm* c) {
     }
     nccl_state.ready = 1;
     c->backend = &nccl_state;
+    tracer.dev_record = cuda_trace_record;
+    tracer.dev_resolve = cuda_trace_resolve;
     if (c->rank == 0) {
         int v = 0;
         ncclGetVersion(&v);
@@ -244,8 +280,14 @@ static void nccl_begin(void) {
     cudaCheck(cudaStreamWaitEvent(nccl_state.comm_stream, nccl_state.compute_mark, 0));
 }
 
+/* the trace event of the collective about to be enqueued */
+static void nccl_trace(Comm* c, int kind, unsigned long long bytes) {
+    trace_begin_coll(c->cur_unit, bytes, coll_name(c->purpose_embedding && kind == COLL_ALL_GATHER ? COLL_EMB_GATHER : kind));
+}
+
 /* step 3: the fence of the collective just enqueued */
 static unsigned long long nccl_end(void) {
+    trace_end(TRACE_TID_COMM);
     unsigned long long f = ++nccl_state.issued;
     cudaCheck(cudaEventRecord(nccl_state.fences[f % NCCL_FENCES], nccl_state.comm_stream));
     return f;
@@ -347,11 +389,14 @@ static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* b
     unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
     if (nccl_state.host) {
         nccl_require();
+        nccl_trace(c, COLL_REDUCE_SCATTER, bytes);
         unsigned long long f = host_reduce_scatter(c, buf, shard, acc);
+        trace_end(TRACE_TID_COMM);
         comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
         return f;
     }
     nccl_begin();
+    nccl_trace(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX));
     floatX* mine = buf + (size_t)c->group_rank * shard;
     ncclCheck(ncclReduceScatter(buf, mine, shard, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
     if (acc) elementwise_launch<2>(acc, acc, mine, shard, "reduce-scatter accumulate", nccl_state.comm_stream);
@@ -368,9 +413,12 @@ static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floa
     unsigned long long f;
     if (nccl_state.host) {
         nccl_require();
+        nccl_trace(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
         f = host_all_reduce_replicas(c, buf, n);
+        trace_end(TRACE_TID_COMM);
     } else {
         nccl_begin();
+        nccl_trace(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
         ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, nccl_state.nccl_rep, nccl_state.comm_stream));
         f = nccl_end();
     }
@@ -389,11 +437,14 @@ static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, 
     unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
     if (nccl_state.host) {
         nccl_require();
+        nccl_trace(c, COLL_ALL_GATHER, bytes);
         unsigned long long f = host_all_gather(c, buf, shard);
+        trace_end(TRACE_TID_COMM);
         comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
         return f;
     }
     nccl_begin();
+    nccl_trace(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX));
     ncclCheck(ncclAllGather(buf + (size_t)c->group_rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
                             nccl_state.comm_stream));
     unsigned long long f = nccl_end();
