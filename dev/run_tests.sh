@@ -48,7 +48,7 @@ suite "faults" bash dev/test_faults.sh
 [ -f dev/test_offload.sh ] && suite "offload" bash dev/test_offload.sh
 suite "sanitizers" bash dev/test_sanitizers.sh
 suite "fuzz smoke" bash dev/fuzz/run.sh 15
-[ -f dev/test_cuda_build.sh ] && suite "cuda build" bash dev/test_cuda_build.sh
+[ -f dev/test_gpu_dry_run.sh ] && suite "gpu dry run" bash dev/test_gpu_dry_run.sh
 
 echo
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
