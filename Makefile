@@ -30,7 +30,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench clean sanitize fuzz
+.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench plots clean sanitize fuzz
 
 all: train_gpt_cpu test_gpt_cpu
 
@@ -43,6 +43,7 @@ help:
 	@echo "  make bench       CPU speed figures (a benchmark, not a test)"
 	@echo "  make cluster-bench   ZeRO stages x link rates on a simulated 2-node cluster (root; scripts/cluster.sh)"
 	@echo "  make bench-offload   memory, step time, I/O of --offload-optimizer disk (a benchmark, not a test)"
+	@echo "  make plots       the README's pictures (dev/plot.py all; PNGs in PLOT_DIR)"
 	@echo "  make cuda        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt); make cuda-dev: dev/cuda kernel benchmarks; make cuda-clean"
 	@echo "  make sanitize    ASan+UBSan builds (build/san) on a short set of runs"
 	@echo "  make fuzz        fuzz the file readers (libFuzzer; build/fuzz)"
@@ -59,6 +60,7 @@ help:
 	@echo "  FUZZ_SECONDS=$(FUZZ_SECONDS)        make fuzz: seconds per reader"
 	@echo "  CLUSTER_BENCH='$(CLUSTER_BENCH)'      make cluster-bench: environment for dev/cluster_bench.sh, e.g. 'STEPS=3'"
 	@echo "  BENCH_STEPS BENCH_NP BENCH_ZERO   make bench-offload: steps (4), ranks (1), stage (1)"
+	@echo "  PLOT_NP='$(PLOT_NP)' PLOT_STEPS=$(PLOT_STEPS) LOSS_STEPS=$(LOSS_STEPS) PLOT_DIR=$(PLOT_DIR) PLOT_ARGS='$(PLOT_ARGS)'   make plots"
 	@echo "  CFLAGS MPICC BLAS_CFLAGS BLAS_LIBS   the CPU build"
 	@echo "  CUDA_HOME NVCC CUDA_ARCH             the CUDA build (cuda.mk)"
 
@@ -113,6 +115,22 @@ bench-offload: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	@mkdir -p build
 	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
+# The pictures of the default model (d4, B=8, T=128): the memory ledger and
+# the traffic of stages 0-3 (and stage 3 with --reshard-after-forward 0) at
+# each PLOT_NP rank count for PLOT_STEPS steps, a trace of each at the first
+# rank count (timeline), one LOSS_STEPS-step run at 2 ranks, stage 1 (loss;
+# 0 skips it), and the cluster bench's results when build/cluster_bench has
+# them. Runs and logs in build/plots; PNGs in PLOT_DIR. About 3 minutes on
+# 2 cores. PLOT_ARGS: more options of dev/plot.py all (--model, --trace-flags,
+# --loss-np, --loss-zero; dev/plot.py all -h).
+PLOT_DIR ?= docs/img
+PLOT_NP ?= 2 4
+PLOT_STEPS ?= 3
+LOSS_STEPS ?= 60
+PLOT_ARGS ?=
+plots: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	$(PY) dev/plot.py all --out $(PLOT_DIR) --np "$(PLOT_NP)" --steps $(PLOT_STEPS) --loss-steps $(LOSS_STEPS) $(PLOT_ARGS)
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

@@ -696,12 +696,22 @@ int main(int argc, char** argv) {
         }
     }
     if (a.trace_path) {
-        char meta[512];
-        snprintf(meta, sizeof(meta), "\"zero_stage\": %d, \"num_ranks\": %d, \"shard_group\": %d, \"reshard_after_forward\": %d, "
-                 "\"reshard_embedding\": %d, \"prefetch\": %d, \"overlap\": %d, \"backend\": \"%s\", \"steps\": \"%d:%d\"",
+        size_t mcap = 1024 + 32 * (size_t)model.plan.num_units, ml;
+        char* meta = (char*)malloc_or_die(mcap, "trace metadata");
+        snprintf(meta, mcap, "\"zero_stage\": %d, \"num_ranks\": %d, \"shard_group\": %d, \"reshard_after_forward\": %d, "
+                 "\"reshard_embedding\": %d, \"prefetch\": %d, \"overlap\": %d, \"backend\": \"%s\", \"steps\": \"%d:%d\", \"unit_names\": [",
                  a.zero_stage, N, comm.group_size, a.reshard_after_forward, a.reshard_embedding, a.prefetch, a.overlap,
                  BACKEND_NAME, a.trace_first, a.trace_last);
+        for (int u = 0; u < model.plan.num_units; u++) {
+            char nm[32];
+            gpt2_unit_name(&model.layout, u, nm, sizeof(nm));
+            ml = strlen(meta);
+            snprintf(meta + ml, mcap - ml, "%s\"%s\"", u ? ", " : "", nm);
+        }
+        ml = strlen(meta);
+        snprintf(meta + ml, mcap - ml, "]");
         trace_write(a.trace_path, comm.rank, N, meta, err, ERRLEN);
+        free(meta);
         comm_check_all(&comm, err);
         if (comm.rank == 0) printf("wrote trace %s (steps %d..%d; open it in https://ui.perfetto.dev or chrome://tracing)\n",
                                    a.trace_path, a.trace_first, a.trace_last);

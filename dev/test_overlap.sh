@@ -126,6 +126,9 @@ print("trace ok")
 PY
     then ok "trace (stage 3, reshard $r): valid JSON, B/E pairs, monotonic tracks, $([ $r = 1 ] && echo 2 || echo 1) all-gather(s) per block per step, memory counters"
     else bad "trace (stage 3, reshard $r)"; fi
+    if /usr/bin/python3 dev/check_trace.py "$tmp/trace$r.json" --ledger "$tmp/tr$r.out" --gathers reshard$r --strict; then
+      ok "dev/check_trace.py --strict: every block's gather ends before its compute begins; memory counters within the ledger"
+    else bad "dev/check_trace.py on the stage-3 trace (reshard $r)"; fi
   fi
 done
 echo "$pass passed, $fail failed"

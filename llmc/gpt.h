@@ -440,6 +440,13 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     return 0;
 }
 
+/* Name of unit u ("root", "wte chunk k", "block l"), for traces. */
+static inline void gpt2_unit_name(const GPT2Layout* y, int u, char* out, size_t n) {
+    if (u == 0) snprintf(out, n, "root");
+    else if (u <= y->num_chunks) snprintf(out, n, "wte chunk %d", u - 1);
+    else snprintf(out, n, "block %d", u - 1 - y->num_chunks);
+}
+
 /* Pointer to tensor j's data inside a full unit buffer. */
 static inline floatX* gpt2_tp(const GPT2* m, floatX* unit_base, int plan_tensor) {
     return unit_base + m->plan.tensors[plan_tensor].offset;
@@ -631,14 +638,12 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     memcpy(m->host_tokens, inputs, BT * sizeof(int));
     zero_begin_pass(E, dloss != 0.0f ? m->sched_train : m->sched_fwd, dloss != 0.0f ? m->sched_train_len : m->sched_fwd_len);
     trace_begin(TRACE_TID_COMPUTE, -1, "forward");
-    trace_begin(TRACE_TID_COMPUTE, gpt2_unit_root(), "root");
     floatX* root = zero_unit_params(E, gpt2_unit_root());
-    trace_end(TRACE_TID_COMPUTE);
     /* embedding: each token's row from the chunk that holds it */
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k);
-        trace_begin(TRACE_TID_COMPUTE, u, "embedding chunk %d", k);
         floatX* W = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "embedding chunk %d", k);
         encoder_forward_rows(m->encoded, m->inputs, W, gpt2_chunk_row0(y, k), gpt2_chunk_nrows(y, k),
                              gpt2_tp(m, root, T_WPE), B, T, C);
         zero_release_unit(E, u, 1);
@@ -646,8 +651,8 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     }
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_block(y, l);
-        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         floatX* w = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         floatX* x = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
         float* ln1m = m->ln1_mean + (size_t)l * BT;
@@ -686,8 +691,8 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
             backend_memcpy(m->dlnf + (size_t)b * C, m->lnf + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof(floatX));
         for (int k = 0; k < y->num_chunks; k++) {
             int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
-            trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
             floatX* W = zero_unit_params(E, u);
+            trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
             gpt2_chunk_logits(m, m->logits, m->dlnf, B, W, k);
             for (int b = 0; b < B; b++)
                 backend_memcpy(m->last_logits + (size_t)b * Vp + gpt2_chunk_row0(y, k), m->logits + (size_t)b * nr,
@@ -701,8 +706,8 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     classifier_stats_init(m->lm_max, m->lm_sum, m->lm_target, (int)BT);
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
-        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* W = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
         gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
         classifier_chunk_stats(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->lm_target);
@@ -826,8 +831,8 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
     backend_memset_zero(m->dlnf, BT * C * x);
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
-        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* W = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
         if (!m->opt.keep_logits) gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
         classifier_chunk_grad(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->dloss);
@@ -847,9 +852,9 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
     trace_end(TRACE_TID_COMPUTE);
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt2_unit_block(y, l);
-        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         floatX* w = zero_unit_params(E, u);
         floatX* g = zero_unit_grads(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         int b0 = gpt2_block_tensor(y, l, 0);
         floatX* xin = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
