@@ -152,6 +152,7 @@ else bad "make train (exit $rc): $(grep -E "^brown:|prepare" "$tmp/make_train.ou
 help=$(make --no-print-directory help)
 missing=""
 for t in $(sed -n 's/^\.PHONY: *//p' Makefile cuda.mk) NP ZERO STEPS ARGS TABLE_STEPS TABLE_MODEL FUZZ_SECONDS; do
+  [ "${t#_}" != "$t" ] && continue   # internal targets (_name) are not for users
   grep -qw -- "$t" <<<"$help" || missing="$missing $t"
 done
 zt=$(make --no-print-directory -n zero-table TABLE_STEPS=3 TABLE_MODEL="-e d2" 2>&1 | grep "zero_table.sh")
