@@ -34,24 +34,24 @@ static inline void adamw_update(floatX* params, float* master,
     if (master) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
-            float g = grads[i] * grad_scale;
+            float g = ldx(grads[i]) * grad_scale;
             float mi = m[i] + om1 * (g - m[i]);
             float vi = beta2 * v[i] + om2 * (g * g);
             m[i] = mi;
             v[i] = vi;
             float w = master[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
             master[i] = w;
-            params[i] = w;
+            params[i] = stx(w);
         }
     } else {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
-            float g = grads[i] * grad_scale;
+            float g = ldx(grads[i]) * grad_scale;
             float mi = m[i] + om1 * (g - m[i]);
             float vi = beta2 * v[i] + om2 * (g * g);
             m[i] = mi;
             v[i] = vi;
-            params[i] = params[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+            params[i] = stx(ldx(params[i]) * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps)));
         }
     }
 }

@@ -52,18 +52,18 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
             floatX* ar = a + (size_t)t * T;
             float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-            for (int s = 0; s <= t; s++) mx = p[s] > mx ? p[s] : mx;
+            for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int s = 0; s <= t; s++) {
-                float e = cpu_expf(p[s] - mx);
-                ar[s] = e;
+                float e = cpu_expf(ldx(p[s]) - mx);
+                ar[s] = stx(e);
                 sum += e;
             }
             float inv = 1.0f / sum;
 #pragma omp simd
-            for (int s = 0; s <= t; s++) ar[s] *= inv;
-            for (int s = t + 1; s < T; s++) ar[s] = 0.0f;
+            for (int s = 0; s <= t; s++) ar[s] = stx(ldx(ar[s]) * inv);
+            for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
         }
         for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
             int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
@@ -116,10 +116,10 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
             floatX* dpr = dp + (size_t)t * T;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-            for (int s = 0; s <= t; s++) dot += ar[s] * dar[s];
+            for (int s = 0; s <= t; s++) dot += ldx(ar[s]) * ldx(dar[s]);
 #pragma omp simd
-            for (int s = 0; s <= t; s++) dpr[s] = scale * ar[s] * (dar[s] - dot);
-            for (int s = t + 1; s < T; s++) dpr[s] = 0.0f;
+            for (int s = 0; s <= t; s++) dpr[s] = stx(scale * ldx(ar[s]) * (ldx(dar[s]) - dot));
+            for (int s = t + 1; s < T; s++) dpr[s] = stx(0.0f);
         }
         for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
             int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;

@@ -22,7 +22,7 @@ static inline void encoder_forward(floatX* out, const int* inp,
         const floatX* we = wte + (size_t)inp[bt] * C;
         const floatX* pe = wpe + (size_t)t * C;
 #pragma omp simd
-        for (int i = 0; i < C; i++) o[i] = we[i] + pe[i];
+        for (int i = 0; i < C; i++) o[i] = stx(ldx(we[i]) + ldx(pe[i]));
     }
 }
 
@@ -46,8 +46,8 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe,
             floatX* pe = dwpe + (size_t)t * C;
 #pragma omp simd
             for (size_t i = lo; i < hi; i++) {
-                we[i] += d[i];
-                pe[i] += d[i];
+                we[i] = stx(ldx(we[i]) + ldx(d[i]));
+                pe[i] = stx(ldx(pe[i]) + ldx(d[i]));
             }
         }
     }

@@ -26,9 +26,9 @@ static inline void fused_classifier(floatX* logits, float* losses,
         floatX* l = logits + (size_t)n * Vp;
         float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < V; j++) mx = ldx(l[j]) > mx ? ldx(l[j]) : mx;
         int tgt = targets[n];
-        float lt = l[tgt];
+        float lt = ldx(l[tgt]);
         double sum = 0.0;
         for (int j0 = 0; j0 < V; j0 += 512) {
             int j1 = j0 + 512 < V ? j0 + 512 : V;
@@ -36,13 +36,13 @@ static inline void fused_classifier(floatX* logits, float* losses,
             if (dloss != 0.0f) {
 #pragma omp simd reduction(+ : s)
                 for (int j = j0; j < j1; j++) {
-                    float e = cpu_expf(l[j] - mx);
-                    l[j] = e;
+                    float e = cpu_expf(ldx(l[j]) - mx);
+                    l[j] = stx(e);
                     s += e;
                 }
             } else {
 #pragma omp simd reduction(+ : s)
-                for (int j = j0; j < j1; j++) s += cpu_expf(l[j] - mx);
+                for (int j = j0; j < j1; j++) s += cpu_expf(ldx(l[j]) - mx);
             }
             sum += s;
         }
@@ -50,9 +50,9 @@ static inline void fused_classifier(floatX* logits, float* losses,
         if (dloss != 0.0f) {
             float f = (float)((double)dloss / sum);
 #pragma omp simd
-            for (int j = 0; j < V; j++) l[j] *= f;
-            l[tgt] -= dloss;
-            for (int j = V; j < Vp; j++) l[j] = 0.0f;
+            for (int j = 0; j < V; j++) l[j] = stx(ldx(l[j]) * f);
+            l[tgt] = stx(ldx(l[tgt]) - dloss);
+            for (int j = V; j < Vp; j++) l[j] = stx(0.0f);
         }
     }
 }

@@ -14,12 +14,12 @@
 
 /* out (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp.
    Writes out. */
-static inline void gelu_forward(floatX* out, const floatX* inp, int N) {
+static inline void gelu_forward(floatX* out, const floatX* inp, size_t N) {
 #pragma omp parallel for simd schedule(static)
-    for (int i = 0; i < N; i++) {
-        float x = inp[i];
+    for (size_t i = 0; i < N; i++) {
+        float x = ldx(inp[i]);
         float u = CPU_GELU_K * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + cpu_tanhf(u));
+        out[i] = stx(0.5f * x * (1.0f + cpu_tanhf(u)));
     }
 }
 
@@ -27,24 +27,24 @@ static inline void gelu_forward(floatX* out, const floatX* inp, int N) {
    gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi)
               (1 + 3 * 0.044715 x^2). */
 static inline void gelu_backward(floatX* dinp, const floatX* inp,
-                                 const floatX* dout, int N) {
+                                 const floatX* dout, size_t N) {
 #pragma omp parallel for simd schedule(static)
-    for (int i = 0; i < N; i++) {
-        float x = inp[i];
+    for (size_t i = 0; i < N; i++) {
+        float x = ldx(inp[i]);
         float u = CPU_GELU_K * (x + 0.044715f * x * x * x);
         float th = cpu_tanhf(u);
         float g = 0.5f * (1.0f + th) +
                   0.5f * x * (1.0f - th * th) * CPU_GELU_K *
                       (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += g * dout[i];
+        dinp[i] = stx(ldx(dinp[i]) + g * ldx(dout[i]));
     }
 }
 
 /* out (N) = inp1 + inp2 (out may alias an input). Writes out. */
 static inline void residual_forward(floatX* out, const floatX* inp1,
-                                    const floatX* inp2, int N) {
+                                    const floatX* inp2, size_t N) {
 #pragma omp parallel for simd schedule(static)
-    for (int i = 0; i < N; i++) out[i] = inp1[i] + inp2[i];
+    for (size_t i = 0; i < N; i++) out[i] = stx(ldx(inp1[i]) + ldx(inp2[i]));
 }
 
 #endif /* LLMC_CPU_GELU_H */

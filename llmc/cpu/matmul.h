@@ -70,9 +70,9 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
             for (int n = 0; n < N; n++) {
                 const floatX* d = dout + (size_t)n * OC + lo;
 #pragma omp simd
-                for (size_t j = 0; j < w; j++) acc[j] += d[j];
+                for (size_t j = 0; j < w; j++) acc[j] += ldx(d[j]);
             }
-            for (size_t j = 0; j < w; j++) dbias[lo + j] += (float)acc[j];
+            for (size_t j = 0; j < w; j++) dbias[lo + j] = stx(ldx(dbias[lo + j]) + (float)acc[j]);
             free(acc);
         }
     }
