@@ -17,6 +17,180 @@
 #define CPU_ATT_BLOCK 64
 #endif
 
+#ifdef LLMC_BF16
+/* ------------------------------------------------------------------------ */
+/* bf16 program: the same blocked causal products in fp32 (single-threaded
+   sgemm per (b,h), as the fp32 program), on fp32 copies of the head's bf16
+   q, k, v, dout tiles (exact). bf16 roundings at the CUDA program's points
+   (llmc/cuda/attention.cuh):
+     forward:  preatt = bf16(scale q.k)           (fp32 sum of exact products)
+               att    = bf16(exp(preatt - max) / sum)   (softmax in fp32 of
+                        the ROUNDED preatt; 0 for s > t)
+               out    = bf16(sum_s att v)          (of the ROUNDED att)
+     backward: datt    = bf16(dout . v)
+               dpreatt = bf16(scale att (datt - sum_s' att datt))  (fp32, of
+                         the rounded att and datt; 0 for s > t)
+               dq, dk, dv = bf16(old + fp32 sum over the ROUNDED dpreatt / att)
+   so every stored value is rounded once and every later product reads the
+   stored (rounded) value, as the GPU's separate kernels do. Scratch per
+   thread: 7 T*hs + 2 T*T floats. */
+
+/* dst (T, hs) fp32 contiguous <- src rows t*ld .. (bf16, exact) */
+static inline void cpu_att_load(float* dst, const floatX* src, int T, int hs, int ld) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hs; i++) dst[(size_t)t * hs + i] = ldx(src[(size_t)t * ld + i]);
+}
+
+static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
+                                     const floatX* qkv, int B, int T, int C,
+                                     int NH) {
+    cpu_blas_init();
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const size_t th = (size_t)T * hs, tt = (size_t)T * T;
+#pragma omp parallel
+    {
+        float* buf = (float*)malloc(sizeof(float) * (4 * th + tt));
+        float *qf = buf, *kf = qf + th, *vf = kf + th, *of = vf + th, *P = of + th;
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const floatX* q = qkv + (size_t)b * T * C3 + h * hs;
+            cpu_att_load(qf, q, T, hs, C3);
+            cpu_att_load(kf, q + C, T, hs, C3);
+            cpu_att_load(vf, q + 2 * C, T, hs, C3);
+            floatX* pre = preatt + (size_t)bh * tt;
+            floatX* a = att + (size_t)bh * tt;
+            floatX* o = out + (size_t)b * T * C + h * hs;
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* P[r0:r1, 0:r1] = scale * q[r0:r1] k[0:r1]^T */
+                cpu_sgemm(0, 1, r1 - r0, r1, hs, scale, qf + (size_t)r0 * hs, hs, kf, hs, 0.0f,
+                          P + (size_t)r0 * T, T);
+            }
+            for (int t = 0; t < T; t++) {
+                float* pr = P + (size_t)t * T;
+                floatX* prx = pre + (size_t)t * T;
+                floatX* ar = a + (size_t)t * T;
+                float mx = -INFINITY;
+                for (int s = 0; s <= t; s++) {
+                    prx[s] = stx(pr[s]);
+                    pr[s] = ldx(prx[s]);
+                    mx = pr[s] > mx ? pr[s] : mx;
+                }
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int s = 0; s <= t; s++) {
+                    float e = cpu_expf(pr[s] - mx);
+                    pr[s] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+                for (int s = 0; s <= t; s++) {
+                    ar[s] = stx(pr[s] * inv);
+                    pr[s] = ldx(ar[s]);
+                }
+                for (int s = t + 1; s < T; s++) {
+                    ar[s] = stx(0.0f);
+                    pr[s] = 0.0f;
+                }
+            }
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* O[r0:r1] = att[r0:r1, 0:r1] v[0:r1] (att is 0 past t) */
+                cpu_sgemm(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, vf, hs, 0.0f,
+                          of + (size_t)r0 * hs, hs);
+            }
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < hs; i++) o[(size_t)t * C + i] = stx(of[(size_t)t * hs + i]);
+        }
+        free(buf);
+    }
+}
+
+static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
+                                      floatX* datt, const floatX* dout,
+                                      const floatX* qkv, const floatX* att,
+                                      int B, int T, int C, int NH) {
+    cpu_blas_init();
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const size_t th = (size_t)T * hs, tt = (size_t)T * T;
+#pragma omp parallel
+    {
+        float* buf = (float*)malloc(sizeof(float) * (7 * th + 2 * tt));
+        float *qf = buf, *kf = qf + th, *vf = kf + th, *df = vf + th;
+        float *gq = df + th, *gk = gq + th, *gv = gk + th, *A = gv + th, *D = A + tt;
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const floatX* q = qkv + (size_t)b * T * C3 + h * hs;
+            floatX* dq = dqkv + (size_t)b * T * C3 + h * hs;
+            const floatX* d = dout + (size_t)b * T * C + h * hs;
+            cpu_att_load(qf, q, T, hs, C3);
+            cpu_att_load(kf, q + C, T, hs, C3);
+            cpu_att_load(vf, q + 2 * C, T, hs, C3);
+            cpu_att_load(df, d, T, hs, C);
+            const floatX* a = att + (size_t)bh * tt;
+            floatX* dp = dpreatt + (size_t)bh * tt;
+            floatX* da = datt + (size_t)bh * tt;
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* D[r0:r1, 0:r1] = dout_h[r0:r1] v[0:r1]^T */
+                cpu_sgemm(0, 1, r1 - r0, r1, hs, 1.0f, df + (size_t)r0 * hs, hs, vf, hs, 0.0f,
+                          D + (size_t)r0 * T, T);
+            }
+            for (int t = 0; t < T; t++) {
+                const floatX* ar = a + (size_t)t * T;
+                floatX* dar = da + (size_t)t * T;
+                floatX* dpr = dp + (size_t)t * T;
+                float* Ar = A + (size_t)t * T;
+                float* Dr = D + (size_t)t * T;
+                float dot = 0.0f;
+                for (int s = 0; s <= t; s++) {
+                    Ar[s] = ldx(ar[s]);
+                    dar[s] = stx(Dr[s]);
+                    Dr[s] = ldx(dar[s]);
+                    dot += Ar[s] * Dr[s];
+                }
+                for (int s = 0; s <= t; s++) {
+                    dpr[s] = stx(scale * Ar[s] * (Dr[s] - dot));
+                    Dr[s] = ldx(dpr[s]);
+                }
+                for (int s = t + 1; s < T; s++) {
+                    dpr[s] = stx(0.0f);
+                    Ar[s] = 0.0f;
+                    Dr[s] = 0.0f;
+                }
+            }
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* gq[r0:r1] = dpreatt[r0:r1, 0:r1] k[0:r1] */
+                cpu_sgemm(0, 0, r1 - r0, hs, r1, 1.0f, D + (size_t)r0 * T, T, kf, hs, 0.0f,
+                          gq + (size_t)r0 * hs, hs);
+                /* gk[r0:r1] = dpreatt[r0:T, r0:r1]^T q[r0:T];
+                   gv[r0:r1] = att[r0:T, r0:r1]^T dout_h[r0:T] */
+                cpu_sgemm(1, 0, r1 - r0, hs, T - r0, 1.0f, D + (size_t)r0 * T + r0, T,
+                          qf + (size_t)r0 * hs, hs, 0.0f, gk + (size_t)r0 * hs, hs);
+                cpu_sgemm(1, 0, r1 - r0, hs, T - r0, 1.0f, A + (size_t)r0 * T + r0, T,
+                          df + (size_t)r0 * hs, hs, 0.0f, gv + (size_t)r0 * hs, hs);
+            }
+            for (int t = 0; t < T; t++) {
+                floatX* r = dq + (size_t)t * C3;
+                const size_t o = (size_t)t * hs;
+                for (int i = 0; i < hs; i++) {
+                    r[i] = stx(ldx(r[i]) + gq[o + i]);
+                    r[C + i] = stx(ldx(r[C + i]) + gk[o + i]);
+                    r[2 * C + i] = stx(ldx(r[2 * C + i]) + gv[o + i]);
+                }
+            }
+        }
+        free(buf);
+    }
+}
+
+#else /* fp32 program */
+
 /* Causal multi-head self-attention, one (b, h) per task, tasks split among
    threads, BLAS single-threaded per task. hs = C/NH, scale = 1/sqrt(hs).
    qkv (B,T,3C) = [q | k | v]; head h uses channels h*hs .. h*hs+hs-1 of each.
@@ -138,5 +312,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
         }
     }
 }
+
+#endif /* LLMC_BF16 */
 
 #endif /* LLMC_CPU_ATTENTION_H */
