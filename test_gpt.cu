@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     backend_init(&comm); /* GPU + NCCL (CUDA build); no-op on the CPU */
     char err[ERRLEN] = "";
     const char* model_path = NULL; const char* state_path = NULL; const char* losses_out = NULL;
-    long zero_stage = 0, reshard = 1, accum = 1, prefetch = 1;
+    long zero_stage = 0, reshard = 1, accum = 1, prefetch = 1, reshard_emb = 1, vocab_chunk = 8192, keep_logits = 0;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) { set_err(err, ERRLEN, "flag %s needs a value", argv[i]); break; }
         const char* f = argv[i]; const char* v = argv[++i];
@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
         else if (!strcmp(f, "-z")) { if (parse_long(v, &zero_stage)) set_err(err, ERRLEN, "-z '%s' is not an integer", v); }
         else if (!strcmp(f, "--reshard-after-forward")) { if (parse_long(v, &reshard)) set_err(err, ERRLEN, "--reshard-after-forward '%s' is not an integer", v); }
         else if (!strcmp(f, "--prefetch")) { if (parse_long(v, &prefetch)) set_err(err, ERRLEN, "--prefetch '%s' is not an integer", v); }
+        else if (!strcmp(f, "--reshard-embedding")) { if (parse_long(v, &reshard_emb)) set_err(err, ERRLEN, "--reshard-embedding '%s' is not an integer", v); }
+        else if (!strcmp(f, "--vocab-chunk")) { if (parse_long(v, &vocab_chunk) || vocab_chunk < 1) set_err(err, ERRLEN, "--vocab-chunk '%s' must be a positive integer", v); }
+        else if (!strcmp(f, "--keep-logits")) { if (parse_long(v, &keep_logits)) set_err(err, ERRLEN, "--keep-logits '%s' is not an integer", v); }
         else if (!strcmp(f, "--accum")) { if (parse_long(v, &accum) || accum < 1) set_err(err, ERRLEN, "--accum '%s' must be a positive integer", v); }
         else set_err(err, ERRLEN, "unknown flag %s", f);
     }
@@ -87,7 +90,7 @@ int main(int argc, char** argv) {
     else if (h[2] < 1 || h[3] < 1 || h[3] > cfg.max_seq_len)
         set_err(err, ERRLEN, "debug state %s: B=%d T=%d must be >= 1 with T <= max_seq_len %d of %s", state_path, h[2], h[3], cfg.max_seq_len, model_path);
     comm_check_all(&comm, err);
-    int Bref = h[2], T = h[3], N = comm.world_size, V = cfg.vocab_size, Vp = cfg.padded_vocab_size;
+    int Bref = h[2], T = h[3], N = comm.world_size, V = cfg.vocab_size;
     if (Bref % (N * (int)accum) != 0) set_err(err, ERRLEN, "debug state %s: batch %d is not divisible by ranks*accum = %d*%ld", state_path, Bref, N, accum);
     comm_check_all(&comm, err);
     int Bm = Bref / (N * (int)accum);
@@ -97,7 +100,11 @@ int main(int argc, char** argv) {
     float* ref_logits = (float*)malloc_or_die(BT * (size_t)V * sizeof(float), "ref logits");
     float ref_loss;
     GPT2 model;
-    gpt2_init(&model, &cfg, &comm, (int)zero_stage, (int)reshard, (int)prefetch, (int)accum, Bm, T, err, ERRLEN);
+    GPT2Options mopt = gpt2_default_options();
+    mopt.zero_stage = (int)zero_stage; mopt.reshard_after_forward = (int)reshard; mopt.prefetch = (int)prefetch;
+    mopt.grad_accum_steps = (int)accum; mopt.reshard_embedding = (int)reshard_emb; mopt.vocab_chunk = (int)vocab_chunk;
+    mopt.keep_logits = (int)keep_logits;
+    gpt2_init(&model, &cfg, &comm, &mopt, Bm, T, err, ERRLEN);
     comm_check_all(&comm, err);
     const ZeroPlan* P = &model.plan;
     size_t total = 0;
@@ -122,14 +129,14 @@ int main(int argc, char** argv) {
     /* 1. forward only: logits and loss of every micro-step slice */
     comm.phase = PHASE_OTHER;
     double max_logit_err = 0.0, loss_sum = 0.0;
-    float* row = (float*)malloc_or_die((size_t)Vp * sizeof(float), "logit row");
+    float* row = (float*)malloc_or_die((size_t)Bm * T * (size_t)V * sizeof(float), "logits");
     for (int a = 0; a < accum; a++) {
         size_t seq0 = ((size_t)a * N + comm.rank) * Bm;
         loss_sum += gpt2_forward(&model, x + seq0 * T, y + seq0 * T, Bm, T, 0.0f);
-        for (size_t i = 0; i < (size_t)Bm * T; i++) {
-            backend_floatX_to_floats(row, model.logits + i * Vp, (size_t)V);
-            const float* r = ref_logits + (seq0 * T + i) * V;
-            for (int v = 0; v < V; v++) { double e = fabs((double)row[v] - r[v]); if (e > max_logit_err) max_logit_err = e; }
+        gpt2_logits_to_host(&model, Bm, T, row);
+        for (size_t i = 0; i < (size_t)Bm * T * V; i++) {
+            double e = fabs((double)row[i] - ref_logits[seq0 * T * V + i]);
+            if (e > max_logit_err) max_logit_err = e;
         }
     }
     zero_release_all(&model.engine);
@@ -144,20 +151,20 @@ int main(int argc, char** argv) {
     AdamWConfig opt = {hp[0], hp[1], hp[2], hp[3], hp[4], hp[5]};
     float dloss = 1.0f / (float)((double)Bm * T * N * accum);
     int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "order");
-    gpt2_checkpoint_order(&cfg, order);
+    gpt2_checkpoint_order(&model.layout, order);
     float* buf = (float*)malloc_or_die(total * sizeof(float), "grad buffer");
     double losses[64];
     int all_grads_ok = 1;
     double worst_grad = 0;
     for (int step = 0; step < nsteps; step++) {
-        zero_begin_step(&model.engine);
+        gpt2_begin_step(&model);
         double loss = 0.0;
         for (int a = 0; a < accum; a++) {
             size_t seq0 = ((size_t)a * N + comm.rank) * Bm;
             loss += gpt2_forward(&model, x + seq0 * T, y + seq0 * T, Bm, T, dloss);
             gpt2_backward(&model, Bm, T);
         }
-        zero_reduce_grads(&model.engine);
+        gpt2_reduce_grads(&model);
         if (step == 0) {
             size_t ref_off = 0;
             for (int k = 0; k < P->num_tensors; k++) {
@@ -180,8 +187,9 @@ int main(int argc, char** argv) {
                 if (rel > worst_grad) worst_grad = rel;
                 if (k < 2 || k >= P->num_tensors - 2 || rel > TOL_GRAD) {
                     char what[96];
-                    int layer = Tt->unit - 1;
+                    int layer = Tt->unit - 1 - model.layout.num_chunks, chunk = Tt->unit - 1;
                     if (layer >= 0) snprintf(what, sizeof(what), "grad %s[%d] (rel. to max %.2e)", Tt->name, layer, mx);
+                    else if (chunk >= 0) snprintf(what, sizeof(what), "grad %s chunk %d (rel. to max %.2e)", Tt->name, chunk, mx);
                     else snprintf(what, sizeof(what), "grad %s (rel. to max %.2e)", Tt->name, mx);
                     check(&comm, rel <= TOL_GRAD, what, rel, TOL_GRAD);
                 } else {

@@ -40,6 +40,7 @@ typedef struct {
     float lr, final_frac, weight_decay, grad_clip;
     int warmup, max_steps, val_every, val_steps, sample_every, gen_tokens, ckpt_every;
     int zero_stage, reshard_after_forward, prefetch;
+    int reshard_embedding, vocab_chunk, keep_logits, overlap;
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
     int ledger_all, ledger_every;
     unsigned long long seed;
@@ -87,7 +88,12 @@ static void usage(FILE* out) {
 "ZeRO\n"
 "  -z <0..3>   zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params  default 0\n"
 "  --reshard-after-forward <0|1>  stage 3: free blocks after forward  default 1\n"
-"  --prefetch <n>  stage 3: blocks gathered ahead           default 1\n"
+"  --prefetch <n>  stage 3: units gathered ahead of use      default 1\n"
+"  --reshard-embedding <0|1>  stage 3: gather each wte chunk for every use (1), or keep\n"
+"              the whole embedding gathered for the optimizer step (0: less traffic, more memory)  default 1\n"
+"  --vocab-chunk <n>  rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)  default 8192\n"
+"  --keep-logits <0|1>  keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
+"              recomputing them in backward (same numbers, less compute, more memory)  default 0\n"
 "  --ledger <rank0|all>  print the memory ledger for rank 0 or every rank  default rank0\n"
 "  --ledger-every <n>    print the traffic table every n steps (0: only at the end)  default 0\n"
 "estimator (no training, no data)\n"
@@ -108,6 +114,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->lr = 3e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
     a->warmup = 20; a->max_steps = 500; a->val_every = 100; a->val_steps = 10; a->sample_every = 250; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 0; a->reshard_after_forward = 1; a->prefetch = 1;
+    a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     *want_help = 0;
@@ -117,6 +124,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
             "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
+            "--reshard-embedding", "--vocab-chunk", "--keep-logits",
             "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
@@ -150,6 +158,9 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("-z", a->zero_stage, 0, 3)
         INTFLAG("--reshard-after-forward", a->reshard_after_forward, 0, 1)
         INTFLAG("--prefetch", a->prefetch, 0, 64)
+        INTFLAG("--reshard-embedding", a->reshard_embedding, 0, 1)
+        INTFLAG("--vocab-chunk", a->vocab_chunk, 1, 1 << 24)
+        INTFLAG("--keep-logits", a->keep_logits, 0, 1)
         INTFLAG("--ledger-every", a->ledger_every, 0, 1 << 30)
         INTFLAG("--layers", a->layers, 1, 1000)
         INTFLAG("--heads", a->heads, 1, 10000)
@@ -232,11 +243,11 @@ static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long
     for (int i = 0; i < T; i++) toks[i] = eot;
     Rng r;
     rng_seed(&r, seed, 1000003ULL + (unsigned long long)step);
-    int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    int V = m->config.vocab_size;
     if (m->comm->rank == 0) printf("sample at step %d: ", step);
     for (int t = 1; t <= gen; t++) {
         gpt2_forward(m, toks, NULL, 1, t, 0.0f);
-        backend_floatX_to_floats(probs, m->logits + (size_t)(t - 1) * Vp, (size_t)V);
+        backend_floatX_to_floats(probs, m->last_logits, (size_t)V);
         float mx = probs[0];
         for (int v = 1; v < V; v++) if (probs[v] > mx) mx = probs[v];
         double sum = 0.0;
@@ -315,7 +326,11 @@ int main(int argc, char** argv) {
     int accum = (int)(a.total_batch / tokens_per_micro);
 
     GPT2 model;
-    if (gpt2_init(&model, &cfg, &comm, a.zero_stage, a.reshard_after_forward, a.prefetch, accum, a.B, a.T, err, ERRLEN)) {
+    GPT2Options mopt = gpt2_default_options();
+    mopt.zero_stage = a.zero_stage; mopt.reshard_after_forward = a.reshard_after_forward; mopt.prefetch = a.prefetch;
+    mopt.reshard_embedding = a.reshard_embedding; mopt.vocab_chunk = a.vocab_chunk; mopt.keep_logits = a.keep_logits;
+    mopt.overlap = a.overlap; mopt.grad_accum_steps = accum;
+    if (gpt2_init(&model, &cfg, &comm, &mopt, a.B, a.T, err, ERRLEN)) {
         size_t l = strlen(err);
         snprintf(err + l, ERRLEN - l, " [-e %s]", a.init);
     }
@@ -396,7 +411,7 @@ int main(int argc, char** argv) {
         if (last) break;
         comm.phase = PHASE_TRAIN;
         double t0 = wall_seconds();
-        zero_begin_step(&model.engine);
+        gpt2_begin_step(&model);
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             state_log_position(&train, step + 1, micro);
@@ -405,7 +420,7 @@ int main(int argc, char** argv) {
             loss += gpt2_forward(&model, train.inputs, train.targets, a.B, a.T, dloss);
             gpt2_backward(&model, a.B, a.T);
         }
-        zero_reduce_grads(&model.engine);
+        gpt2_reduce_grads(&model);
         opt.lr = lr_schedule(a.lr, step, a.warmup, a.max_steps, a.final_frac);
         double norm = zero_optimizer_step(&model.engine, &opt, step + 1);
         comm_allreduce_sum_host(&comm, &loss, 1);

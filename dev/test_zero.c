@@ -313,7 +313,7 @@ static void test_memory(const TList* l) {
             CHECK(Lg.predicted[MEM_ADAM_M] == 4 * eo, ctx, N, pb, stage, reshard, pf, mem_names[MEM_ADAM_M], Lg.predicted[MEM_ADAM_M], 4 * eo);
             CHECK(Lg.predicted[MEM_ADAM_V] == 4 * eo, ctx, N, pb, stage, reshard, pf, mem_names[MEM_ADAM_V], Lg.predicted[MEM_ADAM_V], 4 * eo);
             CHECK(Lg.predicted[MEM_ACTIVATIONS] == 12345ULL, ctx, N, pb, stage, reshard, pf, mem_names[MEM_ACTIVATIONS], Lg.predicted[MEM_ACTIVATIONS], 12345ULL);
-            CHECK(P.num_slots == slots, "N=%d stage %d reshard %d prefetch %d: num_slots %d, expected %d", N, stage, reshard, pf, P.num_slots, slots);
+            CHECK(P.num_slots == slots + (stage == 3), "N=%d stage %d reshard %d prefetch %d: num_slots %d, expected %d (the root's + blocks')", N, stage, reshard, pf, P.num_slots, slots + (stage == 3));
             CHECK(Lg.predicted[MEM_GATHERED] == egath, ctx, N, pb, stage, reshard, pf, mem_names[MEM_GATHERED], Lg.predicted[MEM_GATHERED], egath);
             CHECK(Lg.predicted[MEM_UNIT_GRADS] == eug, ctx, N, pb, stage, reshard, pf, mem_names[MEM_UNIT_GRADS], Lg.predicted[MEM_UNIT_GRADS], eug);
             CHECK(Lg.predicted[MEM_COMM_SCRATCH] == escr, ctx, N, pb, stage, reshard, pf, mem_names[MEM_COMM_SCRATCH], Lg.predicted[MEM_COMM_SCRATCH], escr);
@@ -351,7 +351,7 @@ static void test_traffic(const TList* l) {
             int rc = plan_init_simple(&P, l, stage, N, 0, pb, pb, reshard, 1, A, err);
             CHECK(rc == 0, "init failed: %s", err);
             if (rc) { zero_plan_free(&P); continue; }
-            unsigned long long h[4] = {7, 7, 7, 7};
+            unsigned long long h[COLL_NUM] = {7, 7, 7, 7, 7};
             zero_predict_traffic(&P, h);
             unsigned long long ar = 0, rs = 0, ag = 0;   /* all-reduce, reduce-scatter, all-gather */
             if (N > 1) {
@@ -360,13 +360,76 @@ static void test_traffic(const TList* l) {
                 if (stage == 2) { rs = a * g * P_; ag = p * P_; }
                 if (stage == 3) { rs = a * g * P_; ag = p * root + a * (reshard ? 2 : 1) * p * (P_ - root); }
             }
-            CHECK(h[0] == ar && h[1] == rs && h[2] == ag && h[3] == 16,
+            CHECK(h[0] == ar && h[1] == rs && h[2] == ag && h[3] == 16 && h[COLL_EMB_GATHER] == 0,
                   "N=%d p=%d A=%d stage %d reshard %d: handed {%llu, %llu, %llu, %llu}, expected {%llu, %llu, %llu, 16}",
                   N, pb, A, stage, reshard, h[0], h[1], h[2], h[3], ar, rs, ag);
             zero_plan_free(&P);
         }
     }
     group_end(name);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 3b. unit classes: slots, unit-grad buffers and traffic per gathering mode  */
+
+/* Units 0 | 1 2 | 3 4 5 of a list with 6 units in three classes: KEEP_STEP
+   (uses 1), a class of mode m1 with `uses` 3, and blocks of mode m2 (uses
+   2); predictions checked against sums written out here. */
+static void test_classes(void) {
+    group_begin();
+    TList l;
+    memset(&l, 0, sizeof(l)); l.name = "classes";
+    tl_add(&l, "root", 0, 40, 1); tl_add(&l, "c0", 1, 512, 1); tl_add(&l, "c1", 2, 300, 1);
+    tl_add(&l, "b0", 3, 100, 1); tl_add(&l, "b1", 4, 130, 1); tl_add(&l, "b2", 5, 70, 0);
+    static const int Ns[] = {1, 2, 3, 4, 8};
+    for (size_t ni = 0; ni < sizeof(Ns) / sizeof(Ns[0]); ni++)
+    for (int m1 = ZERO_KEEP_STEP; m1 <= ZERO_RESHARD; m1 += 2)          /* KEEP_STEP or RESHARD */
+    for (int m2 = ZERO_KEEP_MICRO; m2 <= ZERO_RESHARD; m2++)
+    for (int pf = 0; pf <= 3; pf++)
+    for (int ov = 0; ov <= 1; ov++)
+    for (int A = 1; A <= 2; A++) {
+        int N = Ns[ni];
+        Expect e;
+        expect_layout(&l, N, &e);
+        char err[ERRLEN] = "";
+        ZeroPlan P;
+        int rc = zero_plan_init(&P, l.t, l.n, l.num_units, 3, N, 0, 2, 2, 1, pf, A, err, ERRLEN);
+        CHECK(rc == 0, "init: %s", err);
+        if (rc) continue;
+        P.overlap = ov;
+        int uc[6] = {0, 1, 1, 2, 2, 2}, modes[3] = {ZERO_KEEP_STEP, m1, m2}, uses[3] = {1, 3, 2};
+        const char* names[3] = {"root", "chunks", "blocks"};
+        rc = zero_plan_set_classes(&P, 3, uc, modes, uses, names, err, ERRLEN);
+        CHECK(rc == 0, "classes: %s", err);
+        if (rc) continue;
+        unsigned long long p = 2, g = 2, a = (unsigned long long)A;
+        unsigned long long mx1 = e.upadded[1] > e.upadded[2] ? e.upadded[1] : e.upadded[2];
+        unsigned long long mx2 = e.upadded[3];
+        if (e.upadded[4] > mx2) mx2 = e.upadded[4];
+        if (e.upadded[5] > mx2) mx2 = e.upadded[5];
+        int s1 = m1 == ZERO_RESHARD ? (1 + pf < 2 ? 1 + pf : 2) : 2;
+        int s2 = m2 == ZERO_RESHARD ? (1 + pf < 3 ? 1 + pf : 3) : 3;
+        CHECK(P.num_slots == 1 + s1 + s2, "N=%d m1 %d m2 %d pf %d: slots %d, expected %d", N, m1, m2, pf, P.num_slots, 1 + s1 + s2);
+        CHECK(P.units[4].cls == 2 && P.units[4].idx == 1 && P.units[2].idx == 1 && P.units[0].idx == 0, "class indices");
+        Ledger Lg;
+        zero_predict_memory(&P, 0, &Lg);
+        unsigned long long gath = p * (e.upadded[0] + (unsigned long long)s1 * mx1 + (unsigned long long)s2 * mx2);
+        unsigned long long ug = g * (e.upadded[0] + (ov ? 2 : 1) * (mx1 + mx2));
+        CHECK(Lg.predicted[MEM_GATHERED] == gath, "N=%d m1 %d m2 %d pf %d: gathered %llu, expected %llu", N, m1, m2, pf, Lg.predicted[MEM_GATHERED], gath);
+        CHECK(Lg.predicted[MEM_UNIT_GRADS] == ug, "N=%d ov %d: unit grads %llu, expected %llu", N, ov, Lg.predicted[MEM_UNIT_GRADS], ug);
+        unsigned long long h[COLL_NUM];
+        P.emb_gather_bytes = 1000;
+        zero_predict_traffic(&P, h);
+        unsigned long long c1 = e.upadded[1] + e.upadded[2], c2 = e.upadded[3] + e.upadded[4] + e.upadded[5];
+        unsigned long long ag = p * e.upadded[0] + p * c1 * (m1 == ZERO_RESHARD ? 3 * a : 1)
+                              + p * c2 * (m2 == ZERO_RESHARD ? 2 * a : a);
+        if (N == 1) ag = 0;
+        CHECK(h[COLL_ALL_GATHER] == ag, "N=%d m1 %d m2 %d A %d: all-gather %llu, expected %llu", N, m1, m2, A, h[COLL_ALL_GATHER], ag);
+        CHECK(h[COLL_REDUCE_SCATTER] == (N > 1 ? a * g * e.full : 0), "N=%d: reduce-scatter", N);
+        CHECK(h[COLL_EMB_GATHER] == (N > 1 ? a * 1000 : 0), "N=%d A=%d: embedding rows %llu", N, A, h[COLL_EMB_GATHER]);
+        zero_plan_free(&P);
+    }
+    group_end("unit classes: slots, grad buffers, traffic by mode");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -543,6 +606,7 @@ int main(void) {
     for (int i = 0; i < 5; i++) test_layout(&lists[i]);
     for (int i = 0; i < 5; i++) test_memory(&lists[i]);
     for (int i = 0; i < 5; i++) test_traffic(&lists[i]);
+    test_classes();
     test_errors();
     test_estimator();
 

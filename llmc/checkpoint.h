@@ -122,7 +122,7 @@ static inline void gpt2_save_checkpoint(GPT2* m, const char* path) {
     CollectiveFile f;
     cfile_begin(&f, m->comm, "checkpoint", path, h, sizeof(h), total, NULL);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "checkpoint offsets");
-    gpt2_checkpoint_offsets(g, P, offs);
+    gpt2_checkpoint_offsets(&m->layout, P, offs);
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");

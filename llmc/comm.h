@@ -4,14 +4,7 @@
  handling, host-side scalar all-reduces, and the traffic counters that every
  collective of the ZeRO engine reports to.
 
- Traffic accounting (per rank, bytes):
-   handed: the bytes of the full buffer a collective works on (all-reduce: n;
-           reduce-scatter: the full input of N*shard; all-gather: the full
-           output of N*shard), i.e. the quantity the ZeRO paper counts as Psi.
-   wire:   what a ring algorithm sends per rank: all-reduce 2(N-1)/N * n,
-           reduce-scatter and all-gather (N-1)/N * (N*shard) = (N-1)*shard
-           (the deterministic reduce-scatter below is an all-to-all, which
-           sends exactly that); the scalars are all-gathered: (N-1) * bytes.
+ Traffic accounting (per rank, bytes handed and on the wire): traffic.h.
  The device collectives themselves (MPI on host buffers for the CPU build,
  NCCL on device buffers for the CUDA build) live in the backend and call
  comm_count() once per call.
@@ -22,18 +15,14 @@
 #include <mpi.h>
 #include "utils.h"
 #include "bf16.h"
-
-enum { COLL_ALL_REDUCE = 0, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_SCALARS, COLL_NUM };
-/* PHASE_TRAIN: traffic of optimizer steps (predicted by the shard plan);
-   PHASE_OTHER: evaluation, sampling, checkpoint I/O (reported, not predicted). */
-enum { PHASE_TRAIN = 0, PHASE_OTHER, PHASE_NUM };
-
-static const char* coll_names[COLL_NUM] = {"all-reduce", "reduce-scatter", "all-gather", "scalars all-reduce"};
+#include "traffic.h"
 
 typedef struct {
     int rank, world_size;       /* in MPI_COMM_WORLD */
     int local_rank, local_size; /* within the node (shared-memory domain) */
     int phase;                  /* PHASE_TRAIN or PHASE_OTHER: where counts go */
+    int purpose_embedding;      /* 1 while the model all-gathers embedding rows: an
+                                   all-gather is then counted as COLL_EMB_GATHER */
     unsigned long long handed[PHASE_NUM][COLL_NUM];
     unsigned long long wire[PHASE_NUM][COLL_NUM];
     unsigned long long calls[PHASE_NUM][COLL_NUM];
@@ -42,18 +31,9 @@ typedef struct {
     size_t rs_scratch_bytes;
 } Comm;
 
-/* Ring wire bytes per rank for a collective over a full buffer of `bytes`
-   bytes on N ranks (see header comment). bytes is a multiple of N for
-   reduce-scatter/all-gather by construction of the shard plan. */
-static inline unsigned long long ring_wire_bytes(int coll, unsigned long long bytes, int N) {
-    if (N <= 1) return 0;
-    if (coll == COLL_ALL_REDUCE) return 2ULL * (unsigned long long)(N - 1) * bytes / (unsigned long long)N;
-    if (coll == COLL_SCALARS) return (unsigned long long)(N - 1) * bytes; /* all-gathered, summed in rank order */
-    return (unsigned long long)(N - 1) * (bytes / (unsigned long long)N);
-}
-
 /* Record one collective of `bytes` (full-buffer bytes, see above). */
 static inline void comm_count(Comm* c, int coll, unsigned long long bytes) {
+    if (c->purpose_embedding && coll == COLL_ALL_GATHER) coll = COLL_EMB_GATHER;
     c->handed[c->phase][coll] += bytes;
     c->wire[c->phase][coll] += ring_wire_bytes(coll, bytes, c->world_size);
     c->calls[c->phase][coll] += 1;
@@ -143,8 +123,9 @@ static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T
    r = this rank in mc): an all-to-all of the n shards (rank q's shard k goes
    to rank k) into `scratch` (n*shard elements, must not overlap buf), then
    s_i = sum over q in rank order of scratch[q*shard + i], in fp32; then
-     acc == NULL: buf[r*shard + i] = round(s_i)        (NCCL's in-place layout)
+     acc == NULL: buf[r*shard + i] = round(s_i + 0)    (NCCL's in-place layout)
      acc != NULL: acc[i] = round(s_i + acc[i])          (accumulate, shard elements)
+   (the + 0 makes both forms agree bit for bit on a zero accumulator)
    threads: 1 to parallelise the sum with OpenMP (caller not in a parallel
    region), 0 to stay on the calling thread (the communication thread). */
 static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard, int eb, void* scratch, void* acc,
@@ -162,7 +143,7 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
         for (long i = 0; i < ns; i++) {
             float s = x[i];
             for (int q = 1; q < n; q++) s += x[(size_t)q * shard + (size_t)i];
-            out[i] = add ? s + out[i] : s;
+            out[i] = s + (add ? out[i] : 0.0f); /* + 0 either way: -0 sums become +0 as in an accumulator */
         }
     } else {
         const uint16_t* x = (const uint16_t*)scratch;
@@ -172,7 +153,7 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
         for (long i = 0; i < ns; i++) {
             float s = bf16_bits_to_float(x[i]);
             for (int q = 1; q < n; q++) s += bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
-            if (add) s += bf16_bits_to_float(out[i]);
+            s += add ? bf16_bits_to_float(out[i]) : 0.0f;
             out[i] = bf16_bits_from_float(s);
         }
     }
@@ -204,6 +185,13 @@ static inline void hostcoll_sum_doubles(MPI_Comm mc, double* x, int k) {
 static inline void comm_allreduce_sum_host(Comm* c, double* x, int n) {
     hostcoll_sum_doubles(MPI_COMM_WORLD, x, n);
     comm_count(c, COLL_SCALARS, (unsigned long long)n * sizeof(double));
+}
+
+/* All-gather of n ints per rank (host memory): out (size*n) gets rank q's
+   values at out + q*n. Counted as an all-gather of the full output. */
+static inline void comm_all_gather_ints(Comm* c, const int* mine, int n, int* out) {
+    MPI_Allgather(mine, n, MPI_INT, out, n, MPI_INT, MPI_COMM_WORLD);
+    comm_count(c, COLL_ALL_GATHER, (unsigned long long)n * (unsigned long long)c->world_size * sizeof(int));
 }
 
 static inline double comm_allreduce_max_host(Comm* c, double x) {

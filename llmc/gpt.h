@@ -2,8 +2,8 @@
  gpt.h: the GPT-2 model over the ZeRO engine: configuration, the parameter
  tensors and their units, initialisation, llm.c checkpoints, activations,
  and the forward and backward passes written as a loop over units. Written
- once for both backends: it calls only backend functions (memory, kernels)
- and the engine (zero.h), never MPI, CUDA or BLAS directly.
+ once for both backends: it calls only backend functions (memory, kernels,
+ collectives) and the engine (zero.h), never MPI, CUDA or BLAS directly.
 
  Model (Radford et al. 2019, GPT-2): token + learned position embeddings;
  L pre-LayerNorm blocks, each x += attproj(attention(qkv(ln1(x)))) then
@@ -11,11 +11,40 @@
  (LM head tied to wte) over the vocabulary padded to a multiple of 128;
  loss = mean cross-entropy over the real vocabulary.
 
- Units (DESIGN.md section 1): unit 0 = root {wte (Vp,C), wpe (maxT,C),
- lnfw (C), lnfb (C)}; unit l+1 = block l {ln1w, ln1b (C), qkvw (3C,C),
- qkvb (3C), attprojw (C,C), attprojb (C), ln2w, ln2b (C), fcw (4C,C),
- fcb (4C), fcprojw (C,4C), fcprojb (C)}. Weight decay applies to the 2-D
- tensors: wte, wpe, qkvw, attprojw, fcw, fcprojw.
+ Units (DESIGN.md section 1; the granules of ZeRO-3 gathering), in the
+ order of the flat buffer:
+   unit 0            the root {wpe (maxT,C), lnfw (C), lnfb (C)}
+   units 1..K        the vocabulary chunks of wte: chunk k holds rows
+                     [k*Vc, min((k+1)*Vc, Vp)) of wte (Vp,C) as one tensor
+                     piece; Vc is chosen so that every chunk but the last
+                     fills whole shard granules, so wte stays contiguous in
+                     a full buffer
+   units K+1..K+L    transformer block l {ln1w, ln1b (C), qkvw (3C,C),
+                     qkvb (3C), attprojw (C,C), attprojb (C), ln2w, ln2b (C),
+                     fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)}
+ Weight decay applies to the 2-D tensors: wte, wpe, qkvw, attprojw, fcw,
+ fcprojw. Unit classes (zero.h): the root is kept gathered for the
+ optimizer step; the chunks are gathered for each use (embedding forward,
+ LM-head forward, LM-head backward) unless --reshard-embedding 0 keeps them
+ for the step (the whole embedding then moves once per step); the blocks
+ are gathered for forward and again for backward (reshard_after_forward).
+
+ The LM head and the loss never hold a (B*T, Vp) logits buffer: the
+ forward runs over the vocabulary chunks with an online softmax (running
+ max and sum of exponentials per row, Milakov & Gimelshein 2018), the
+ backward recomputes each chunk's logits (or reads them back with
+ --keep-logits 1), forms dlogits = dloss (softmax - onehot) and
+ accumulates dlnf and the chunk's gradient, which stages 2-3 reduce-scatter
+ at once. Every stage runs this same code, so every stage computes the same
+ numbers.
+
+ The embedding gradient is formed where it is held: every rank all-gathers
+ the rows of d(embedding output) and their token ids (B*T*C values per
+ rank, much less than wte), and each rank adds, for the rows of wte and wpe
+ in its own shard, the sum over all ranks' rows in rank order (one
+ rounding), after the reduce-scatter of the LM head's part. No rank ever
+ holds a wte-sized gradient buffer for the embedding, and stages 0-3 add
+ the same sums in the same order.
 
  Checkpoint (llm.c, tensor-major): int32 header[256] = {20240326, version
  (3: fp32, 5: bf16), maxT, V, L, NH, C, Vp}, then wte, wpe, ln1w[L],
@@ -27,11 +56,11 @@
 
 #include <sys/stat.h>
 #include "utils.h"
+#include "bf16.h"
 #include "zero.h"
 #include "rand.h"
 
 #define CKPT_MAGIC 20240326
-#define GPT2_ROOT_TENSORS 4
 #define GPT2_BLOCK_TENSORS 12
 
 typedef struct {
@@ -43,17 +72,52 @@ typedef struct {
     int channels;           /* C */
 } GPT2Config;
 
-/* Names in unit order (root, then one block). */
-static const char* gpt2_root_names[GPT2_ROOT_TENSORS] = {"wte", "wpe", "lnfw", "lnfb"};
 static const char* gpt2_block_names[GPT2_BLOCK_TENSORS] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
                                                             "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
-enum { T_WTE = 0, T_WPE, T_LNFW, T_LNFB };
 enum { B_LN1W = 0, B_LN1B, B_QKVW, B_QKVB, B_ATTPROJW, B_ATTPROJB, B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPROJW, B_FCPROJB };
+/* plan tensor indices of the root */
+enum { T_WPE = 0, T_LNFW, T_LNFB, T_WTE0 };
+enum { GPT2_CLASS_ROOT = 0, GPT2_CLASS_CHUNKS, GPT2_CLASS_BLOCKS };
 
-static inline int gpt2_num_tensors(const GPT2Config* c) { return GPT2_ROOT_TENSORS + GPT2_BLOCK_TENSORS * c->num_layers; }
+/* Where the units and tensors are: K vocabulary chunks of chunk_rows rows
+   (the last has last_rows), then L blocks. */
+typedef struct {
+    int num_layers;
+    int num_chunks;         /* K */
+    int chunk_rows;         /* Vc */
+    int last_rows;          /* rows of chunk K-1 (<= Vc) */
+} GPT2Layout;
 
+static inline int gpt2_unit_root(void) { return 0; }
+static inline int gpt2_unit_chunk(const GPT2Layout* y, int k) { (void)y; return 1 + k; }
+static inline int gpt2_unit_block(const GPT2Layout* y, int l) { return 1 + y->num_chunks + l; }
+static inline int gpt2_num_units(const GPT2Layout* y) { return 1 + y->num_chunks + y->num_layers; }
+static inline int gpt2_num_tensors(const GPT2Layout* y) { return T_WTE0 + y->num_chunks + GPT2_BLOCK_TENSORS * y->num_layers; }
+static inline int gpt2_tensor_chunk(const GPT2Layout* y, int k) { (void)y; return T_WTE0 + k; }
 /* Plan index of block tensor j of layer l. */
-static inline int gpt2_block_tensor(int l, int j) { return GPT2_ROOT_TENSORS + l * GPT2_BLOCK_TENSORS + j; }
+static inline int gpt2_block_tensor(const GPT2Layout* y, int l, int j) { return T_WTE0 + y->num_chunks + l * GPT2_BLOCK_TENSORS + j; }
+static inline int gpt2_chunk_row0(const GPT2Layout* y, int k) { return k * y->chunk_rows; }
+static inline int gpt2_chunk_nrows(const GPT2Layout* y, int k) { return k == y->num_chunks - 1 ? y->last_rows : y->chunk_rows; }
+
+static inline size_t gpt2_gcd(size_t a, size_t b) { while (b) { size_t t = a % b; a = b; b = t; } return a; }
+
+/* The vocabulary chunking for shard groups of `group` ranks: about
+   target_rows rows per chunk (1..Vp; >= Vp gives one chunk), equal chunks
+   but the last, and every chunk but the last a whole number of shard
+   granules (group * ZERO_ALIGN elements), so that it needs no padding and
+   wte is contiguous in a full buffer. */
+static inline void gpt2_layout_init(GPT2Layout* y, int num_layers, int Vp, int C, int group, int target_rows) {
+    size_t granule = (size_t)group * ZERO_ALIGN;
+    size_t step = granule / gpt2_gcd((size_t)C, granule);   /* rows per granule multiple */
+    if (target_rows < 1) target_rows = 1;
+    int K = (Vp + target_rows - 1) / target_rows;
+    size_t rows = round_up((size_t)((Vp + K - 1) / K), step);
+    if (rows >= (size_t)Vp) rows = (size_t)Vp;
+    y->num_layers = num_layers;
+    y->chunk_rows = (int)rows;
+    y->num_chunks = (int)(((size_t)Vp + rows - 1) / rows);
+    y->last_rows = Vp - (y->num_chunks - 1) * y->chunk_rows;
+}
 
 /* Validate a configuration; 0 or 1 with a message. `what` names its source. */
 static inline int gpt2_config_check(const GPT2Config* c, const char* what, char* err, size_t errlen) {
@@ -70,51 +134,79 @@ static inline int gpt2_config_check(const GPT2Config* c, const char* what, char*
 }
 
 /* The tensor list of the plan (sizes in elements, unit, decay flag). out
-   must hold gpt2_num_tensors(c) entries. */
-static inline void gpt2_build_tensors(const GPT2Config* c, ZeroTensor* out) {
-    size_t C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size, maxT = (size_t)c->max_seq_len;
-    size_t rs[GPT2_ROOT_TENSORS] = {Vp * C, maxT * C, C, C};
-    int rd[GPT2_ROOT_TENSORS] = {1, 1, 0, 0};
+   must hold gpt2_num_tensors(y) entries. */
+static inline void gpt2_build_tensors(const GPT2Config* c, const GPT2Layout* y, ZeroTensor* out) {
+    size_t C = (size_t)c->channels, maxT = (size_t)c->max_seq_len;
     size_t bs[GPT2_BLOCK_TENSORS] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
     int bd[GPT2_BLOCK_TENSORS] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
-    int k = 0;
-    for (int i = 0; i < GPT2_ROOT_TENSORS; i++, k++) {
-        out[k].name = gpt2_root_names[i]; out[k].unit = 0; out[k].size = rs[i]; out[k].decay = rd[i]; out[k].offset = 0;
+    memset(out, 0, (size_t)gpt2_num_tensors(y) * sizeof(ZeroTensor));
+    out[T_WPE].name = "wpe"; out[T_WPE].unit = gpt2_unit_root(); out[T_WPE].size = maxT * C; out[T_WPE].decay = 1;
+    out[T_LNFW].name = "lnfw"; out[T_LNFW].unit = gpt2_unit_root(); out[T_LNFW].size = C;
+    out[T_LNFB].name = "lnfb"; out[T_LNFB].unit = gpt2_unit_root(); out[T_LNFB].size = C;
+    for (int k = 0; k < y->num_chunks; k++) {
+        ZeroTensor* t = &out[gpt2_tensor_chunk(y, k)];
+        t->name = "wte"; t->unit = gpt2_unit_chunk(y, k); t->size = (size_t)gpt2_chunk_nrows(y, k) * C; t->decay = 1;
     }
-    for (int l = 0; l < c->num_layers; l++)
-        for (int j = 0; j < GPT2_BLOCK_TENSORS; j++, k++) {
-            out[k].name = gpt2_block_names[j]; out[k].unit = l + 1; out[k].size = bs[j]; out[k].decay = bd[j]; out[k].offset = 0;
+    for (int l = 0; l < y->num_layers; l++)
+        for (int j = 0; j < GPT2_BLOCK_TENSORS; j++) {
+            ZeroTensor* t = &out[gpt2_block_tensor(y, l, j)];
+            t->name = gpt2_block_names[j]; t->unit = gpt2_unit_block(y, l); t->size = bs[j]; t->decay = bd[j];
         }
 }
 
 /* num_parameters (Psi) of a config: the sum of its tensor sizes, the vocab
    padded to Vp as llm.c counts it. The config must be valid. */
 static inline long long gpt2_count_parameters(const GPT2Config* c) {
-    int n = gpt2_num_tensors(c);
-    ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
-    gpt2_build_tensors(c, ts);
-    long long total = 0;
-    for (int i = 0; i < n; i++) total += (long long)ts[i].size;
-    free(ts);
-    return total;
+    long long C = c->channels, L = c->num_layers;
+    return (long long)c->padded_vocab_size * C + (long long)c->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
-/* Checkpoint order: for position i of the 16 llm.c tensor kinds and layer l,
-   the plan tensor index. Kinds 0,1 = wte, wpe; 2..13 = block tensors j=kind-2
-   for each layer; 14, 15 = lnfw, lnfb. Calls f(plan_tensor) in file order. */
-static inline int gpt2_checkpoint_order(const GPT2Config* c, int* order) {
+/* Checkpoint order: the plan tensor index of each tensor (piece) in file
+   order: wte's pieces in row order, wpe, then each block tensor kind for
+   all layers, lnfw, lnfb. Returns the count (gpt2_num_tensors). */
+static inline int gpt2_checkpoint_order(const GPT2Layout* y, int* order) {
     int k = 0;
-    order[k++] = T_WTE; order[k++] = T_WPE;
+    for (int c = 0; c < y->num_chunks; c++) order[k++] = gpt2_tensor_chunk(y, c);
+    order[k++] = T_WPE;
     for (int j = 0; j < GPT2_BLOCK_TENSORS; j++)
-        for (int l = 0; l < c->num_layers; l++) order[k++] = gpt2_block_tensor(l, j);
+        for (int l = 0; l < y->num_layers; l++) order[k++] = gpt2_block_tensor(y, l, j);
     order[k++] = T_LNFW; order[k++] = T_LNFB;
     return k;
 }
 
+/* Random-stream number of each plan tensor for initialisation: the same for
+   any chunking (all wte pieces draw from one stream, in row order). */
+static inline unsigned long long gpt2_init_stream(const GPT2Layout* y, int t) {
+    if (t == T_WPE) return 1;
+    if (t >= T_WTE0 && t < T_WTE0 + y->num_chunks) return 0;
+    if (t == T_LNFW) return 2;
+    if (t == T_LNFB) return 3;
+    return 4 + (unsigned long long)(t - T_WTE0 - y->num_chunks);
+}
+
 /* ------------------------------------------------------------------------ */
+
+/* Options of the model's execution (not of the architecture). */
+typedef struct {
+    int zero_stage;             /* 0..3 */
+    int reshard_after_forward;  /* stage 3, blocks: 1 free after forward, 0 keep until backward */
+    int reshard_embedding;      /* stage 3, wte chunks: 1 gather for each use, 0 keep for the step */
+    int prefetch;               /* stage 3: units gathered ahead of use */
+    int grad_accum_steps;       /* micro-steps per optimizer step */
+    int vocab_chunk;            /* target rows of wte per vocabulary chunk */
+    int keep_logits;            /* 1: keep every chunk's logits from forward to backward (B*T*Vp) */
+    int overlap;                /* 1: two unit-grad buffers per class */
+} GPT2Options;
+
+static inline GPT2Options gpt2_default_options(void) {
+    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1};
+    return o;
+}
 
 typedef struct {
     GPT2Config config;
+    GPT2Layout layout;
+    GPT2Options opt;
     Comm* comm;
     ZeroPlan plan;
     Ledger ledger;
@@ -122,59 +214,125 @@ typedef struct {
     int B, T;                   /* allocated micro-batch and sequence length */
     /* activations, (B,T,...) per layer where indexed by l */
     floatX *encoded, *ln1, *qkv, *atty, *att, *attproj, *residual2, *ln2, *fch, *fch_gelu, *fcproj, *residual3;
-    floatX *lnf, *logits, *preatt;
+    floatX *lnf, *preatt;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd, *losses;
+    /* LM head: logits of one chunk (B*T, Vc), or of all chunks with keep_logits
+       (chunk k at B*T*k*Vc); the online-softmax statistics per row; the
+       logits of each sequence's last position (sampling, B x Vp) */
+    floatX *logits, *last_logits;
+    float *lm_max, *lm_target;
+    double* lm_sum;
     /* backward scratch (one layer's worth, reused) */
     floatX *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dpreatt, *datt, *dlnf;
     int *inputs, *targets;      /* backend memory */
     float* host_losses;
+    float dloss;                /* of the last forward */
+    /* embedding gradient: every rank's d(embedding) rows (N*B*T, C) and token
+       ids, their order by token and by position, the accumulator of stages
+       0-1 with grad accumulation (own shards of the root and chunk units) */
+    floatX* emb_rows;
+    floatX* emb_acc;
+    size_t* emb_acc_off;        /* per unit: offset in emb_acc (units 0..K) */
+    int *host_tokens, *emb_tokens, *emb_positions, *emb_order_tok, *emb_order_pos;
+    int emb_pending;            /* stages 0-1, one micro-step: rows kept for gpt2_reduce_grads */
+    /* stage-3 use schedules: forward, forward + backward, chunks only */
+    int *sched_fwd, *sched_train, *sched_chunks;
+    int sched_fwd_len, sched_train_len;
     size_t activation_bytes;
 } GPT2;
 
 /* Closed-form bytes of every activation buffer for (B, T), per rank:
    per layer and token 18C floatX (ln1, qkv 3C, atty, attproj, residual2,
    ln2, fch 4C, fch_gelu 4C, fcproj, residual3) + NH*T floatX (att) + 4 fp32
-   LayerNorm statistics; per token C (encoded) + C (lnf) + Vp (logits) + 3
-   fp32 (lnf stats, loss); one NH*T*T per sequence preatt scratch; backward
-   scratch per token 15C (dres, dln, dqkv 3C, datty, dfch 4C, dfch_gelu 4C,
-   dlnf) + 2 NH*T per sequence... (dpreatt, datt: NH*T*T per sequence); two int32 per token. */
-static inline size_t gpt2_activation_bytes(const GPT2Config* c, int B, int T) {
+   LayerNorm statistics; per token 2C floatX (encoded, lnf) + the LM head
+   (a chunk of logits: Vc floatX per token, or Vp with keep_logits; running
+   max, target logit and loss in fp32, running sum in fp64: 20 bytes) + 2
+   fp32 lnf statistics; B*Vp floatX last-position logits; three NH*T*T per
+   sequence (preatt, dpreatt, datt); backward scratch per token 15C floatX
+   (dres, dln, dqkv 3C, datty, dfch 4C, dfch_gelu 4C, dlnf); two int32 per
+   token (inputs, targets). */
+static inline size_t gpt2_activation_bytes(const GPT2Config* c, const GPT2Layout* y, const GPT2Options* o, int B, int T) {
     size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
     size_t x = sizeof(floatX);
     size_t per_layer = BT * (18 * C * x + NH * (size_t)T * x + 4 * sizeof(float));
-    size_t rest = BT * ((2 * C + (size_t)c->padded_vocab_size) * x + 3 * sizeof(float));
+    size_t lm_cols = o->keep_logits ? (size_t)c->padded_vocab_size : (size_t)y->chunk_rows;
+    size_t rest = BT * (2 * C * x + lm_cols * x + 3 * sizeof(float) + sizeof(double) + 2 * sizeof(float));
+    size_t last = (size_t)B * (size_t)c->padded_vocab_size * x;
     size_t att_scratch = 3 * (size_t)B * NH * (size_t)T * (size_t)T * x;
     size_t bwd = BT * 15 * C * x;
     size_t ints = 2 * BT * sizeof(int);
-    return L * per_layer + rest + att_scratch + bwd + ints;
+    return L * per_layer + rest + last + att_scratch + bwd + ints;
 }
 
-static inline void* gpt2_act(GPT2* m, size_t bytes) {
-    m->activation_bytes += bytes;
-    return ledger_alloc(&m->ledger, m->comm, MEM_ACTIVATIONS, bytes);
+static inline void* gpt2_alloc(GPT2* m, int cat, size_t bytes) {
+    if (cat == MEM_ACTIVATIONS) m->activation_bytes += bytes;
+    return ledger_alloc(&m->ledger, m->comm, cat, bytes);
+}
+static inline void* gpt2_act(GPT2* m, size_t bytes) { return gpt2_alloc(m, MEM_ACTIVATIONS, bytes); }
+
+/* Units whose gradient the embedding backward forms in place: the root
+   (its wpe) and the vocabulary chunks (wte): units 0..K. */
+static inline int gpt2_num_emb_units(const GPT2* m) { return 1 + m->layout.num_chunks; }
+
+/* Bytes of the embedding-gradient buffers: the all-gathered rows (N > 1)
+   and the accumulator (stages 0-1 with more than one micro-step). */
+static inline void gpt2_emb_bytes(const GPT2* m, int B, int T, unsigned long long* rows, unsigned long long* acc) {
+    const ZeroPlan* P = &m->plan;
+    *rows = P->num_ranks > 1 ? (unsigned long long)P->num_ranks * B * T * m->config.channels * sizeof(floatX) : 0;
+    *acc = 0;
+    if (P->zero_stage <= 1 && P->grad_accum_steps > 1)
+        for (int u = 0; u < gpt2_num_emb_units(m); u++) *acc += (unsigned long long)P->units[u].shard * sizeof(floatX);
+}
+
+static int gpt2_cmp_pair(const void* a, const void* b) {
+    const int* x = (const int*)a;
+    const int* y = (const int*)b;
+    if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+    return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
 /* Build plan, engine and activations for micro-batch B x T on this rank.
    Returns 0, or 1 with a message (impossible plan, T > maxT). */
-static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, int zero_stage, int reshard_after_forward,
-                            int prefetch, int grad_accum_steps, int B, int T, char* err, size_t errlen) {
+static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GPT2Options* opt, int B, int T,
+                            char* err, size_t errlen) {
     memset(m, 0, sizeof(*m));
-    m->config = *cfg; m->comm = comm; m->B = B; m->T = T;
+    m->config = *cfg; m->comm = comm; m->B = B; m->T = T; m->opt = *opt;
     if (gpt2_config_check(cfg, "model", err, errlen)) return 1;
     if (T < 1 || T > cfg->max_seq_len) return set_err(err, errlen, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", T, cfg->max_seq_len);
     if (B < 1) return set_err(err, errlen, "-b %d: micro-batch must be >= 1", B);
-    int n = gpt2_num_tensors(cfg);
+    if (opt->vocab_chunk < 1) return set_err(err, errlen, "--vocab-chunk %d: must be >= 1 (rows of wte per chunk)", opt->vocab_chunk);
+    GPT2Layout* y = &m->layout;
+    gpt2_layout_init(y, cfg->num_layers, cfg->padded_vocab_size, cfg->channels, comm->world_size, opt->vocab_chunk);
+    int n = gpt2_num_tensors(y), nu = gpt2_num_units(y);
     ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
-    gpt2_build_tensors(cfg, ts);
-    int rc = zero_plan_init(&m->plan, ts, n, cfg->num_layers + 1, zero_stage, comm->world_size, comm->rank,
-                            (int)sizeof(floatX), (int)sizeof(floatX), reshard_after_forward, prefetch, grad_accum_steps, err, errlen);
+    gpt2_build_tensors(cfg, y, ts);
+    int rc = zero_plan_init(&m->plan, ts, n, nu, opt->zero_stage, comm->world_size, comm->rank,
+                            (int)sizeof(floatX), (int)sizeof(floatX), opt->reshard_after_forward, opt->prefetch,
+                            opt->grad_accum_steps, err, errlen);
     free(ts);
     if (rc) return 1;
-    m->plan.rs_scratch = BACKEND_RS_SCRATCH;
-    zero_predict_memory(&m->plan, gpt2_activation_bytes(cfg, B, T), &m->ledger);
-    zero_engine_init(&m->engine, &m->plan, &m->ledger, comm);
+    ZeroPlan* P = &m->plan;
+    P->overlap = opt->overlap;
+    int* uc = (int*)malloc_or_die((size_t)nu * sizeof(int), "unit classes");
+    for (int u = 0; u < nu; u++) uc[u] = u == 0 ? GPT2_CLASS_ROOT : u <= y->num_chunks ? GPT2_CLASS_CHUNKS : GPT2_CLASS_BLOCKS;
+    int modes[3] = {ZERO_KEEP_STEP, opt->reshard_embedding ? ZERO_RESHARD : ZERO_KEEP_STEP,
+                    opt->reshard_after_forward ? ZERO_RESHARD : ZERO_KEEP_MICRO};
+    int uses[3] = {1, 3, 2};   /* chunks: embedding forward, LM-head forward, LM-head backward; blocks: forward, backward */
+    const char* names[3] = {"root (wpe, lnf)", "wte chunks", "blocks"};
+    rc = zero_plan_set_classes(P, 3, uc, modes, uses, names, err, errlen);
+    free(uc);
+    if (rc) return 1;
+    P->rs_scratch = BACKEND_RS_SCRATCH;
+    int N = comm->world_size;
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;
-    size_t x = sizeof(floatX), f = sizeof(float);
+    P->emb_gather_bytes = N > 1 ? (unsigned long long)N * BT * (C * sizeof(floatX) + sizeof(int)) : 0;
+    zero_predict_memory(P, gpt2_activation_bytes(cfg, y, opt, B, T), &m->ledger);
+    unsigned long long emb_rows, emb_acc;
+    gpt2_emb_bytes(m, B, T, &emb_rows, &emb_acc);
+    m->ledger.predicted[MEM_EMB_ROWS] = emb_rows;
+    m->ledger.predicted[MEM_EMB_ACC] = emb_acc;
+    zero_engine_init(&m->engine, P, &m->ledger, comm);
+    size_t x = sizeof(floatX), f = sizeof(float), Vp = (size_t)cfg->padded_vocab_size;
     m->encoded = (floatX*)gpt2_act(m, BT * C * x);
     m->ln1 = (floatX*)gpt2_act(m, L * BT * C * x);
     m->ln1_mean = (float*)gpt2_act(m, L * BT * f);
@@ -194,8 +352,12 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, int zero
     m->lnf = (floatX*)gpt2_act(m, BT * C * x);
     m->lnf_mean = (float*)gpt2_act(m, BT * f);
     m->lnf_rstd = (float*)gpt2_act(m, BT * f);
-    m->logits = (floatX*)gpt2_act(m, BT * (size_t)cfg->padded_vocab_size * x);
+    m->logits = (floatX*)gpt2_act(m, BT * (opt->keep_logits ? Vp : (size_t)y->chunk_rows) * x);
+    m->lm_max = (float*)gpt2_act(m, BT * f);
+    m->lm_target = (float*)gpt2_act(m, BT * f);
+    m->lm_sum = (double*)gpt2_act(m, BT * sizeof(double));
     m->losses = (float*)gpt2_act(m, BT * f);
+    m->last_logits = (floatX*)gpt2_act(m, (size_t)B * Vp * x);
     m->preatt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
     m->dpreatt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
     m->datt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
@@ -208,14 +370,53 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, int zero
     m->dlnf = (floatX*)gpt2_act(m, BT * C * x);
     m->inputs = (int*)gpt2_act(m, BT * sizeof(int));
     m->targets = (int*)gpt2_act(m, BT * sizeof(int));
+    m->emb_rows = emb_rows ? (floatX*)gpt2_alloc(m, MEM_EMB_ROWS, emb_rows) : m->dres;
+    m->emb_acc = emb_acc ? (floatX*)gpt2_alloc(m, MEM_EMB_ACC, emb_acc) : NULL;
     m->host_losses = (float*)malloc_or_die(BT * f, "host losses");
+    /* host-side bookkeeping of the embedding gradient (ints, outside the ledger) */
+    size_t nrows = (size_t)N * BT;
+    m->host_tokens = (int*)malloc_or_die(BT * sizeof(int), "embedding tokens");
+    m->emb_tokens = (int*)malloc_or_die(nrows * sizeof(int), "embedding tokens");
+    m->emb_positions = (int*)malloc_or_die(nrows * sizeof(int), "embedding positions");
+    m->emb_order_tok = (int*)malloc_or_die(nrows * sizeof(int), "embedding order");
+    m->emb_order_pos = (int*)malloc_or_die(nrows * sizeof(int), "embedding order");
+    m->emb_acc_off = (size_t*)malloc_or_die((size_t)gpt2_num_emb_units(m) * sizeof(size_t), "embedding offsets");
+    {
+        size_t off = 0;
+        for (int u = 0; u < gpt2_num_emb_units(m); u++) { m->emb_acc_off[u] = off; off += P->units[u].shard; }
+        /* gathered row i = (rank q, sequence b, position t) = q*B*T + b*T + t; ordered by (t, i) */
+        size_t k = 0;
+        for (size_t i = 0; i < nrows; i++) m->emb_positions[i] = (int)(i % (size_t)T);
+        for (int t = 0; t < T; t++)
+            for (size_t i = (size_t)t; i < nrows; i += (size_t)T) m->emb_order_pos[k++] = (int)i;
+    }
+    /* stage-3 schedules: forward = root, chunks (embedding), blocks, chunks
+       (LM head); backward = chunks (LM head), root, blocks in reverse */
+    int K = y->num_chunks, nl = (int)L;
+    m->sched_fwd_len = 1 + 2 * K + nl;
+    m->sched_train_len = m->sched_fwd_len + K + 1 + nl;
+    m->sched_train = (int*)malloc_or_die((size_t)m->sched_train_len * sizeof(int), "schedule");
+    m->sched_chunks = (int*)malloc_or_die((size_t)K * sizeof(int), "schedule");
+    {
+        int* s = m->sched_train;
+        int q = 0;
+        s[q++] = gpt2_unit_root();
+        for (int k = 0; k < K; k++) s[q++] = gpt2_unit_chunk(y, k);
+        for (int l = 0; l < nl; l++) s[q++] = gpt2_unit_block(y, l);
+        for (int k = 0; k < K; k++) s[q++] = gpt2_unit_chunk(y, k);
+        for (int k = 0; k < K; k++) s[q++] = gpt2_unit_chunk(y, k);
+        s[q++] = gpt2_unit_root();
+        for (int l = nl - 1; l >= 0; l--) s[q++] = gpt2_unit_block(y, l);
+        for (int k = 0; k < K; k++) m->sched_chunks[k] = gpt2_unit_chunk(y, k);
+        m->sched_fwd = s;  /* its first sched_fwd_len entries */
+    }
     if (m->ledger.failed_category >= 0) {
         unsigned long long need = 0;
         for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
         return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
                        "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
                        m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
-                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, zero_stage);
+                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, opt->zero_stage);
     }
     return 0;
 }
@@ -229,7 +430,8 @@ static inline floatX* gpt2_tp(const GPT2* m, floatX* unit_base, int plan_tensor)
 /* Setting and reading tensors (host fp32 <-> the rank's held ranges)       */
 
 /* Store full host values (tensor t, fp32, t.size elements) into every range
-   this rank holds: params (as floatX) and the fp32 master copy if any. */
+   this rank holds: params (as floatX, rounded to nearest even in bf16) and
+   the fp32 master copy if any. */
 static inline void gpt2_set_tensor(GPT2* m, int t, const float* values) {
     const ZeroPlan* P = &m->plan;
     int u = P->tensors[t].unit;
@@ -260,18 +462,31 @@ static inline size_t gpt2_get_own(GPT2* m, int t, float* out, size_t* first) {
     return n;
 }
 
-/* GPT-2 initialisation, identical for any rank count: weights normal(0,
-   0.02), attprojw and fcprojw normal(0, 0.02/sqrt(2L)), biases 0, LayerNorm
-   weights 1, wte rows V..Vp-1 zero. Tensor t draws from its own stream
-   seeded by (seed, t). */
+/* GPT-2 initialisation, identical for any rank count, stage and chunking:
+   weights normal(0, 0.02), attprojw and fcprojw normal(0, 0.02/sqrt(2L)),
+   biases 0, LayerNorm weights 1, wte rows V..Vp-1 zero. Each logical tensor
+   draws from its own stream seeded by (seed, gpt2_init_stream); wte is drawn
+   whole, in row order, and its pieces set from it. */
 static inline void gpt2_init_random(GPT2* m, unsigned long long seed) {
     const GPT2Config* c = &m->config;
+    const GPT2Layout* y = &m->layout;
     const ZeroPlan* P = &m->plan;
-    size_t maxsz = 0;
+    size_t wte_n = (size_t)c->padded_vocab_size * c->channels, maxsz = wte_n;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "init buffer");
     float resid_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    /* wte, all pieces */
+    {
+        Rng r;
+        rng_seed(&r, seed, 0ULL);
+        size_t real = (size_t)c->vocab_size * (size_t)c->channels;
+        for (size_t i = 0; i < real; i++) buf[i] = 0.02f * rng_normal(&r);
+        for (size_t i = real; i < wte_n; i++) buf[i] = 0.0f;
+        for (int k = 0; k < y->num_chunks; k++)
+            gpt2_set_tensor(m, gpt2_tensor_chunk(y, k), buf + (size_t)gpt2_chunk_row0(y, k) * c->channels);
+    }
     for (int t = 0; t < P->num_tensors; t++) {
+        if (t >= T_WTE0 && t < T_WTE0 + y->num_chunks) continue;
         const char* name = P->tensors[t].name;
         size_t n = P->tensors[t].size;
         int is_ln_w = !strcmp(name, "ln1w") || !strcmp(name, "ln2w") || !strcmp(name, "lnfw");
@@ -280,11 +495,8 @@ static inline void gpt2_init_random(GPT2* m, unsigned long long seed) {
         else {
             float std = (!strcmp(name, "attprojw") || !strcmp(name, "fcprojw")) ? resid_std : 0.02f;
             Rng r;
-            rng_seed(&r, seed, (unsigned long long)t);
-            size_t real = n;
-            if (t == T_WTE) real = (size_t)c->vocab_size * (size_t)c->channels;
-            for (size_t i = 0; i < real; i++) buf[i] = std * rng_normal(&r);
-            for (size_t i = real; i < n; i++) buf[i] = 0.0f;
+            rng_seed(&r, seed, gpt2_init_stream(y, t));
+            for (size_t i = 0; i < n; i++) buf[i] = std * rng_normal(&r);
         }
         gpt2_set_tensor(m, t, buf);
     }
@@ -315,13 +527,6 @@ static inline int gpt2_read_checkpoint_header(const char* path, GPT2Config* c, i
     return 0;
 }
 
-static inline float bf16_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Load the parameters of an llm.c checkpoint (version 3 or 5) whose
    config equals m->config into the ranges this rank holds. 0 or 1 with a
    message. */
@@ -334,7 +539,7 @@ static inline int gpt2_load_checkpoint(GPT2* m, const char* path, char* err, siz
     if (!f) return set_err(err, errlen, "checkpoint %s: cannot open (%s)", path, strerror(errno));
     const ZeroPlan* P = &m->plan;
     int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "checkpoint order");
-    gpt2_checkpoint_order(&c, order);
+    gpt2_checkpoint_order(&m->layout, order);
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");
@@ -347,7 +552,7 @@ static inline int gpt2_load_checkpoint(GPT2* m, const char* path, char* err, siz
         if (version == 3) { if (fread(buf, 4, n, f) != n) rc = set_err(err, errlen, "checkpoint %s: truncated in tensor %s", path, P->tensors[t].name); }
         else {
             if (fread(raw, 2, n, f) != n) rc = set_err(err, errlen, "checkpoint %s: truncated in tensor %s", path, P->tensors[t].name);
-            else for (size_t i = 0; i < n; i++) buf[i] = bf16_to_float(raw[i]);
+            else for (size_t i = 0; i < n; i++) buf[i] = bf16_bits_to_float(raw[i]);
         }
         for (size_t i = 0; i < n && !rc; i++)
             if (!isfinite(buf[i])) rc = set_err(err, errlen, "checkpoint %s: non-finite value in tensor %s at %zu", path, P->tensors[t].name, i);
@@ -361,9 +566,9 @@ static inline int gpt2_load_checkpoint(GPT2* m, const char* path, char* err, siz
 /* Byte offset of element 0 of every plan tensor in an fp32 (version 3)
    checkpoint (tensor-major, after the 1024-byte header); also the offsets
    of the Adam m section of a training state (state.h). out: num_tensors. */
-static inline void gpt2_checkpoint_offsets(const GPT2Config* c, const ZeroPlan* P, long long* out) {
+static inline void gpt2_checkpoint_offsets(const GPT2Layout* y, const ZeroPlan* P, long long* out) {
     int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "checkpoint order");
-    gpt2_checkpoint_order(c, order);
+    gpt2_checkpoint_order(y, order);
     long long off = 1024;
     for (int k = 0; k < P->num_tensors; k++) {
         out[order[k]] = off;
@@ -375,25 +580,49 @@ static inline void gpt2_checkpoint_offsets(const GPT2Config* c, const ZeroPlan* 
 /* ------------------------------------------------------------------------ */
 /* Forward and backward                                                     */
 
+/* Logits of the rows `rows` (n rows of lnf, C) over vocabulary chunk k into
+   out (n, nrows_k); W = the chunk's wte rows (gathered at stage 3). */
+static inline void gpt2_chunk_logits(GPT2* m, floatX* out, const floatX* rows, int n, const floatX* W, int k) {
+    matmul_forward(out, rows, W, NULL, n, m->config.channels, gpt2_chunk_nrows(&m->layout, k));
+}
+
+/* Where chunk k's logits live: the one-chunk buffer, or its place in the
+   keep-logits buffer. */
+static inline floatX* gpt2_chunk_logits_buf(GPT2* m, size_t BT, int k) {
+    return m->opt.keep_logits ? m->logits + BT * (size_t)gpt2_chunk_row0(&m->layout, k) : m->logits;
+}
+
 /* Forward of B x T tokens (B <= m->B, T <= m->T) on this rank. inputs and
-   targets are host int arrays (B*T); targets may be NULL (no loss). If
-   dloss != 0 the classifier also writes dlogits = dloss * (softmax -
-   onehot) into the logits buffer, ready for gpt2_backward. Returns the mean
-   loss over the B*T tokens (0 when targets is NULL). Stage 3 gathers each
-   unit before use and releases it after (reshard_after_forward). */
+   targets are host int arrays (B*T). With targets: returns the mean loss
+   over the B*T tokens, the LM head running over the vocabulary chunks
+   (online softmax: m->lm_max, m->lm_sum, m->lm_target per row); dloss != 0
+   marks a training forward (gpt2_backward follows, with dL/dloss_row =
+   dloss). Without targets (sampling): m->last_logits (B, Vp) gets the
+   logits of each sequence's last position; returns 0. Stage 3 gathers
+   every unit before its use and releases it after, as its class says. */
 static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     const GPT2Config* c = &m->config;
+    const GPT2Layout* y = &m->layout;
     ZeroEngine* E = &m->engine;
     int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
+    m->dloss = dloss;
     backend_to_device(m->inputs, inputs, BT * sizeof(int));
     if (targets) backend_to_device(m->targets, targets, BT * sizeof(int));
-    floatX* root = zero_unit_params(E, 0);
-    zero_prefetch_ahead(E, 0, +1);
-    encoder_forward(m->encoded, m->inputs, gpt2_tp(m, root, T_WTE), gpt2_tp(m, root, T_WPE), B, T, C);
+    memcpy(m->host_tokens, inputs, BT * sizeof(int));
+    zero_begin_pass(E, dloss != 0.0f ? m->sched_train : m->sched_fwd, dloss != 0.0f ? m->sched_train_len : m->sched_fwd_len);
+    floatX* root = zero_unit_params(E, gpt2_unit_root());
+    /* embedding: each token's row from the chunk that holds it */
+    for (int k = 0; k < y->num_chunks; k++) {
+        int u = gpt2_unit_chunk(y, k);
+        floatX* W = zero_unit_params(E, u);
+        encoder_forward_rows(m->encoded, m->inputs, W, gpt2_chunk_row0(y, k), gpt2_chunk_nrows(y, k),
+                             gpt2_tp(m, root, T_WPE), B, T, C);
+        zero_release_unit(E, u, 1);
+    }
     for (int l = 0; l < L; l++) {
-        floatX* w = zero_unit_params(E, l + 1);
-        zero_prefetch_ahead(E, l + 1, +1);
+        int u = gpt2_unit_block(y, l);
+        floatX* w = zero_unit_params(E, u);
         floatX* x = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
         float* ln1m = m->ln1_mean + (size_t)l * BT;
@@ -410,51 +639,157 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
         floatX* fchg = m->fch_gelu + (size_t)l * BT * 4 * C;
         floatX* fcproj = m->fcproj + (size_t)l * BT * C;
         floatX* res3 = m->residual3 + (size_t)l * BT * C;
-        int b0 = gpt2_block_tensor(l, 0);
+        int b0 = gpt2_block_tensor(y, l, 0);
         layernorm_forward(ln1, ln1m, ln1r, x, gpt2_tp(m, w, b0 + B_LN1W), gpt2_tp(m, w, b0 + B_LN1B), (int)BT, C);
         matmul_forward(qkv, ln1, gpt2_tp(m, w, b0 + B_QKVW), gpt2_tp(m, w, b0 + B_QKVB), (int)BT, C, 3 * C);
         attention_forward(atty, m->preatt, att, qkv, B, T, C, NH);
         matmul_forward(attproj, atty, gpt2_tp(m, w, b0 + B_ATTPROJW), gpt2_tp(m, w, b0 + B_ATTPROJB), (int)BT, C, C);
-        residual_forward(res2, x, attproj, (int)(BT * C));
+        residual_forward(res2, x, attproj, BT * C);
         layernorm_forward(ln2, ln2m, ln2r, res2, gpt2_tp(m, w, b0 + B_LN2W), gpt2_tp(m, w, b0 + B_LN2B), (int)BT, C);
         matmul_forward(fch, ln2, gpt2_tp(m, w, b0 + B_FCW), gpt2_tp(m, w, b0 + B_FCB), (int)BT, C, 4 * C);
-        gelu_forward(fchg, fch, (int)(BT * 4 * C));
+        gelu_forward(fchg, fch, BT * 4 * C);
         matmul_forward(fcproj, fchg, gpt2_tp(m, w, b0 + B_FCPROJW), gpt2_tp(m, w, b0 + B_FCPROJB), (int)BT, 4 * C, C);
-        residual_forward(res3, res2, fcproj, (int)(BT * C));
-        zero_release_unit(E, l + 1, 1);
+        residual_forward(res3, res2, fcproj, BT * C);
+        zero_release_unit(E, u, 1);
     }
     floatX* last = m->residual3 + (size_t)(L - 1) * BT * C;
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, last, gpt2_tp(m, root, T_LNFW), gpt2_tp(m, root, T_LNFB), (int)BT, C);
-    matmul_forward(m->logits, m->lnf, gpt2_tp(m, root, T_WTE), NULL, (int)BT, C, Vp);
-    if (!targets) return 0.0f;
-    fused_classifier(m->logits, m->losses, m->targets, (int)BT, V, Vp, dloss);
+    if (!targets) {
+        /* the last position of each sequence, gathered into dlnf (free in a forward) */
+        for (int b = 0; b < B; b++)
+            backend_memcpy(m->dlnf + (size_t)b * C, m->lnf + ((size_t)b * T + T - 1) * C, (size_t)C * sizeof(floatX));
+        for (int k = 0; k < y->num_chunks; k++) {
+            int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
+            floatX* W = zero_unit_params(E, u);
+            gpt2_chunk_logits(m, m->logits, m->dlnf, B, W, k);
+            for (int b = 0; b < B; b++)
+                backend_memcpy(m->last_logits + (size_t)b * Vp + gpt2_chunk_row0(y, k), m->logits + (size_t)b * nr,
+                               (size_t)nr * sizeof(floatX));
+            zero_release_unit(E, u, 1);
+        }
+        return 0.0f;
+    }
+    classifier_stats_init(m->lm_max, m->lm_sum, m->lm_target, (int)BT);
+    for (int k = 0; k < y->num_chunks; k++) {
+        int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
+        floatX* W = zero_unit_params(E, u);
+        floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
+        gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
+        classifier_chunk_stats(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->lm_target);
+        zero_release_unit(E, u, 1);
+    }
+    classifier_losses(m->losses, m->lm_max, m->lm_sum, m->lm_target, (int)BT);
     backend_to_host(m->host_losses, m->losses, BT * sizeof(float));
     double s = 0.0;
     for (size_t i = 0; i < BT; i++) s += m->host_losses[i];
     return (float)(s / (double)BT);
 }
 
-/* Backward of the last gpt2_forward (which must have had dloss != 0), into
-   the engine's gradient buffers: each unit's grads are handed to the engine
-   as soon as they are complete (stages 2-3 reduce-scatter them at once). */
+/* The embedding gradient of the last micro-step's rows (m->emb_rows,
+   m->emb_tokens and their orders) for this rank's own shard of units
+   0..K, added with one rounding per element into dst_of(u) + (a - lo)
+   where [lo, hi) is the own range of unit u and a the table element. dst
+   is the grad shard (stages 2-3), the own part of the full grads after
+   their reduce-scatter (stages 0-1, one micro-step) or the accumulator
+   (stages 0-1, several micro-steps). */
+enum { GPT2_EMB_TO_GRADS = 0, GPT2_EMB_TO_ACC };
+static inline void gpt2_embedding_apply(GPT2* m, int B, int T, int where) {
+    const ZeroPlan* P = &m->plan;
+    const GPT2Layout* y = &m->layout;
+    ZeroEngine* E = &m->engine;
+    int C = m->config.channels, n = P->num_ranks * B * T;
+    for (int u = 0; u < gpt2_num_emb_units(m); u++) {
+        int t = u == 0 ? T_WPE : gpt2_tensor_chunk(y, u - 1);
+        size_t lo, hi, a;
+        zero_own_range(P, u, &lo, &hi);
+        size_t cnt = zero_tensor_overlap(P, t, lo, hi, &a);
+        if (!cnt) continue;
+        size_t tab = a - P->tensors[t].offset;   /* element offset in the table (wpe or this piece of wte) */
+        floatX* dst = where == GPT2_EMB_TO_ACC ? m->emb_acc + m->emb_acc_off[u] + (a - lo)
+                                               : E->grads + zero_index(P, ZB_GRADS, u, a);
+        if (u == 0)
+            embedding_backward_range(dst, tab, tab + cnt, m->emb_rows, m->emb_positions, m->emb_order_pos, n, C);
+        else {
+            size_t row0 = (size_t)gpt2_chunk_row0(y, u - 1) * (size_t)C;
+            embedding_backward_range(dst, row0 + tab, row0 + tab + cnt, m->emb_rows, m->emb_tokens, m->emb_order_tok, n, C);
+        }
+    }
+}
+
+/* Embedding backward of the last micro-step: d(embedding output) is in
+   m->dres. All-gather every rank's rows and token ids (N > 1), order them
+   by token, then form the embedding gradient of the own shard (see the top
+   of the file): into the grad shards at once (stages 2-3, after the
+   reduce-scatters of the LM head's part landed), into the accumulator
+   (stages 0-1 with several micro-steps), or later in gpt2_reduce_grads
+   (stages 0-1, one micro-step: the rows stay in m->emb_rows). */
+static inline void gpt2_embedding_backward(GPT2* m, int B, int T) {
+    const ZeroPlan* P = &m->plan;
+    Comm* comm = m->comm;
+    int N = P->num_ranks, C = m->config.channels;
+    size_t BT = (size_t)B * T, n = (size_t)N * BT;
+    if (N > 1) {
+        backend_memcpy(m->emb_rows + (size_t)P->rank * BT * C, m->dres, BT * C * sizeof(floatX));
+        comm->purpose_embedding = 1;
+        unsigned long long f = backend_all_gather_start(comm, m->emb_rows, BT * C);
+        comm_all_gather_ints(comm, m->host_tokens, (int)BT, m->emb_tokens);
+        comm->purpose_embedding = 0;
+        backend_wait_comm(f);
+    } else {
+        memcpy(m->emb_tokens, m->host_tokens, BT * sizeof(int));
+    }
+    /* rows by (token, row index): a stable order, the same on every rank */
+    int* pairs = (int*)malloc_or_die(2 * n * sizeof(int), "embedding sort");
+    for (size_t i = 0; i < n; i++) { pairs[2 * i] = m->emb_tokens[i]; pairs[2 * i + 1] = (int)i; }
+    qsort(pairs, n, 2 * sizeof(int), gpt2_cmp_pair);
+    for (size_t i = 0; i < n; i++) m->emb_order_tok[i] = pairs[2 * i + 1];
+    free(pairs);
+    if (P->zero_stage >= 2) {
+        zero_wait_grads(&m->engine);
+        gpt2_embedding_apply(m, B, T, GPT2_EMB_TO_GRADS);
+    } else if (P->grad_accum_steps > 1) {
+        gpt2_embedding_apply(m, B, T, GPT2_EMB_TO_ACC);
+    } else {
+        m->emb_pending = 1;
+    }
+}
+
+/* Backward of the last gpt2_forward (which must have had targets and
+   dloss != 0), into the engine's gradient buffers: each unit's grads are
+   handed to the engine as soon as they are complete (stages 2-3
+   reduce-scatter them at once). */
 static inline void gpt2_backward(GPT2* m, int B, int T) {
     const GPT2Config* c = &m->config;
+    const GPT2Layout* y = &m->layout;
     ZeroEngine* E = &m->engine;
-    int C = c->channels, NH = c->num_heads, L = c->num_layers, Vp = c->padded_vocab_size;
+    int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size;
     size_t BT = (size_t)B * T, x = sizeof(floatX);
-    floatX* root = zero_unit_params(E, 0);
-    floatX* groot = zero_unit_grads(E, 0);
+    floatX* root = zero_unit_params(E, gpt2_unit_root());
+    /* LM head: per vocabulary chunk, dlogits from the saved statistics, dlnf
+       += dlogits W, dW = dlogits^T lnf, handed to the engine at once */
     backend_memset_zero(m->dlnf, BT * C * x);
-    matmul_backward(m->dlnf, gpt2_tp(m, groot, T_WTE), NULL, m->logits, m->lnf, gpt2_tp(m, root, T_WTE), (int)BT, C, Vp);
+    for (int k = 0; k < y->num_chunks; k++) {
+        int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
+        floatX* W = zero_unit_params(E, u);
+        floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
+        if (!m->opt.keep_logits) gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
+        classifier_chunk_grad(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->dloss);
+        floatX* g = zero_unit_grads(E, u);
+        matmul_backward(m->dlnf, g, NULL, lg, m->lnf, W, (int)BT, C, nr);
+        zero_unit_grads_done(E, u);
+        zero_release_unit(E, u, 0);
+    }
+    floatX* groot = zero_unit_grads(E, gpt2_unit_root());
     backend_memset_zero(m->dres, BT * C * x);
     floatX* last = m->residual3 + (size_t)(L - 1) * BT * C;
     layernorm_backward(m->dres, gpt2_tp(m, groot, T_LNFW), gpt2_tp(m, groot, T_LNFB), m->dlnf, last,
                        gpt2_tp(m, root, T_LNFW), m->lnf_mean, m->lnf_rstd, (int)BT, C);
+    zero_unit_grads_done(E, gpt2_unit_root());
     for (int l = L - 1; l >= 0; l--) {
-        floatX* w = zero_unit_params(E, l + 1);
-        zero_prefetch_ahead(E, l + 1, -1);
-        floatX* g = zero_unit_grads(E, l + 1);
-        int b0 = gpt2_block_tensor(l, 0);
+        int u = gpt2_unit_block(y, l);
+        floatX* w = zero_unit_params(E, u);
+        floatX* g = zero_unit_grads(E, u);
+        int b0 = gpt2_block_tensor(y, l, 0);
         floatX* xin = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
         float* ln1m = m->ln1_mean + (size_t)l * BT;
@@ -473,7 +808,7 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
         matmul_backward(m->dfch_gelu, gpt2_tp(m, g, b0 + B_FCPROJW), gpt2_tp(m, g, b0 + B_FCPROJB), m->dres, fchg,
                         gpt2_tp(m, w, b0 + B_FCPROJW), (int)BT, 4 * C, C);
         backend_memset_zero(m->dfch, BT * 4 * C * x);
-        gelu_backward(m->dfch, fch, m->dfch_gelu, (int)(BT * 4 * C));
+        gelu_backward(m->dfch, fch, m->dfch_gelu, BT * 4 * C);
         backend_memset_zero(m->dln, BT * C * x);
         matmul_backward(m->dln, gpt2_tp(m, g, b0 + B_FCW), gpt2_tp(m, g, b0 + B_FCB), m->dfch, ln2,
                         gpt2_tp(m, w, b0 + B_FCW), (int)BT, C, 4 * C);
@@ -491,18 +826,79 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
                         gpt2_tp(m, w, b0 + B_QKVW), (int)BT, C, 3 * C);
         layernorm_backward(m->dres, gpt2_tp(m, g, b0 + B_LN1W), gpt2_tp(m, g, b0 + B_LN1B), m->dln, xin,
                            gpt2_tp(m, w, b0 + B_LN1W), ln1m, ln1r, (int)BT, C);
-        zero_unit_grads_done(E, l + 1);
-        zero_release_unit(E, l + 1, 0);
+        zero_unit_grads_done(E, u);
+        zero_release_unit(E, u, 0);
     }
-    encoder_backward(gpt2_tp(m, groot, T_WTE), gpt2_tp(m, groot, T_WPE), m->dres, m->inputs, B, T, C);
-    zero_unit_grads_done(E, 0);
+    gpt2_embedding_backward(m, B, T);
+}
+
+/* After the last micro-step of an optimizer step: every rank's own shard of
+   the gradients holds the sum over ranks and micro-steps. Stages 0-1:
+   reduce-scatter the full grads, add the embedding gradient (after the LM
+   head's part, as stages 2-3 do: the same sums in the same order), and at
+   stage 0 all-gather the result (stage 0's all-reduce). Stages 2-3: wait
+   for the reduce-scatters still running. */
+static inline void gpt2_reduce_grads(GPT2* m) {
+    const ZeroPlan* P = &m->plan;
+    ZeroEngine* E = &m->engine;
+    zero_reduce_scatter_grads(E);
+    if (P->zero_stage <= 1) {
+        if (m->emb_pending) {
+            gpt2_embedding_apply(m, m->B, m->T, GPT2_EMB_TO_GRADS);
+            m->emb_pending = 0;
+        } else if (m->emb_acc) {
+            for (int u = 0; u < gpt2_num_emb_units(m); u++) {
+                size_t lo, hi;
+                zero_own_range(P, u, &lo, &hi);
+                backend_add(E->grads + zero_index(P, ZB_GRADS, u, lo), m->emb_acc + m->emb_acc_off[u], hi - lo);
+            }
+        }
+        zero_all_gather_grads(E);
+    }
+}
+
+/* Start of an optimizer step: zero the gradient accumulators. */
+static inline void gpt2_begin_step(GPT2* m) {
+    zero_begin_step(&m->engine);
+    if (m->emb_acc) {
+        unsigned long long acc_bytes = m->ledger.allocated[MEM_EMB_ACC];
+        backend_memset_zero(m->emb_acc, (size_t)acc_bytes);
+    }
+    m->emb_pending = 0;
+}
+
+/* Logits of every row of the last forward (B x T, which had targets) into
+   host fp32 out (B*T, V), recomputed chunk by chunk (a check for tests;
+   stage 3 gathers the chunks again). */
+static inline void gpt2_logits_to_host(GPT2* m, int B, int T, float* out) {
+    const GPT2Layout* y = &m->layout;
+    ZeroEngine* E = &m->engine;
+    size_t BT = (size_t)B * T;
+    int V = m->config.vocab_size;
+    float* row = (float*)malloc_or_die((size_t)y->chunk_rows * sizeof(float), "logit row");
+    zero_begin_pass(E, m->sched_chunks, y->num_chunks);
+    for (int k = 0; k < y->num_chunks; k++) {
+        int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k), r0 = gpt2_chunk_row0(y, k);
+        floatX* W = zero_unit_params(E, u);
+        floatX* lg = m->logits; /* recomputed (with keep_logits: over the first chunk's place) */
+        gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
+        int ncopy = r0 + nr <= V ? nr : (r0 < V ? V - r0 : 0);
+        for (size_t i = 0; i < BT && ncopy > 0; i++) {
+            backend_floatX_to_floats(row, lg + i * (size_t)nr, (size_t)ncopy);
+            memcpy(out + i * (size_t)V + r0, row, (size_t)ncopy * sizeof(float));
+        }
+        zero_release_unit(E, u, 0);
+    }
+    free(row);
 }
 
 static inline void gpt2_free(GPT2* m) {
     /* activations are released with the process; the engine frees the model states */
     zero_engine_free(&m->engine);
     zero_plan_free(&m->plan);
-    free(m->host_losses);
+    free(m->host_losses); free(m->host_tokens); free(m->emb_tokens); free(m->emb_positions);
+    free(m->emb_order_tok); free(m->emb_order_pos); free(m->emb_acc_off);
+    free(m->sched_train); free(m->sched_chunks);
 }
 
 #endif /* LLMC_GPT_H */

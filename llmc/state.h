@@ -95,7 +95,7 @@ typedef struct {
 
 /* Byte offset of element 0 of every plan tensor in the m section: the
    same as in an fp32 model checkpoint (both headers are 1024 bytes). */
-static inline void state_tensor_offsets(const GPT2Config* c, const ZeroPlan* P, long long* out) {
+static inline void state_tensor_offsets(const GPT2Layout* c, const ZeroPlan* P, long long* out) {
     gpt2_checkpoint_offsets(c, P, out);
 }
 
@@ -179,7 +179,7 @@ static inline int state_load(GPT2* m, const char* path, TrainState* s, char* err
     int fd = open(path, O_RDONLY);
     if (fd < 0) return set_err(err, errlen, "state %s: cannot open (%s)", path, strerror(errno));
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
-    state_tensor_offsets(&m->config, P, offs);
+    state_tensor_offsets(&m->layout, P, offs);
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "state buffer");
@@ -263,7 +263,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     CollectiveFile f;
     cfile_begin(&f, c, "state", path, h, sizeof(h), total, err);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
-    state_tensor_offsets(&m->config, P, offs);
+    state_tensor_offsets(&m->layout, P, offs);
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "state buffer");

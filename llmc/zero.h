@@ -44,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "utils.h"
+#include "traffic.h"
 
 #define ZERO_ALIGN 16         /* elements; tensor starts and shard sizes are multiples */
 #define ZERO_MAX_TENSORS 65536
@@ -66,7 +67,33 @@ typedef struct {
     size_t shard;       /* padded / N: elements each rank owns */
     size_t offset;      /* start of the unit in a FULL buffer */
     size_t shard_offset;/* start of the unit's own shard in a SHARDED buffer */
+    int cls;            /* its unit class (ZeroClass) and its index within the class */
+    int idx;
 } ZeroUnit;
+
+/* Unit classes: how stage 3 gathers the units of a class, and how many
+   buffers the class needs. The model names its classes (GPT-2: the root
+   {wpe, lnf}, the vocabulary chunks of wte, the transformer blocks).
+     ZERO_KEEP_STEP   gathered at first use, kept until the optimizer step
+                      (FSDP's root unit; each unit moves once per step)
+     ZERO_KEEP_MICRO  gathered in forward, kept until its backward is done
+                      (reshard_after_forward = 0: once per micro-step)
+     ZERO_RESHARD     gathered before each use, freed right after (FSDP's
+                      reshard_after_forward = 1: `uses` times per micro-step) */
+enum { ZERO_KEEP_STEP = 0, ZERO_KEEP_MICRO, ZERO_RESHARD };
+#define ZERO_MAX_CLASSES 4
+typedef struct {
+    const char* name;
+    int mode;            /* ZERO_KEEP_STEP, ZERO_KEEP_MICRO or ZERO_RESHARD */
+    int uses;            /* gathers per micro-step of each unit when ZERO_RESHARD */
+    int num_units;
+    size_t max_padded;   /* largest padded unit of the class (elements) */
+    size_t total_padded; /* sum of its units' padded sizes */
+    int num_slots;       /* stage 3: gathered buffers of max_padded elements */
+    int first_slot;      /* its first slot in the engine's slot table */
+    int grad_buffers;    /* stages 2-3: unit-grad buffers of max_padded (2 lets a
+                            reduce-scatter run while the next unit's backward fills the other) */
+} ZeroClass;
 
 /* which buffer an index refers to */
 enum { ZB_PARAMS = 0, ZB_GRADS, ZB_OPT /* master, m, v */ };
@@ -92,12 +119,54 @@ typedef struct {
     size_t max_shard;         /* largest per-unit shard */
     int rs_scratch;           /* 1: the backend's reduce-scatter needs a receive area of one
                                  full unit (the CPU's host collectives); set by the caller */
-    int num_slots;            /* stage 3: gathered block buffers */
+    int num_slots;            /* stage 3: gathered unit buffers, all classes */
+    int num_classes;
+    ZeroClass classes[ZERO_MAX_CLASSES];
+    int overlap;              /* 1: two unit-grad buffers per class (reduce-scatter overlaps backward) */
+    unsigned long long emb_gather_bytes; /* per micro-step, handed to the embedding-row all-gather (model) */
 } ZeroPlan;
 
 static inline void zero_plan_free(ZeroPlan* P) {
     free(P->units); free(P->tensors);
     P->units = NULL; P->tensors = NULL;
+}
+
+/* Assign every unit to a class (unit_class[u] in 0..ncls-1, every class
+   non-empty) with its gathering mode and uses per micro-step, and lay out the
+   stage-3 slots: a ZERO_RESHARD class gets 1 + prefetch slots (capped at its
+   unit count), the keeping modes one slot per unit. Units of a class get
+   consecutive indices in unit order. Returns 0, or 1 with a message (the
+   plan is then freed). */
+static inline int zero_plan_set_classes(ZeroPlan* P, int ncls, const int* unit_class, const int* mode, const int* uses,
+                                        const char* const* names, char* err, size_t errlen) {
+    if (ncls < 1 || ncls > ZERO_MAX_CLASSES) { zero_plan_free(P); return set_err(err, errlen, "shard plan: %d unit classes (1..%d)", ncls, ZERO_MAX_CLASSES); }
+    memset(P->classes, 0, sizeof(P->classes));
+    P->num_classes = ncls;
+    for (int c = 0; c < ncls; c++) {
+        P->classes[c].name = names[c]; P->classes[c].mode = mode[c]; P->classes[c].uses = uses[c];
+    }
+    for (int u = 0; u < P->num_units; u++) {
+        int c = unit_class[u];
+        if (c < 0 || c >= ncls) { zero_plan_free(P); return set_err(err, errlen, "shard plan: unit %d in class %d of %d", u, c, ncls); }
+        ZeroClass* K = &P->classes[c];
+        P->units[u].cls = c;
+        P->units[u].idx = K->num_units++;
+        if (P->units[u].padded > K->max_padded) K->max_padded = P->units[u].padded;
+        K->total_padded += P->units[u].padded;
+    }
+    P->num_slots = 0;
+    for (int c = 0; c < ncls; c++) {
+        ZeroClass* K = &P->classes[c];
+        if (K->num_units == 0) { zero_plan_free(P); return set_err(err, errlen, "shard plan: unit class %d is empty", c); }
+        K->grad_buffers = (P->overlap && K->num_units > 1) ? 2 : 1;
+        K->first_slot = P->num_slots;
+        K->num_slots = 0;
+        if (P->zero_stage == 3)
+            K->num_slots = K->mode == ZERO_RESHARD ? (1 + P->prefetch < K->num_units ? 1 + P->prefetch : K->num_units) : K->num_units;
+        P->num_slots += K->num_slots;
+    }
+    if (P->num_slots > ZERO_MAX_SLOTS) { zero_plan_free(P); return set_err(err, errlen, "shard plan: %d gathered slots exceed %d", P->num_slots, ZERO_MAX_SLOTS); }
+    return 0;
 }
 
 /* Build the plan. tensors: n entries, grouped by unit (unit numbers
@@ -151,13 +220,15 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroTensor* tensors, int n, 
     }
     P->padded_parameters = off;
     P->shard_parameters = soff;
-    int blocks = num_units - 1;
-    P->num_slots = 0;
-    if (zero_stage == 3 && blocks > 0) {
-        P->num_slots = P->reshard_after_forward ? (1 + prefetch < blocks ? 1 + prefetch : blocks) : blocks;
-        if (P->num_slots > ZERO_MAX_SLOTS) { zero_plan_free(P); return set_err(err, errlen, "shard plan: %d gathered slots exceed %d", P->num_slots, ZERO_MAX_SLOTS); }
-    }
-    return 0;
+    /* default classes: unit 0 = the root (kept for the step), the rest =
+       blocks (gathered for forward and again for backward) */
+    int cls[2] = {0, 1}, modes[2] = {ZERO_KEEP_STEP, P->reshard_after_forward ? ZERO_RESHARD : ZERO_KEEP_MICRO}, uses[2] = {1, 2};
+    const char* names[2] = {"root", "blocks"};
+    int* uc = (int*)malloc_or_die((size_t)num_units * sizeof(int), "unit classes");
+    for (int u = 0; u < num_units; u++) uc[u] = u == 0 ? cls[0] : cls[1];
+    int rc = zero_plan_set_classes(P, num_units > 1 ? 2 : 1, uc, modes, uses, names, err, errlen);
+    free(uc);
+    return rc;
 }
 
 /* Is buffer kind b held FULL (1) or SHARDED (0) at this stage? */
@@ -213,11 +284,15 @@ static inline void zero_update_range(const ZeroPlan* P, int u, size_t* lo, size_
 /* ------------------------------------------------------------------------ */
 /* Ledger: every byte of model states and activations, by category          */
 
+/* MEM_EMB_ROWS: every rank's rows of d(embedding output) and token ids,
+   all-gathered (gpt.h); MEM_EMB_ACC: stages 0-1 with gradient accumulation,
+   the embedding gradient of the own shard, summed over micro-steps until the
+   step's reduce-scatter is done. */
 enum { MEM_PARAMS = 0, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_ACTIVATIONS,
-       MEM_GATHERED, MEM_UNIT_GRADS, MEM_COMM_SCRATCH, MEM_NUM };
+       MEM_GATHERED, MEM_UNIT_GRADS, MEM_COMM_SCRATCH, MEM_EMB_ROWS, MEM_EMB_ACC, MEM_NUM };
 static const char* mem_names[MEM_NUM] = {"params", "grads", "master weights", "adam m", "adam v",
                                          "activations", "gathered units (transient)", "unit grads (transient)",
-                                         "comm scratch"};
+                                         "comm scratch", "gathered embedding rows", "embedding grad accumulator"};
 
 typedef struct {
     unsigned long long predicted[MEM_NUM];
@@ -241,10 +316,11 @@ static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long act
     L->predicted[MEM_ADAM_M] = 4ULL * zero_held_elements(P, ZB_OPT);
     L->predicted[MEM_ADAM_V] = 4ULL * zero_held_elements(P, ZB_OPT);
     L->predicted[MEM_ACTIVATIONS] = activation_bytes;
-    if (P->zero_stage == 3)
-        L->predicted[MEM_GATHERED] = p * (P->units[0].padded + (unsigned long long)P->num_slots * P->max_block_padded);
-    if (P->zero_stage >= 2)
-        L->predicted[MEM_UNIT_GRADS] = g * (P->units[0].padded + (P->num_units > 1 ? P->max_block_padded : 0));
+    for (int c = 0; c < P->num_classes; c++) {
+        const ZeroClass* K = &P->classes[c];
+        if (P->zero_stage == 3) L->predicted[MEM_GATHERED] += p * (unsigned long long)K->num_slots * K->max_padded;
+        if (P->zero_stage >= 2) L->predicted[MEM_UNIT_GRADS] += g * (unsigned long long)K->grad_buffers * K->max_padded;
+    }
     /* Collectives run in place (the own shard of a full unit buffer receives
        the sum); a backend whose reduce-scatter is an all-to-all plus a sum in
        rank order (the CPU's, comm.h) receives into one unit-sized area. */
@@ -258,20 +334,24 @@ static inline unsigned long long ledger_model_states(const unsigned long long* c
 
 /* Predicted traffic of one optimizer step (bytes handed per collective, per
    rank), for comparison with Comm's PHASE_TRAIN counters divided by steps. */
-static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long handed[4]) {
+static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long handed[COLL_NUM]) {
     unsigned long long p = (unsigned long long)P->param_bytes, g = (unsigned long long)P->grad_bytes;
     unsigned long long full = P->padded_parameters, A = (unsigned long long)P->grad_accum_steps;
-    unsigned long long root = P->units[0].padded, blocks = full - root;
-    handed[0] = handed[1] = handed[2] = 0;
-    handed[3] = 2 * sizeof(double); /* loss and grad-norm squares */
+    for (int k = 0; k < COLL_NUM; k++) handed[k] = 0;
+    handed[COLL_SCALARS] = 2 * sizeof(double); /* loss and grad-norm squares */
     if (P->num_ranks == 1) return;  /* nothing to communicate; the engine skips the calls */
+    handed[COLL_EMB_GATHER] = A * P->emb_gather_bytes;
     switch (P->zero_stage) {
-        case 0: handed[1] = g * full; handed[2] = g * full; break; /* all-reduce = reduce-scatter + all-gather */
-        case 1: handed[1] = g * full; handed[2] = p * full; break;
-        case 2: handed[1] = A * g * full; handed[2] = p * full; break;
+        case 0: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = g * full; break; /* all-reduce = RS + AG */
+        case 1: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = p * full; break;
+        case 2: handed[COLL_REDUCE_SCATTER] = A * g * full; handed[COLL_ALL_GATHER] = p * full; break;
         default:
-            handed[1] = A * g * full;
-            handed[2] = p * root + A * (P->reshard_after_forward ? 2ULL : 1ULL) * p * blocks;
+            handed[COLL_REDUCE_SCATTER] = A * g * full;
+            for (int c = 0; c < P->num_classes; c++) {
+                const ZeroClass* K = &P->classes[c];
+                unsigned long long times = K->mode == ZERO_KEEP_STEP ? 1 : K->mode == ZERO_KEEP_MICRO ? A : A * (unsigned long long)K->uses;
+                handed[COLL_ALL_GATHER] += times * p * K->total_padded;
+            }
             break;
     }
 }
@@ -372,20 +452,23 @@ typedef struct {
     float* master;        /* fp32 master weights when p < 4, else NULL */
     float* adam_m;
     float* adam_v;
-    floatX* gathered_root;            /* stage 3: root unit, whole optimizer step */
-    floatX* slots[ZERO_MAX_SLOTS];    /* stage 3: gathered blocks */
-    int slot_unit[ZERO_MAX_SLOTS];    /* which unit a slot holds, -1 = free */
-    int root_gathered;
-    unsigned long long root_fence;                 /* backend fence of the root's last all-gather (0: none) */
+    /* stage 3: gathered unit buffers, the slots of every class (ZeroClass.first_slot ..) */
+    floatX* slots[ZERO_MAX_SLOTS];
+    int slot_unit[ZERO_MAX_SLOTS];                 /* which unit a slot holds, -1 = free */
     unsigned long long slot_fence[ZERO_MAX_SLOTS]; /* fence of the last all-gather into each slot */
-    floatX* unit_grads_root;  /* stages 2-3: full grads of the root unit for one backward */
-    floatX* unit_grads_block; /* stages 2-3: full grads of one block */
+    /* stages 2-3: unit-grad buffers, grad_buffers per class, used in turn */
+    floatX* unit_grads[ZERO_MAX_CLASSES][2];
+    unsigned long long unit_grads_fence[ZERO_MAX_CLASSES][2]; /* its last reduce-scatter */
     floatX* comm_scratch;     /* receive area of the reduce-scatter (P->rs_scratch) */
+    /* stage 3: the order in which the model uses units in the current pass
+       (zero_begin_pass), for prefetching; cursor = position of the last use */
+    const int* schedule;
+    int schedule_len, cursor;
 } ZeroEngine;
 
 static inline void zero_engine_track_gathered(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
-    unsigned long long b = E->root_gathered ? P->units[0].padded : 0;
+    unsigned long long b = 0;
     for (int s = 0; s < P->num_slots; s++)
         if (E->slot_unit[s] >= 0) b += P->units[E->slot_unit[s]].padded;
     b *= (unsigned long long)P->param_bytes;
@@ -393,7 +476,8 @@ static inline void zero_engine_track_gathered(ZeroEngine* E) {
     if (b > E->ledger->gathered_peak) E->ledger->gathered_peak = b;
 }
 
-/* Allocate every model-state buffer the plan says this rank holds. */
+/* Allocate every model-state buffer the plan says this rank holds, and the
+   transients of its stage (gathered slots, unit-grad buffers, comm scratch). */
 static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm* c) {
     memset(E, 0, sizeof(*E));
     E->plan = P; E->ledger = L; E->comm = c;
@@ -404,16 +488,15 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
     if (P->master_bytes) E->master = (float*)ledger_alloc(L, c, MEM_MASTER, 4 * opt);
     E->adam_m = (float*)ledger_alloc(L, c, MEM_ADAM_M, 4 * opt);
     E->adam_v = (float*)ledger_alloc(L, c, MEM_ADAM_V, 4 * opt);
-    if (P->zero_stage == 3) {
-        E->gathered_root = (floatX*)ledger_alloc(L, c, MEM_GATHERED, pb * P->units[0].padded);
-        for (int s = 0; s < P->num_slots; s++) {
-            E->slots[s] = (floatX*)ledger_alloc(L, c, MEM_GATHERED, pb * P->max_block_padded);
-            E->slot_unit[s] = -1;
+    for (int k = 0; k < P->num_classes; k++) {
+        const ZeroClass* K = &P->classes[k];
+        for (int s = 0; s < K->num_slots; s++) {
+            E->slots[K->first_slot + s] = (floatX*)ledger_alloc(L, c, MEM_GATHERED, pb * K->max_padded);
+            E->slot_unit[K->first_slot + s] = -1;
         }
-    }
-    if (P->zero_stage >= 2) {
-        E->unit_grads_root = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->units[0].padded);
-        if (P->num_units > 1) E->unit_grads_block = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * P->max_block_padded);
+        if (P->zero_stage >= 2)
+            for (int b = 0; b < K->grad_buffers; b++)
+                E->unit_grads[k][b] = (floatX*)ledger_alloc(L, c, MEM_UNIT_GRADS, gb * K->max_padded);
     }
     if (P->rs_scratch && P->num_ranks > 1) {
         E->comm_scratch = (floatX*)ledger_alloc(L, c, MEM_COMM_SCRATCH, gb * P->max_padded);
@@ -431,10 +514,11 @@ static inline void zero_engine_free(ZeroEngine* E) {
     ledger_free(L, MEM_MASTER, E->master, 4 * opt);
     ledger_free(L, MEM_ADAM_M, E->adam_m, 4 * opt);
     ledger_free(L, MEM_ADAM_V, E->adam_v, 4 * opt);
-    ledger_free(L, MEM_GATHERED, E->gathered_root, pb * P->units[0].padded);
-    for (int s = 0; s < P->num_slots; s++) ledger_free(L, MEM_GATHERED, E->slots[s], pb * P->max_block_padded);
-    ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_root, gb * P->units[0].padded);
-    ledger_free(L, MEM_UNIT_GRADS, E->unit_grads_block, gb * P->max_block_padded);
+    for (int k = 0; k < P->num_classes; k++) {
+        const ZeroClass* K = &P->classes[k];
+        for (int s = 0; s < K->num_slots; s++) ledger_free(L, MEM_GATHERED, E->slots[K->first_slot + s], pb * K->max_padded);
+        for (int b = 0; b < 2; b++) ledger_free(L, MEM_UNIT_GRADS, E->unit_grads[k][b], gb * K->max_padded);
+    }
     ledger_free(L, MEM_COMM_SCRATCH, E->comm_scratch, gb * P->max_padded);
     if (E->comm_scratch) { E->comm->rs_scratch = NULL; E->comm->rs_scratch_bytes = 0; }
 }
@@ -443,10 +527,7 @@ static inline void zero_engine_free(ZeroEngine* E) {
    from own_shard. Returns the backend fence that must be waited on
    (backend_wait_comm) before dst is read; 0 if nothing was sent. prev is the
    fence of the previous gather into dst: waited on first, so that the copy
-   of the own shard never races a gather still writing dst (a prefetched unit
-   released unused). With the CUDA backend the gather runs on the comm stream
-   and overlaps the compute stream until someone waits on the fence; on the
-   CPU both hooks are no-ops. */
+   of the own shard never races a gather still writing dst. */
 static inline unsigned long long zero_gather_into(ZeroEngine* E, int u, floatX* dst, const floatX* own_shard,
                                                   unsigned long long prev) {
     const ZeroPlan* P = E->plan;
@@ -457,38 +538,23 @@ static inline unsigned long long zero_gather_into(ZeroEngine* E, int u, floatX* 
     return P->num_ranks > 1 ? backend_all_gather_start(E->comm, dst, U->shard) : 0;
 }
 
-/* Parameters of unit u, full (padded) size, ready for compute. Stages 0-2:
-   a view into the full buffer. Stage 3: all-gathered into the root buffer
-   or a block slot if not already there (the forward and the backward each
-   call this; a block freed after forward is gathered again). */
-static inline floatX* zero_gather_unit(ZeroEngine* E, int u, unsigned long long* fence);
-static inline floatX* zero_unit_params(ZeroEngine* E, int u) {
-    const ZeroPlan* P = E->plan;
-    if (P->zero_stage < 3) return E->params + P->units[u].offset;
-    unsigned long long fence = 0;
-    floatX* p = zero_gather_unit(E, u, &fence);
-    backend_wait_comm(fence); /* compute waits for this unit's gather only */
-    return p;
+/* Stage 3: the slot of unit u (its class's slot idx mod num_slots). */
+static inline int zero_slot_of(const ZeroPlan* P, int u) {
+    const ZeroUnit* U = &P->units[u];
+    const ZeroClass* K = &P->classes[U->cls];
+    return K->first_slot + U->idx % K->num_slots;
 }
 
-/* Stage 3: the buffer of unit u (root buffer or its slot), with an all-gather
-   into it issued if it does not hold u yet; *fence = what to wait on before
-   reading it. Does not wait (prefetch). */
-static inline floatX* zero_gather_unit(ZeroEngine* E, int u, unsigned long long* fence) {
+/* Stage 3: make the slot of unit u hold u, issuing its all-gather if it does
+   not yet; *fence = what to wait on before reading it. With may_evict = 0
+   (a prefetch) nothing is issued when the slot holds another unit (that unit
+   may still be in use): returns NULL then. Never waits for the gather. */
+static inline floatX* zero_gather_unit(ZeroEngine* E, int u, int may_evict, unsigned long long* fence) {
     const ZeroPlan* P = E->plan;
-    const floatX* own = E->params + P->units[u].shard_offset;
-    if (u == 0) {
-        if (!E->root_gathered) {
-            E->root_fence = zero_gather_into(E, 0, E->gathered_root, own, E->root_fence);
-            E->root_gathered = 1;
-            zero_engine_track_gathered(E);
-        }
-        *fence = E->root_fence;
-        return E->gathered_root;
-    }
-    int s = (u - 1) % P->num_slots;
+    int s = zero_slot_of(P, u);
     if (E->slot_unit[s] != u) {
-        E->slot_fence[s] = zero_gather_into(E, u, E->slots[s], own, E->slot_fence[s]);
+        if (E->slot_unit[s] >= 0 && !may_evict) return NULL;
+        E->slot_fence[s] = zero_gather_into(E, u, E->slots[s], E->params + P->units[u].shard_offset, E->slot_fence[s]);
         E->slot_unit[s] = u;
         zero_engine_track_gathered(E);
     }
@@ -496,63 +562,97 @@ static inline floatX* zero_gather_unit(ZeroEngine* E, int u, unsigned long long*
     return E->slots[s];
 }
 
-/* Stage 3: gather block u ahead of its use (no-op beyond the last block or
-   when prefetch is 0, and at other stages). */
-static inline void zero_prefetch_unit(ZeroEngine* E, int u) {
+/* Stage 3: the order in which the next pass (a forward, or a forward and
+   its backward) uses units; prefetching follows it. The list must stay
+   valid until the next call. */
+static inline void zero_begin_pass(ZeroEngine* E, const int* schedule, int len) {
+    E->schedule = schedule; E->schedule_len = len; E->cursor = 0;
+}
+
+/* Parameters of unit u, full (padded) size, ready for compute. Stages 0-2:
+   a view into the full buffer. Stage 3: the unit's slot, all-gathered if it
+   does not hold u yet; then the `prefetch` units that follow u in the pass's
+   schedule are gathered into their slots (free slots only) without waiting,
+   so their gathers overlap u's compute. */
+static inline floatX* zero_unit_params(ZeroEngine* E, int u) {
     const ZeroPlan* P = E->plan;
-    if (P->zero_stage < 3 || P->prefetch == 0 || u < 1 || u >= P->num_units) return;
-    unsigned long long fence;
-    (void)zero_gather_unit(E, u, &fence); /* no wait: overlaps the current unit's compute */
+    if (P->zero_stage < 3) return E->params + P->units[u].offset;
+    unsigned long long fence = 0, f2;
+    floatX* p = zero_gather_unit(E, u, 1, &fence);
+    if (E->schedule) {
+        int pos = E->cursor;
+        while (pos < E->schedule_len && E->schedule[pos] != u) pos++;
+        if (pos < E->schedule_len) {
+            E->cursor = pos;
+            for (int k = 1; k <= P->prefetch && pos + k < E->schedule_len; k++) {
+                int v = E->schedule[pos + k];
+                if (v != u) (void)zero_gather_unit(E, v, 0, &f2);
+            }
+        }
+    }
+    backend_wait_comm(fence); /* compute waits for this unit's gather only */
+    return p;
 }
 
-/* Stage 3: gather the `prefetch` blocks that follow unit u in the direction
-   dir (+1 forward, -1 backward), each into its own slot. */
-static inline void zero_prefetch_ahead(ZeroEngine* E, int u, int dir) {
-    for (int k = 1; k <= E->plan->prefetch; k++) zero_prefetch_unit(E, u + dir * k);
-}
-
-/* Stage 3: free block u's gathered params. after_forward=1 keeps it when
-   reshard_after_forward is 0 (FSDP's reshard_after_forward=False). */
+/* Stage 3: after a use of unit u. after_forward = 1 after its forward use:
+   ZERO_RESHARD frees the slot, ZERO_KEEP_MICRO keeps it for the backward,
+   ZERO_KEEP_STEP keeps it until the optimizer step; after_forward = 0 (its
+   last use in the micro-step) frees it unless ZERO_KEEP_STEP. */
 static inline void zero_release_unit(ZeroEngine* E, int u, int after_forward) {
     const ZeroPlan* P = E->plan;
-    if (P->zero_stage < 3 || u == 0) return;
-    if (after_forward && !P->reshard_after_forward) return;
-    int s = (u - 1) % P->num_slots;
+    if (P->zero_stage < 3) return;
+    int mode = P->classes[P->units[u].cls].mode;
+    if (mode == ZERO_KEEP_STEP || (after_forward && mode == ZERO_KEEP_MICRO)) return;
+    int s = zero_slot_of(P, u);
     if (E->slot_unit[s] == u) { E->slot_unit[s] = -1; zero_engine_track_gathered(E); }
 }
 
-/* Stage 3: the root is released after the optimizer step changed the params. */
+/* Stage 3: every gathered unit is dropped (after the optimizer step changed
+   the params, after an evaluation or a sample). */
 static inline void zero_release_all(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 3) return;
-    E->root_gathered = 0;
     for (int s = 0; s < P->num_slots; s++) E->slot_unit[s] = -1;
     zero_engine_track_gathered(E);
 }
 
 /* Gradient buffer of unit u (full padded size) into which backward
    accumulates. Stages 0-1: a view of the full grads (accumulating over
-   micro-steps). Stages 2-3: the transient unit buffer, zeroed here; the
-   caller hands it to zero_unit_grads_done() when backward of u is complete. */
+   micro-steps). Stages 2-3: a unit-grad buffer of u's class (in turn when
+   the class has two), zeroed here after its previous reduce-scatter is
+   done; the caller hands it to zero_unit_grads_done() when u's backward is
+   complete. */
 static inline floatX* zero_unit_grads(ZeroEngine* E, int u) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 2) return E->grads + P->units[u].offset;
-    floatX* g = (u == 0) ? E->unit_grads_root : E->unit_grads_block;
-    backend_memset_zero(g, P->units[u].padded * sizeof(floatX));
+    const ZeroUnit* U = &P->units[u];
+    int b = U->idx % P->classes[U->cls].grad_buffers;
+    backend_wait_comm(E->unit_grads_fence[U->cls][b]);
+    floatX* g = E->unit_grads[U->cls][b];
+    backend_memset_zero(g, U->padded * sizeof(floatX));
     return g;
 }
 
-/* Stages 2-3: reduce-scatter unit u's grads now and add the own shard of
-   the sum into the persistent grad shard (sum over ranks, rank order, then
-   over micro-steps: dst = round(dst + sum), one rounding). */
+/* Stages 2-3: start the reduce-scatter of unit u's grads; the own shard of
+   the sum is added into the persistent grad shard (dst = round(dst + sum):
+   summed over ranks in rank order, then over micro-steps). The buffer is
+   not touched again until the next zero_unit_grads of it, which waits. */
 static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
     const ZeroPlan* P = E->plan;
     if (P->zero_stage < 2) return;
     const ZeroUnit* U = &P->units[u];
-    floatX* g = (u == 0) ? E->unit_grads_root : E->unit_grads_block;
+    int b = U->idx % P->classes[U->cls].grad_buffers;
+    floatX* g = E->unit_grads[U->cls][b];
     floatX* dst = E->grads + U->shard_offset;
-    if (P->num_ranks > 1) backend_wait_comm(backend_reduce_scatter_start(E->comm, g, U->shard, dst));
+    if (P->num_ranks > 1) E->unit_grads_fence[U->cls][b] = backend_reduce_scatter_start(E->comm, g, U->shard, dst);
     else backend_add(dst, g, U->shard);
+}
+
+/* Wait until every reduce-scatter of unit grads has landed in the grad
+   shards (before reading them: the embedding rows, the optimizer). */
+static inline void zero_wait_grads(ZeroEngine* E) {
+    for (int k = 0; k < E->plan->num_classes; k++)
+        for (int b = 0; b < 2; b++) { backend_wait_comm(E->unit_grads_fence[k][b]); E->unit_grads_fence[k][b] = 0; }
 }
 
 /* Start of an optimizer step: zero the gradient accumulators. */
@@ -561,19 +661,25 @@ static inline void zero_begin_step(ZeroEngine* E) {
     backend_memset_zero(E->grads, (size_t)P->grad_bytes * zero_held_elements(P, ZB_GRADS));
 }
 
-/* After the last micro-step: stages 0-1 reduce-scatter each unit of the
-   full grads into its own shard (in place); stage 0 then all-gathers the
-   reduced shards, which completes its all-reduce (reduce-scatter +
-   all-gather: the same deterministic sums as every other stage). Stages
-   2-3 already reduced during backward. */
-static inline void zero_reduce_grads(ZeroEngine* E) {
+/* After the last micro-step, stages 0-1: reduce-scatter each unit of the
+   full grads into its own shard (in place). Stage 0 completes its
+   all-reduce with zero_all_gather_grads afterwards (the same deterministic
+   sums as every other stage). Stages 2-3 reduced during backward: this only
+   waits for them. */
+static inline void zero_reduce_scatter_grads(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
+    zero_wait_grads(E);
     if (P->num_ranks == 1 || P->zero_stage >= 2) return;
-    for (int u = 0; u < P->num_units; u++) {
-        floatX* full = E->grads + P->units[u].offset;
-        backend_wait_comm(backend_reduce_scatter_start(E->comm, full, P->units[u].shard, NULL));
-        if (P->zero_stage == 0) backend_wait_comm(backend_all_gather_start(E->comm, full, P->units[u].shard));
-    }
+    for (int u = 0; u < P->num_units; u++)
+        backend_wait_comm(backend_reduce_scatter_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard, NULL));
+}
+
+/* Stage 0: all-gather the reduced shards into every rank's full grads. */
+static inline void zero_all_gather_grads(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (P->num_ranks == 1 || P->zero_stage != 0) return;
+    for (int u = 0; u < P->num_units; u++)
+        backend_wait_comm(backend_all_gather_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard));
 }
 
 /* Global grad norm: each rank sums the squares of its OWN shard of every
@@ -686,35 +792,51 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
 }
 
 /* Print counted vs predicted traffic of the training phase over `steps`
-   optimizer steps. Returns the number of mismatching collectives. */
+   optimizer steps, with the volume per step in units of Psi (ring wire
+   bytes / (element bytes x (N-1)/N x Psi): the ZeRO paper's measure), and at
+   stage 3 what each unit class contributed. Returns the number of
+   mismatching collectives. */
 static inline int zero_print_traffic(FILE* out, const ZeroPlan* P, const Comm* c, int steps) {
-    unsigned long long per[4];
+    unsigned long long per[COLL_NUM];
     zero_predict_traffic(P, per);
     int N = P->num_ranks;
-    static const int elem_is_grad[4] = {1, 1, 0, 0};
     fprintf(out, "traffic, rank %d of %d, zero_stage %d, %d optimizer steps x %d micro-steps (training only):\n",
             P->rank, N, P->zero_stage, steps, P->grad_accum_steps);
-    fprintf(out, "  %-20s %8s %18s %18s %18s %12s\n", "collective", "calls", "handed B", "predicted B", "ring wire B", "Psi/step");
+    fprintf(out, "  %-26s %8s %18s %18s %18s %10s\n", "collective", "calls", "handed B", "predicted B", "ring wire B", "Psi/step");
     int bad = 0;
-    double total_psi = 0;
+    double total_psi = 0, psi_unit = (double)P->num_parameters * (N - 1) / (double)N;
     for (int k = 0; k < COLL_NUM; k++) {
         unsigned long long pred = per[k] * (unsigned long long)steps;
         int ok = c->handed[PHASE_TRAIN][k] == pred;
         bad += !ok;
         double psi = 0;
-        if (k < 3 && N > 1 && steps > 0) {
-            double elem = elem_is_grad[k] ? P->grad_bytes : P->param_bytes;
-            psi = (double)c->wire[PHASE_TRAIN][k] / steps / (elem * (double)P->num_parameters * (N - 1) / N);
+        if (k != COLL_SCALARS && N > 1 && steps > 0) {
+            double elem = k == COLL_ALL_GATHER ? P->param_bytes : P->grad_bytes;
+            psi = (double)c->wire[PHASE_TRAIN][k] / steps / (elem * psi_unit);
             total_psi += psi;
         }
-        fprintf(out, "  %-20s %8llu %18llu %18llu %18llu %12.3f%s\n", coll_names[k], c->calls[PHASE_TRAIN][k],
+        fprintf(out, "  %-26s %8llu %18llu %18llu %18llu %10.3f%s\n", coll_name(k), c->calls[PHASE_TRAIN][k],
                 c->handed[PHASE_TRAIN][k], pred, c->wire[PHASE_TRAIN][k], psi, ok ? "" : "   <-- ERROR: counted != predicted");
     }
-    if (N > 1)
-        fprintf(out, "  volume per optimizer step: %.3f Psi (ZeRO paper: 2 Psi for stages 0-2, 3 Psi for stage 3%s)\n", total_psi,
-                P->zero_stage == 3 ? "; here the root unit (tied wte) is gathered once per step, blocks twice per micro-step" : "");
-    else
+    if (N > 1) {
+        fprintf(out, "  volume per optimizer step: %.3f Psi (ZeRO paper: 2 Psi at stages 0-2, 3 Psi at stage 3)\n", total_psi);
+        if (P->zero_stage == 3) {
+            unsigned long long A = (unsigned long long)P->grad_accum_steps;
+            fprintf(out, "  stage-3 all-gathers by unit class, per optimizer step:");
+            for (int k = 0; k < P->num_classes; k++) {
+                const ZeroClass* K = &P->classes[k];
+                unsigned long long times = K->mode == ZERO_KEEP_STEP ? 1 : K->mode == ZERO_KEEP_MICRO ? A : A * (unsigned long long)K->uses;
+                fprintf(out, "%s %s %.3f Psi (%llu x %.1f%% of Psi: %s)", k ? ";" : "", K->name,
+                        (double)times * K->total_padded / (double)P->num_parameters, times,
+                        100.0 * K->total_padded / (double)P->num_parameters,
+                        K->mode == ZERO_KEEP_STEP ? "gathered once, kept for the step"
+                        : K->mode == ZERO_KEEP_MICRO ? "kept from forward to backward" : "gathered before every use");
+            }
+            fprintf(out, "\n");
+        }
+    } else {
         fprintf(out, "  single rank: nothing crosses the wire\n");
+    }
     fprintf(out, "  traffic: %s\n", bad ? "ERROR: mismatch" : "OK (counted == predicted for every collective)");
     return bad;
 }

@@ -5,6 +5,7 @@
 #ifndef LLMC_CPU_ENCODER_H
 #define LLMC_CPU_ENCODER_H
 
+#include <stdio.h>
 #include "common.h"
 
 /* ------------------------------------------------------------------------ */
@@ -113,5 +114,78 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe,
 }
 
 #endif /* LLMC_BF16 */
+
+/* The embedding forward restricted to one vocabulary chunk (gpt.h): for
+   every (b,t) whose token lies in rows [row0, row0 + nrows) of wte,
+     out[b,t,:] = W[inp[b,t] - row0, :] + wpe[t, :]
+   where W (nrows, C) holds those rows (a gathered chunk at stage 3); other
+   rows of out are left alone. Calling it for every chunk writes every row
+   once, with the same values as one call over all of wte. */
+static inline void encoder_forward_rows(floatX* out, const int* inp, const floatX* W, int row0, int nrows,
+                                        const floatX* wpe, int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        int v = inp[bt] - row0;
+        if (v < 0 || v >= nrows) continue;
+        int t = bt % T;
+        floatX* o = out + (size_t)bt * C;
+        const floatX* we = W + (size_t)v * C;
+        const floatX* pe = wpe + (size_t)t * C;
+#pragma omp simd
+        for (int i = 0; i < C; i++) o[i] = stx(ldx(we[i]) + ldx(pe[i]));
+    }
+}
+
+/* The embedding gradient of a range of one table (gpt.h): the table is
+   (R, C) row-major (wte or wpe); the caller holds its elements [lo, hi) at
+   dst[0 .. hi-lo). rows (n, C) are d(embedding output) rows of every rank
+   (all-gathered), keys (n) the table row each came from (its token id, or
+   its position t), order (n) the row indices sorted by (key, index). For
+   every table row k with elements in [lo, hi) and at least one row keyed
+   k: s = the sum of those rows in `order` (fp32), then
+     dst[x] = round(dst[x] + round(s[x]))   for the elements x of row k in [lo, hi)
+   (two roundings to floatX, none in fp32), so the result does not depend on
+   how the rows were split among ranks or on which rank holds the range.
+   Distinct rows are independent: threads split them. */
+static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* keys,
+                                            const int* order, int n, int C) {
+    if (hi <= lo || n <= 0) return;
+    long r_first = (long)(lo / (size_t)C), r_last = (long)((hi - 1) / (size_t)C);
+    /* first position in order with key >= r_first */
+    int a = 0, b = n;
+    while (a < b) { int mid = (a + b) / 2; if (keys[order[mid]] < r_first) a = mid + 1; else b = mid; }
+    int* seg = (int*)malloc((size_t)(n + 1) * sizeof(int));
+    if (!seg) { fprintf(stderr, "error: out of host memory in embedding_backward_range\n"); exit(1); }
+    int nseg = 0, i = a;
+    while (i < n && keys[order[i]] <= r_last) {
+        seg[nseg++] = i;
+        int k = keys[order[i]];
+        while (i < n && keys[order[i]] == k) i++;
+    }
+    seg[nseg] = i;
+#pragma omp parallel
+    {
+        float* acc = (float*)malloc((size_t)C * sizeof(float));
+        if (!acc) { fprintf(stderr, "error: out of host memory in embedding_backward_range\n"); exit(1); }
+#pragma omp for schedule(dynamic, 4)
+        for (int s = 0; s < nseg; s++) {
+            long k = keys[order[seg[s]]];
+            size_t row_lo = (size_t)k * (size_t)C, row_hi = row_lo + (size_t)C;
+            size_t e0 = row_lo > lo ? row_lo : lo, e1 = row_hi < hi ? row_hi : hi;
+            int c0 = (int)(e0 - row_lo), c1 = (int)(e1 - row_lo);
+            for (int c = c0; c < c1; c++) acc[c] = 0.0f;
+            for (int j = seg[s]; j < seg[s + 1]; j++) {
+                const floatX* r = rows + (size_t)order[j] * (size_t)C;
+#pragma omp simd
+                for (int c = c0; c < c1; c++) acc[c] += ldx(r[c]);
+            }
+            floatX* d = dst + (e0 - lo);
+#pragma omp simd
+            for (int c = c0; c < c1; c++) d[c - c0] = stx(ldx(d[c - c0]) + ldx(stx(acc[c])));
+        }
+        free(acc);
+    }
+    free(seg);
+}
 
 #endif /* LLMC_CPU_ENCODER_H */

@@ -109,4 +109,66 @@ static inline void fused_classifier(floatX* logits, float* losses,
 
 #endif /* LLMC_BF16 */
 
+/* The classifier over vocabulary chunks (gpt.h), in three steps per row n
+   of N, with an online softmax (Milakov & Gimelshein, arXiv:1805.02867):
+   classifier_stats_init sets mx = -inf, sum = 0, tl = 0; for each chunk,
+   classifier_chunk_stats takes logits (N, ncols) of vocabulary entries
+   col0 .. col0+ncols-1 (entries >= V are padding, ignored) and updates
+     mx' = max(mx, max_j l_j),  sum' = sum exp(mx - mx') + sum_j exp(l_j - mx'),
+     tl = l_target when the target lies in the chunk;
+   classifier_losses then gives losses[n] = log(sum) - (tl - mx)
+   = -log softmax(l[0:V])[target]. Exponentials in fp32 (cpu_expf), summed
+   in 512-element fp32 blocks into fp64, as fused_classifier does. */
+static inline void classifier_stats_init(float* mx, double* sum, float* tl, int N) {
+    for (int n = 0; n < N; n++) { mx[n] = -INFINITY; sum[n] = 0.0; tl[n] = 0.0f; }
+}
+
+static inline void classifier_chunk_stats(const floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+                                          float* mx, double* sum, float* tl) {
+    int valid = V - col0 < ncols ? V - col0 : ncols;
+    if (valid <= 0) return;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const floatX* l = logits + (size_t)n * ncols;
+        float cm = -INFINITY;
+#pragma omp simd reduction(max : cm)
+        for (int j = 0; j < valid; j++) { float v = ldx(l[j]); cm = v > cm ? v : cm; }
+        float m_old = mx[n], m_new = cm > m_old ? cm : m_old;
+        double s = 0.0;
+        for (int j0 = 0; j0 < valid; j0 += 512) {
+            int j1 = j0 + 512 < valid ? j0 + 512 : valid;
+            float b = 0.0f;
+#pragma omp simd reduction(+ : b)
+            for (int j = j0; j < j1; j++) b += cpu_expf(ldx(l[j]) - m_new);
+            s += b;
+        }
+        sum[n] = (m_old == -INFINITY ? 0.0 : sum[n] * exp((double)m_old - (double)m_new)) + s;
+        mx[n] = m_new;
+        int t = targets[n] - col0;
+        if (t >= 0 && t < valid) tl[n] = ldx(l[t]);
+    }
+}
+
+static inline void classifier_losses(float* losses, const float* mx, const double* sum, const float* tl, int N) {
+    for (int n = 0; n < N; n++) losses[n] = (float)(log(sum[n]) - ((double)tl[n] - (double)mx[n]));
+}
+
+/* dlogits of one chunk, in place over its logits (N, ncols), from the
+   final statistics: d_j = dloss (exp(l_j - mx)/sum - [col0 + j == target])
+   for vocabulary entries, 0 for padding (one rounding per element). */
+static inline void classifier_chunk_grad(floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+                                         const float* mx, const double* sum, float dloss) {
+    int valid = V - col0 < ncols ? (V - col0 > 0 ? V - col0 : 0) : ncols;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        floatX* l = logits + (size_t)n * ncols;
+        float m = mx[n];
+        float f = (float)((double)dloss / sum[n]);
+        int t = targets[n] - col0;
+#pragma omp simd
+        for (int j = 0; j < valid; j++) l[j] = stx(cpu_expf(ldx(l[j]) - m) * f - (j == t ? dloss : 0.0f));
+        for (int j = valid; j < ncols; j++) l[j] = stx(0.0f);
+    }
+}
+
 #endif /* LLMC_CPU_FUSED_CLASSIFIER_H */

@@ -154,4 +154,79 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     cudaCheckLaunch("encoder_backward_wte_kernel");
 }
 
+/* The embedding forward restricted to one vocabulary chunk (gpt.h, twin of
+   the CPU kernel): out[b,t,:] = W[inp[b,t] - row0, :] + wpe[t, :] for every
+   (b,t) whose token lies in rows [row0, row0 + nrows); other rows of out are
+   left alone. One block per (b,t), threads over channels. */
+__global__ void encoder_forward_rows_kernel(floatX* out, const int* inp, const floatX* W, int row0, int nrows,
+                                            const floatX* wpe, int T, int C) {
+    int bt = blockIdx.x;
+    int v = inp[bt] - row0;
+    if (v < 0 || v >= nrows) return;
+    int t = bt % T;
+    const floatX* we = W + (size_t)v * C;
+    const floatX* pe = wpe + (size_t)t * C;
+    floatX* o = out + (size_t)bt * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = tobf(bf(we[i]) + bf(pe[i]));
+}
+
+static inline void encoder_forward_rows(floatX* out, const int* inp, const floatX* W, int row0, int nrows,
+                                        const floatX* wpe, int B, int T, int C) {
+    if (B * T <= 0) return;
+    encoder_forward_rows_kernel<<<(unsigned)(B * T), 128, 0, cuda_ctx.stream>>>(out, inp, W, row0, nrows, wpe, T, C);
+    cudaCheckLaunch("encoder_forward_rows_kernel");
+}
+
+/* The embedding gradient of a range [lo, hi) of one (R, C) table held at
+   dst[0 .. hi-lo) (gpt.h, twin of the CPU kernel): for every table row k
+   with elements in the range that some gathered row is keyed to, the sum
+   in `order` (fp32) of those rows, rounded to bf16, added to dst with one
+   more rounding. rows (n, C) DEVICE; keys, order (n) HOST arrays (sorted by
+   (key, index) on the host). One block per distinct row, threads over its
+   channels in the range, each summing its channel over the segment in
+   order: deterministic, no atomics. */
+__global__ void embedding_backward_range_kernel(floatX* dst, size_t lo, size_t hi, const floatX* rows,
+                                                const int* seg, const int* seg_key, const int* order, int C) {
+    int s = blockIdx.x;
+    size_t row_lo = (size_t)seg_key[s] * (size_t)C, row_hi = row_lo + (size_t)C;
+    size_t e0 = row_lo > lo ? row_lo : lo, e1 = row_hi < hi ? row_hi : hi;
+    for (size_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+        size_t c = e - row_lo;
+        float acc = 0.0f;
+        for (int j = seg[s]; j < seg[s + 1]; j++) acc += bf(rows[(size_t)order[j] * (size_t)C + c]);
+        dst[e - lo] = tobf(bf(dst[e - lo]) + bf(tobf(acc)));
+    }
+}
+
+static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* keys,
+                                            const int* order, int n, int C) {
+    if (hi <= lo || n <= 0) return;
+    long r_first = (long)(lo / (size_t)C), r_last = (long)((hi - 1) / (size_t)C);
+    int a = 0, b = n;
+    while (a < b) { int mid = (a + b) / 2; if (keys[order[mid]] < r_first) a = mid + 1; else b = mid; }
+    /* host: segment starts (nseg + 1), their keys (nseg), then order (n), one upload */
+    int* h = (int*)malloc((size_t)(2 * n + 2) * sizeof(int));
+    if (!h) cuda_fatal("out of host memory in embedding_backward_range");
+    int* seg = h;
+    int nseg = 0, i = a;
+    while (i < n && keys[order[i]] <= r_last) {
+        seg[nseg++] = i;
+        int k = keys[order[i]];
+        while (i < n && keys[order[i]] == k) i++;
+    }
+    seg[nseg] = i;
+    if (nseg == 0) { free(h); return; }
+    int* seg_key = seg + nseg + 1;
+    for (int q = 0; q < nseg; q++) seg_key[q] = keys[order[seg[q]]];
+    size_t head = (size_t)(2 * nseg + 1);
+    int* d = (int*)cuda_scratch(SCRATCH_SORT_KEYS, (head + (size_t)n) * sizeof(int));
+    cuda_wait_compute(); /* the scratch may still feed a queued kernel */
+    cudaCheck(cudaMemcpy(d, h, head * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d + head, order, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
+    free(h);
+    embedding_backward_range_kernel<<<(unsigned)nseg, 128, 0, cuda_ctx.stream>>>(dst, lo, hi, rows, d, d + nseg + 1,
+                                                                                  d + head, C);
+    cudaCheckLaunch("embedding_backward_range_kernel");
+}
+
 #endif /* LLMC_CUDA_ENCODER_CUH */

@@ -92,4 +92,84 @@ static inline void fused_classifier(floatX* logits, float* losses, const int* ta
     cudaCheckLaunch("fused_classifier_kernel");
 }
 
+/* The classifier over vocabulary chunks (gpt.h; twins of the CPU kernels,
+   see llmc/cpu/fused_classifier.h for the math): online-softmax statistics
+   per row (running max mx, running sum of exponentials in fp64, the
+   target's logit tl), the losses from them, and each chunk's dlogits in
+   place. One block per row; block reductions in a fixed order. */
+__global__ void classifier_stats_init_kernel(float* mx, double* sum, float* tl, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) { mx[n] = -INFINITY; sum[n] = 0.0; tl[n] = 0.0f; }
+}
+
+static inline void classifier_stats_init(float* mx, double* sum, float* tl, int N) {
+    if (N <= 0) return;
+    classifier_stats_init_kernel<<<cdiv_u((size_t)N, 256), 256, 0, cuda_ctx.stream>>>(mx, sum, tl, N);
+    cudaCheckLaunch("classifier_stats_init_kernel");
+}
+
+__global__ void classifier_chunk_stats_kernel(const floatX* logits, int ncols, int valid, int col0, const int* targets,
+                                              float* mx, double* sum, float* tl) {
+    __shared__ float shm[32];
+    __shared__ double shd[32];
+    int n = blockIdx.x;
+    const floatX* l = logits + (size_t)n * ncols;
+    float cm = -INFINITY;
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) cm = fmaxf(cm, bf(l[j]));
+    cm = warp_max(cm);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) shm[warp] = cm;
+    __syncthreads();
+    cm = -INFINITY;
+    for (int w = 0; w < nw; w++) cm = fmaxf(cm, shm[w]);
+    float m_old = mx[n], m_new = fmaxf(cm, m_old);
+    double s = 0.0;
+    for (int j = threadIdx.x; j < valid; j += blockDim.x) s += (double)expf(bf(l[j]) - m_new);
+    s = block_sum_d(s, shd);
+    if (threadIdx.x == 0) {
+        sum[n] = (m_old == -INFINITY ? 0.0 : sum[n] * exp((double)m_old - (double)m_new)) + s;
+        mx[n] = m_new;
+        int t = targets[n] - col0;
+        if (t >= 0 && t < valid) tl[n] = bf(l[t]);
+    }
+}
+
+static inline void classifier_chunk_stats(const floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+                                          float* mx, double* sum, float* tl) {
+    int valid = V - col0 < ncols ? V - col0 : ncols;
+    if (valid <= 0 || N <= 0) return;
+    classifier_chunk_stats_kernel<<<(unsigned)N, 256, 0, cuda_ctx.stream>>>(logits, ncols, valid, col0, targets, mx, sum, tl);
+    cudaCheckLaunch("classifier_chunk_stats_kernel");
+}
+
+__global__ void classifier_losses_kernel(float* losses, const float* mx, const double* sum, const float* tl, int N) {
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) losses[n] = (float)(log(sum[n]) - ((double)tl[n] - (double)mx[n]));
+}
+
+static inline void classifier_losses(float* losses, const float* mx, const double* sum, const float* tl, int N) {
+    if (N <= 0) return;
+    classifier_losses_kernel<<<cdiv_u((size_t)N, 256), 256, 0, cuda_ctx.stream>>>(losses, mx, sum, tl, N);
+    cudaCheckLaunch("classifier_losses_kernel");
+}
+
+__global__ void classifier_chunk_grad_kernel(floatX* logits, int ncols, int valid, int col0, const int* targets,
+                                             const float* mx, const double* sum, float dloss) {
+    int n = blockIdx.x;
+    floatX* l = logits + (size_t)n * ncols;
+    float m = mx[n];
+    float f = (float)((double)dloss / sum[n]);
+    int t = targets[n] - col0;
+    for (int j = threadIdx.x; j < ncols; j += blockDim.x)
+        l[j] = tobf(j < valid ? expf(bf(l[j]) - m) * f - (j == t ? dloss : 0.0f) : 0.0f);
+}
+
+static inline void classifier_chunk_grad(floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+                                         const float* mx, const double* sum, float dloss) {
+    int valid = V - col0 < ncols ? (V - col0 > 0 ? V - col0 : 0) : ncols;
+    if (N <= 0) return;
+    classifier_chunk_grad_kernel<<<(unsigned)N, 256, 0, cuda_ctx.stream>>>(logits, ncols, valid, col0, targets, mx, sum, dloss);
+    cudaCheckLaunch("classifier_chunk_grad_kernel");
+}
+
 #endif /* LLMC_CUDA_FUSED_CLASSIFIER_CUH */
