@@ -1,9 +1,14 @@
 # Builds every program of the trainer. `make train` and `make test` do all
 # the set-up on a fresh Debian machine (packages, data, reference files).
 #
-#   make train [NP=2 ZERO=1 STEPS=... ARGS="..."]   train the default GPT on the CPU
+#   make train [NP=2 ZERO=1 STEPS=... ARGS="..." PRECISION=fp32|bf16]
+#                                                    train the default GPT on the CPU
 #   make test                                        every check a CPU machine can run
-#   make bench                                       CPU speed figures (not a test)
+#   make bench [PRECISION=fp32|bf16]                 CPU speed figures (not a test; both
+#                                                    precisions side by side unless given)
+#   make all                                         the four CPU programs: ./train_gpt_cpu
+#                                                    ./test_gpt_cpu (fp32) and
+#                                                    ./train_gpt_cpu_bf16 ./test_gpt_cpu_bf16
 #   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
 #   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
 #   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
@@ -24,6 +29,12 @@ BLAS_CFLAGS ?=
 BLAS_LIBS ?= -lopenblas
 endif
 LIBS = $(BLAS_LIBS) -lm
+# The bf16 programs (-DLLMC_BF16: bf16 params, grads and activations, fp32
+# master weights and Adam moments, matmuls on oneDNN's bf16 matmul
+# primitive) need oneDNN's headers (Debian: libdnnl-dev).
+DNNL_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
+CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
+LIBS_BF16 = -ldnnl -lm
 HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h)
 PY = /usr/bin/python3
 MPIRUN = mpirun --allow-run-as-root --oversubscribe
@@ -32,10 +43,18 @@ NP ?= 2
 ZERO ?= 1
 STEPS ?= 500
 ARGS ?=
+# precision of `make train` (fp32 or bf16); `make bench` runs both unless
+# PRECISION is given
+PRECISION ?= fp32
+ifeq ($(filter fp32 bf16,$(PRECISION)),)
+$(error PRECISION=$(PRECISION): must be fp32 or bf16)
+endif
+TRAIN_PROGRAM = $(if $(filter bf16,$(PRECISION)),train_gpt_cpu_bf16,train_gpt_cpu)
+BENCH_PRECISIONS = $(if $(filter command line environment environment override,$(origin PRECISION)),$(PRECISION),fp32 bf16)
 
-.PHONY: all train test deps data ref bench clean sanitize fuzz
+.PHONY: all train test deps data ref bench clean sanitize fuzz dnnl-headers
 
-all: train_gpt_cpu test_gpt_cpu
+all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16
 
 # the CUDA build: make cuda (./train_gpt ./test_gpt), make cuda-dev (dev/cuda kernel checks)
 include cuda.mk
@@ -45,6 +64,17 @@ train_gpt_cpu: train_gpt.cu $(HEADERS)
 
 test_gpt_cpu: test_gpt.cu $(HEADERS)
 	$(MPICC) $(CFLAGS_ALL) -x c test_gpt.cu -o $@ $(LIBS)
+
+train_gpt_cpu_bf16: train_gpt.cu $(HEADERS) | dnnl-headers
+	$(MPICC) $(CFLAGS_BF16) -x c train_gpt.cu -o $@ $(LIBS_BF16)
+
+test_gpt_cpu_bf16: test_gpt.cu $(HEADERS) | dnnl-headers
+	$(MPICC) $(CFLAGS_BF16) -x c test_gpt.cu -o $@ $(LIBS_BF16)
+
+dnnl-headers:
+ifeq ($(DNNL_HEADER),)
+	@echo "error: the bf16 programs need oneDNN's headers (/usr/include/oneapi/dnnl/dnnl.h): apt-get install libdnnl-dev, or make deps" >&2; exit 1
+endif
 
 # Debian packages and npm packages, installed only when missing.
 deps:
@@ -59,17 +89,17 @@ ref: deps
 
 # (sub-makes: the BLAS choice above must see what `deps` installed)
 train: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
-	$(MPIRUN) -np $(NP) ./train_gpt_cpu -z $(ZERO) -x $(STEPS) $(ARGS)
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
+	$(MPIRUN) -np $(NP) ./$(TRAIN_PROGRAM) -z $(ZERO) -x $(STEPS) $(ARGS)
 
 test: deps data ref
 	@$(MAKE) --no-print-directory all
 	bash dev/run_tests.sh
 
 bench: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
+	@$(MAKE) --no-print-directory $(if $(filter fp32,$(BENCH_PRECISIONS)),train_gpt_cpu) $(if $(filter bf16,$(BENCH_PRECISIONS)),train_gpt_cpu_bf16)
 	@mkdir -p build
-	BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
+	PRECISIONS="$(BENCH_PRECISIONS)" BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh
@@ -79,5 +109,5 @@ fuzz:
 	bash dev/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -f train_gpt_cpu test_gpt_cpu train_gpt test_gpt
+	rm -f train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 train_gpt test_gpt
 	rm -rf build/san build/fuzz
