@@ -763,7 +763,8 @@ int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "--dump") == 0) return dump_all(argv[2]);
 #endif
 #ifdef LLMC_BF16
-    printf("bf16 build (floatX = bf16, matmuls on oneDNN), threads: %d\n", cpu_num_threads());
+    printf("bf16 build (floatX = bf16), matmul implementation %s, threads: %d\n", cpu_gemm_mode(),
+           cpu_num_threads());
 #else
     printf("threads: %d\n", cpu_num_threads());
 #endif
@@ -793,6 +794,25 @@ int main(int argc, char** argv) {
     test_sum_squares(1000003);
     test_adamw(1001, 1);
     test_adamw(1001, 0);
+    /* several panels per thread in the bf16 program's fp32 path (long K) */
+    test_matmul(130, 64, 9000, 1, 1);
+#ifdef LLMC_BF16
+    /* the other implementation of cpu_gemm_bf16 (matmul.h): oneDNN's bf16
+       primitive (the AMX path) when the default is the fp32 path, and vice
+       versa */
+    {
+        int def = cpu_gemm_state.use_fp32;
+        cpu_gemm_state.use_fp32 = !def;
+        printf("-- cpu_gemm_bf16 implementation: %s\n", cpu_gemm_mode());
+        test_matmul(2 * 7, 12, 36, 1, 1);
+        test_matmul(2 * 7, 12, 37, 0, 0);
+        test_matmul(300, 65, 130, 1, 1);
+        test_matmul(70, 130, 700, 1, 1);
+        test_matmul(130, 64, 9000, 1, 1);
+        cpu_gemm_state.use_fp32 = def;
+        printf("-- cpu_gemm_bf16 implementation: %s\n", cpu_gemm_mode());
+    }
+#endif
     printf("%d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;
 }

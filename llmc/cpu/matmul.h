@@ -13,23 +13,36 @@
 
 /* cpu_gemm_bf16() is the one entry point of the bf16 program's linear
    layers: row-major C (M,N) = op(A) (M,K) op(B) (K,N) [+ bias (N), broadcast
-   over rows] [+ C], on bf16 storage with fp32 accumulation (oneDNN's matmul
-   primitive: on CPUs with AMX-BF16 its "brg:avx512_core_amx" kernels, with
-   AVX512-BF16 "brg:avx512_core_bf16"; oneDNN chooses). The sum over K, the
-   bias and the old value of C (the `accumulate` flag: oneDNN's sum post-op)
-   are added in fp32 and the result is rounded ONCE to bf16 (round to nearest
-   even), as cuBLASLt does in the CUDA program (llmc/cuda/matmul.cuh,
-   gemm_bf16 with beta = 1 and the bias epilogue).
+   over rows] [+ C], on bf16 storage with fp32 accumulation. The sum over K,
+   the bias and the old value of C (the `accumulate` flag) are added in fp32
+   and the result is rounded ONCE to bf16 (round to nearest even), as
+   cuBLASLt does in the CUDA program (llmc/cuda/matmul.cuh, gemm_bf16 with
+   beta = 1 and the bias epilogue). Two implementations, chosen once:
+   - "primitive" (when oneDNN dispatches to AMX, avx512_core_amx): oneDNN's
+     bf16 matmul primitive (brg:avx512_core_amx), bias in the primitive, the
+     old C through the sum post-op. Primitives are created once per (shape,
+     transposes, leading dimensions, bias, accumulate) and cached; oneDNN
+     threads them with its own OpenMP threads. User-managed scratchpad: one
+     buffer shared by all primitives (the calls are serial).
+   - "fp32" (every other CPU): the same product on exact fp32 copies of the
+     bf16 operands, by the fp32 program's sgemm (oneDNN's dnnl_sgemm), split
+     among the OpenMP threads as cpu_sgemm_par splits it, in panels; the
+     fp32 sum, bias and old C are rounded once in the panel's epilogue.
+     Why: without AMX, oneDNN's bf16 primitive runs on AVX512-BF16
+     (vdpbf16ps), which on the Xeons measured here issues at half the rate
+     of fp32 FMAs (85 vs 170 GFLOP/s per core in a register loop, and the
+     primitive reaches 85): the fp32 kernel on converted copies is ~1.7x
+     faster, with the same rounding points.
+   LLMC_BF16_MATMUL=primitive|fp32 in the environment forces one (to
+   compare them; the two agree to fp32 summation order, not bitwise).
    Layout: ta != 0 means A is stored (K,M) with leading dimension lda (else
    (M,K)); likewise tb for B ((N,K) stored, else (K,N)); C (M,N) with ldc.
-   Primitives are created once per (shape, transposes, leading dimensions,
-   bias, accumulate) and cached; oneDNN threads them with its own OpenMP
-   threads, so call it from serial code, never inside a parallel region.
-   The scratchpad is user-managed: one buffer shared by all primitives (the
-   calls are serial), grown to the largest need, counted by
-   cpu_gemm_internal_bytes(). Results are bitwise reproducible for a fixed
-   thread count. A oneDNN failure (a bug or an unsupported machine) prints
-   one "error:" line and exits with code 2. */
+   Call it from serial code, never inside a parallel region. Scratch (the
+   primitive's scratchpad, the fp32 copies) is kept and grown to the
+   largest need, counted by cpu_gemm_internal_bytes(). Results are bitwise
+   reproducible for a fixed thread count. A oneDNN failure (a bug or an
+   unsupported machine) prints one "error:" line and exits with code 2; an
+   allocation failure prints "error: out of memory" and exits with code 1. */
 #define CPU_GEMM_CACHE 128
 
 typedef struct {
@@ -49,6 +62,11 @@ static struct {
     void* scratch;               /* shared user scratchpad */
     size_t scratch_bytes;
     const char* impl;            /* implementation of the last plan built */
+    int use_fp32;                /* 1: the "fp32" implementation (see above) */
+    float* shared;               /* fp32 path: the operand every thread reads */
+    size_t shared_cap;           /* (floats) */
+    float* tbuf[256];            /* fp32 path: per-thread panel buffers */
+    size_t tcap[256];            /* (floats) */
 } cpu_gemm_state;
 
 static void cpu_gemm_check(dnnl_status_t s, const char* what) {
@@ -62,11 +80,143 @@ static void cpu_gemm_init(void) {
     if (cpu_gemm_state.ready) return;
     cpu_gemm_check(dnnl_engine_create(&cpu_gemm_state.engine, dnnl_cpu, 0), "engine_create");
     cpu_gemm_check(dnnl_stream_create(&cpu_gemm_state.stream, cpu_gemm_state.engine, dnnl_stream_default_flags), "stream_create");
+    const char* e = getenv("LLMC_BF16_MATMUL");
+    if (e && !strcmp(e, "primitive")) cpu_gemm_state.use_fp32 = 0;
+    else if (e && !strcmp(e, "fp32")) cpu_gemm_state.use_fp32 = 1;
+    else cpu_gemm_state.use_fp32 = dnnl_get_effective_cpu_isa() != dnnl_cpu_isa_avx512_core_amx;
     cpu_gemm_state.ready = 1;
 }
 
-/* bytes of the shared scratchpad (memory outside the ledger) */
-static inline unsigned long long cpu_gemm_internal_bytes(void) { return cpu_gemm_state.scratch_bytes; }
+/* the implementation in use: "primitive" or "fp32" (see above) */
+static inline const char* cpu_gemm_mode(void) {
+    cpu_gemm_init();
+    return cpu_gemm_state.use_fp32 ? "fp32" : "primitive";
+}
+
+/* bytes of matmul scratch (memory outside the ledger) */
+static inline unsigned long long cpu_gemm_internal_bytes(void) {
+    unsigned long long b = cpu_gemm_state.scratch_bytes + cpu_gemm_state.shared_cap * sizeof(float);
+    for (int i = 0; i < 256; i++) b += cpu_gemm_state.tcap[i] * sizeof(float);
+    return b;
+}
+
+/* *buf grown to hold n floats (64-byte aligned); exits on failure */
+static float* cpu_gemm_grow(float** buf, size_t* cap, size_t n) {
+    if (n > *cap) {
+        free(*buf);
+        size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+        *buf = (float*)aligned_alloc(64, bytes);
+        if (!*buf) {
+            fprintf(stderr, "error: out of memory: cannot allocate %zu bytes of matmul scratch\n", bytes);
+            exit(1);
+        }
+        *cap = n;
+    }
+    return *buf;
+}
+
+/* dst (R, W) packed fp32 <- rows r0.. and columns c0.. of a stored bf16
+   matrix with leading dimension ld (exact) */
+static inline void cpu_gemm_cvt(float* dst, const floatX* src, int r0, int R, int c0, int W, int ld) {
+    for (int i = 0; i < R; i++) {
+        const floatX* s = src + (size_t)(r0 + i) * ld + c0;
+        float* d = dst + (size_t)i * W;
+#pragma omp simd
+        for (int j = 0; j < W; j++) d[j] = ldx(s[j]);
+    }
+}
+
+/* C rows (R, W) at C + c0 (ldc) <- bf16(acc (R, W packed) + bias[c0..] +
+   old C if accumulate): the one rounding of the fp32 path */
+static inline void cpu_gemm_epilogue(floatX* C, int ldc, int r0, int R, int c0, int W, const float* acc,
+                                     const floatX* bias, int accumulate) {
+    for (int i = 0; i < R; i++) {
+        floatX* c = C + (size_t)(r0 + i) * ldc + c0;
+        const float* a = acc + (size_t)i * W;
+        if (bias && accumulate) {
+#pragma omp simd
+            for (int j = 0; j < W; j++) c[j] = stx(a[j] + ldx(bias[c0 + j]) + ldx(c[j]));
+        } else if (bias) {
+#pragma omp simd
+            for (int j = 0; j < W; j++) c[j] = stx(a[j] + ldx(bias[c0 + j]));
+        } else if (accumulate) {
+#pragma omp simd
+            for (int j = 0; j < W; j++) c[j] = stx(a[j] + ldx(c[j]));
+        } else {
+#pragma omp simd
+            for (int j = 0; j < W; j++) c[j] = stx(a[j]);
+        }
+    }
+}
+
+/* panel of the split dimension (rows of op(A) or columns of op(B)) and
+   tile of K in the fp32 path: a converted panel tile holds at most
+   CPU_GEMM_PANEL x CPU_GEMM_KTILE floats (2 MB); a long K is summed tile by
+   tile into the panel's fp32 product (sgemm with beta = 1), still rounded
+   to bf16 once, after the last tile */
+#define CPU_GEMM_PANEL 256
+#define CPU_GEMM_KTILE 2048
+
+/* the "fp32" implementation (see above): the larger output dimension (M or
+   N) is split among threads as in cpu_sgemm_part; the other operand is
+   converted once, whole; each thread converts its panels of the split
+   operand (K tile by K tile), multiplies them with a single-threaded sgemm
+   into fp32 and rounds once in the epilogue. */
+static void cpu_gemm_bf16_fp32(int ta, int tb, int M, int N, int K, const floatX* A, int lda,
+                               const floatX* B, int ldb, int accumulate, floatX* C, int ldc,
+                               const floatX* bias) {
+    cpu_blas_init();
+    const int split_m = M >= N;
+    /* the shared operand as stored: rows x cols with ld */
+    const floatX* S = split_m ? B : A;
+    const int Sr = split_m ? (tb ? N : K) : (ta ? K : M);
+    const int Sc = split_m ? (tb ? K : N) : (ta ? M : K);
+    const int Sld = split_m ? ldb : lda;
+    /* whether K runs along the stored rows of the shared operand */
+    const int s_k_rows = split_m ? !tb : ta;
+    float* Sf = cpu_gemm_grow(&cpu_gemm_state.shared, &cpu_gemm_state.shared_cap, (size_t)Sr * Sc);
+    const int whole = (double)M * N * K < CPU_GEMM_SPLIT_MIN;
+    const int KT = K < CPU_GEMM_KTILE ? K : CPU_GEMM_KTILE;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int r = 0; r < Sr; r++) cpu_gemm_cvt(Sf + (size_t)r * Sc, S, r, 1, 0, Sc, Sld);
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        size_t lo = 0, hi = 0;
+        if (whole || nth <= 1) {
+            if (ith == 0) hi = (size_t)(split_m ? M : N);
+        } else {
+            cpu_split_range((size_t)(split_m ? M : N), ith, nth, 64, &lo, &hi);
+        }
+        if (hi > lo && ith < 256) {
+            const int P = CPU_GEMM_PANEL, other = split_m ? N : M;
+            size_t need = (size_t)P * KT + (size_t)P * other;
+            float* buf = cpu_gemm_grow(&cpu_gemm_state.tbuf[ith], &cpu_gemm_state.tcap[ith], need);
+            float* Pf = buf;                     /* the converted panel tile */
+            float* Cf = buf + (size_t)P * KT;    /* the panel's fp32 product */
+            for (int p0 = (int)lo; p0 < (int)hi; p0 += P) {
+                int n = (int)hi - p0 < P ? (int)hi - p0 : P;
+                for (int k0 = 0; k0 < K; k0 += KT) {
+                    int kn = K - k0 < KT ? K - k0 : KT;
+                    float beta = k0 == 0 ? 0.0f : 1.0f;
+                    const float* Sk = Sf + (s_k_rows ? (size_t)k0 * Sc : (size_t)k0);
+                    if (split_m) { /* rows p0..p0+n of op(A), K tile k0..k0+kn */
+                        if (!ta) cpu_gemm_cvt(Pf, A, p0, n, k0, kn, lda);
+                        else cpu_gemm_cvt(Pf, A, k0, kn, p0, n, lda);
+                        cpu_sgemm(ta, tb, n, N, kn, 1.0f, Pf, ta ? n : kn, Sk, Sc, beta, Cf, N);
+                    } else { /* columns p0..p0+n of op(B), K tile k0..k0+kn */
+                        if (tb) cpu_gemm_cvt(Pf, B, p0, n, k0, kn, ldb);
+                        else cpu_gemm_cvt(Pf, B, k0, kn, p0, n, ldb);
+                        cpu_sgemm(ta, tb, M, n, kn, 1.0f, Sk, Sc, Pf, tb ? kn : n, beta, Cf, n);
+                    }
+                }
+                if (split_m) cpu_gemm_epilogue(C, ldc, p0, n, 0, N, Cf, bias, accumulate);
+                else cpu_gemm_epilogue(C, ldc, 0, M, p0, n, Cf, bias, accumulate);
+            }
+        }
+    }
+}
 
 static void cpu_gemm_plan_destroy(CpuGemmPlan* p) {
     if (!p->valid) return;
@@ -146,6 +296,10 @@ static void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const floatX* A, 
         return;
     }
     cpu_gemm_init();
+    if (cpu_gemm_state.use_fp32) {
+        cpu_gemm_bf16_fp32(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias);
+        return;
+    }
     int has_bias = bias != NULL;
     CpuGemmPlan* p = NULL;
     for (int i = 0; i < CPU_GEMM_CACHE; i++) {
