@@ -797,9 +797,9 @@ int main(int argc, char** argv) {
     /* several panels per thread in the bf16 program's fp32 path (long K) */
     test_matmul(130, 64, 9000, 1, 1);
 #ifdef LLMC_BF16
-    /* the other implementation of cpu_gemm_bf16 (matmul.h): oneDNN's bf16
-       primitive (the AMX path) when the default is the fp32 path, and vice
-       versa */
+    /* the other implementation of cpu_gemm_bf16 (matmul.h) and of the
+       attention that follows its choice: oneDNN's bf16 primitive (the AMX
+       path) when the default is the fp32 path, and vice versa */
     {
         int def = cpu_gemm_state.use_fp32;
         cpu_gemm_state.use_fp32 = !def;
@@ -809,6 +809,8 @@ int main(int argc, char** argv) {
         test_matmul(300, 65, 130, 1, 1);
         test_matmul(70, 130, 700, 1, 1);
         test_matmul(130, 64, 9000, 1, 1);
+        test_attention(2, 7, 12, 3);
+        test_attention(2, 130, 48, 3);
         cpu_gemm_state.use_fp32 = def;
         printf("-- cpu_gemm_bf16 implementation: %s\n", cpu_gemm_mode());
     }

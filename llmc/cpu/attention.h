@@ -18,11 +18,12 @@
 #endif
 
 #ifdef LLMC_BF16
+#include "matmul.h"
+
 /* ------------------------------------------------------------------------ */
-/* bf16 program: the same blocked causal products in fp32 (single-threaded
-   sgemm per (b,h), as the fp32 program), on fp32 copies of the head's bf16
-   q, k, v, dout tiles (exact). bf16 roundings at the CUDA program's points
-   (llmc/cuda/attention.cuh):
+/* bf16 program, two implementations, following cpu_gemm_bf16's choice
+   (matmul.h: "primitive" where oneDNN runs AMX, "fp32" elsewhere); both
+   round at the CUDA program's points (llmc/cuda/attention.cuh):
      forward:  preatt = bf16(scale q.k)           (fp32 sum of exact products)
                att    = bf16(exp(preatt - max) / sum)   (softmax in fp32 of
                         the ROUNDED preatt; 0 for s > t)
@@ -31,8 +32,128 @@
                dpreatt = bf16(scale att (datt - sum_s' att datt))  (fp32, of
                          the rounded att and datt; 0 for s > t)
                dq, dk, dv = bf16(old + fp32 sum over the ROUNDED dpreatt / att)
-   so every stored value is rounded once and every later product reads the
-   stored (rounded) value, as the GPU's separate kernels do. Scratch per
+   "primitive": per sequence b, the NH heads' q, k, v (and dout, and the
+   dq, dk, dv slices being accumulated) are copied into contiguous (NH, T,
+   hs) bf16 tensors (exact), and each product is ONE batched oneDNN bf16
+   matmul over the NH heads (as the CUDA program's strided-batched GEMMs):
+   full T x T products (2x the causal flops: the masked half is computed and
+   ignored, or multiplied by att's zeros), scale in the primitive (output
+   scale), += through the sum post-op; softmax rows in fp32 between them.
+   Called from serial code; scratch: 7 (NH, T, hs) tensors, counted in
+   cpu_gemm_internal_bytes. */
+
+/* dst (NH, T, hs) packed <- the heads of one sequence's (T, ld) rows at
+   src, head h at columns h*hs (exact copies); unpack is the reverse */
+static inline void cpu_att_pack(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < NH * T; r++) {
+        int h = r / T, t = r % T;
+        memcpy(dst + (size_t)r * hs, src + (size_t)t * ld + (size_t)h * hs, sizeof(floatX) * hs);
+    }
+}
+static inline void cpu_att_unpack(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < NH * T; r++) {
+        int h = r / T, t = r % T;
+        memcpy(dst + (size_t)t * ld + (size_t)h * hs, src + (size_t)r * hs, sizeof(floatX) * hs);
+    }
+}
+static inline floatX* cpu_att_scratch(size_t elems) {
+    return (floatX*)cpu_gemm_grow(&cpu_gemm_state.att_buf, &cpu_gemm_state.att_cap, (elems + 1) / 2);
+}
+
+static inline void attention_forward_prim(floatX* out, floatX* preatt, floatX* att, const floatX* qkv,
+                                          int B, int T, int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    floatX* Q = cpu_att_scratch(4 * (size_t)NH * th);
+    floatX *Kh = Q + NH * th, *Vh = Kh + NH * th, *Oh = Vh + NH * th;
+    const long long s_rows[3] = {th, hs, 1};   /* (NH, T, hs) packed */
+    const long long s_kt[3] = {th, 1, hs};     /* its transpose (NH, hs, T) */
+    const long long s_tt[3] = {tt, T, 1};      /* (NH, T, T) */
+    for (int b = 0; b < B; b++) {
+        const floatX* q = qkv + (size_t)b * T * C3;
+        cpu_att_pack(Q, q, T, NH, hs, C3);
+        cpu_att_pack(Kh, q + C, T, NH, hs, C3);
+        cpu_att_pack(Vh, q + 2 * C, T, NH, hs, C3);
+        floatX* pre = preatt + (size_t)b * NH * tt;
+        floatX* a = att + (size_t)b * NH * tt;
+        cpu_gemm_bf16_prim(NH, T, T, hs, scale, Q, s_rows, Kh, s_kt, 0, pre, s_tt, NULL);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < NH * T; r++) {
+            int t = r % T;
+            const floatX* p = pre + (size_t)r * T;
+            floatX* ar = a + (size_t)r * T;
+            float mx = -INFINITY;
+            for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int s = 0; s <= t; s++) sum += cpu_expf(ldx(p[s]) - mx);
+            float inv = 1.0f / sum;
+#pragma omp simd
+            for (int s = 0; s <= t; s++) ar[s] = stx(cpu_expf(ldx(p[s]) - mx) * inv);
+            for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
+        }
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, a, s_tt, Vh, s_rows, 0, Oh, s_rows, NULL);
+        cpu_att_unpack(out + (size_t)b * T * C, Oh, T, NH, hs, C);
+    }
+}
+
+static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX* datt, const floatX* dout,
+                                           const floatX* qkv, const floatX* att, int B, int T, int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    floatX* Q = cpu_att_scratch(7 * (size_t)NH * th);
+    floatX *Kh = Q + NH * th, *Vh = Kh + NH * th, *Dh = Vh + NH * th;
+    floatX *GQ = Dh + NH * th, *GK = GQ + NH * th, *GV = GK + NH * th;
+    const long long s_rows[3] = {th, hs, 1};
+    const long long s_kt[3] = {th, 1, hs};
+    const long long s_tt[3] = {tt, T, 1};
+    const long long s_ttT[3] = {tt, 1, T};     /* the transpose of (NH, T, T) */
+    for (int b = 0; b < B; b++) {
+        const floatX* q = qkv + (size_t)b * T * C3;
+        floatX* dq = dqkv + (size_t)b * T * C3;
+        cpu_att_pack(Q, q, T, NH, hs, C3);
+        cpu_att_pack(Kh, q + C, T, NH, hs, C3);
+        cpu_att_pack(Vh, q + 2 * C, T, NH, hs, C3);
+        cpu_att_pack(Dh, dout + (size_t)b * T * C, T, NH, hs, C);
+        cpu_att_pack(GQ, dq, T, NH, hs, C3);
+        cpu_att_pack(GK, dq + C, T, NH, hs, C3);
+        cpu_att_pack(GV, dq + 2 * C, T, NH, hs, C3);
+        const floatX* a = att + (size_t)b * NH * tt;
+        floatX* dp = dpreatt + (size_t)b * NH * tt;
+        floatX* da = datt + (size_t)b * NH * tt;
+        cpu_gemm_bf16_prim(NH, T, T, hs, 1.0f, Dh, s_rows, Vh, s_kt, 0, da, s_tt, NULL);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < NH * T; r++) {
+            int t = r % T;
+            const floatX* ar = a + (size_t)r * T;
+            const floatX* dar = da + (size_t)r * T;
+            floatX* dpr = dp + (size_t)r * T;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int s = 0; s <= t; s++) dot += ldx(ar[s]) * ldx(dar[s]);
+#pragma omp simd
+            for (int s = 0; s <= t; s++) dpr[s] = stx(scale * ldx(ar[s]) * (ldx(dar[s]) - dot));
+            for (int s = t + 1; s < T; s++) dpr[s] = stx(0.0f);
+        }
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_tt, Kh, s_rows, 1, GQ, s_rows, NULL);
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_ttT, Q, s_rows, 1, GK, s_rows, NULL);
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, a, s_ttT, Dh, s_rows, 1, GV, s_rows, NULL);
+        cpu_att_unpack(dq, GQ, T, NH, hs, C3);
+        cpu_att_unpack(dq + C, GK, T, NH, hs, C3);
+        cpu_att_unpack(dq + 2 * C, GV, T, NH, hs, C3);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* bf16 program, "fp32" implementation: the same blocked causal products
+   in fp32 as the fp32 program (single-threaded sgemm per (b,h), tasks split
+   among threads), on fp32 copies of the head's bf16 q, k, v, dout tiles
+   (exact); each stored value is rounded at the points listed above, and the
+   later products read the rounded value (kept in fp32 tiles). Scratch per
    thread: 7 T*hs + 2 T*T floats. */
 
 /* dst (T, hs) fp32 contiguous <- src rows t*ld .. (bf16, exact) */
@@ -44,6 +165,10 @@ static inline void cpu_att_load(float* dst, const floatX* src, int T, int hs, in
 static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
                                      const floatX* qkv, int B, int T, int C,
                                      int NH) {
+    if (!strcmp(cpu_gemm_mode(), "primitive")) {
+        attention_forward_prim(out, preatt, att, qkv, B, T, C, NH);
+        return;
+    }
     cpu_blas_init();
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -112,6 +237,10 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
                                       floatX* datt, const floatX* dout,
                                       const floatX* qkv, const floatX* att,
                                       int B, int T, int C, int NH) {
+    if (!strcmp(cpu_gemm_mode(), "primitive")) {
+        attention_backward_prim(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+        return;
+    }
     cpu_blas_init();
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);

@@ -47,7 +47,11 @@
 
 typedef struct {
     int valid;
-    int ta, tb, M, N, K, lda, ldb, ldc, has_bias, accumulate; /* key */
+    /* key: batch, shape, element strides (batch, row, column) of op(A)
+       (M,K), op(B) (K,N) and C (M,N), bias, accumulate, scale */
+    int batch, M, N, K, has_bias, accumulate;
+    long long sa[3], sb[3], sc[3];
+    float alpha;
     dnnl_primitive_t prim;
     dnnl_memory_t mA, mB, mC, mbias, mscratch;
     size_t scratch_bytes;
@@ -67,6 +71,8 @@ static struct {
     size_t shared_cap;           /* (floats) */
     float* tbuf[256];            /* fp32 path: per-thread panel buffers */
     size_t tcap[256];            /* (floats) */
+    float* att_buf;              /* primitive path: attention's packed heads */
+    size_t att_cap;              /* (floats) */
 } cpu_gemm_state;
 
 static void cpu_gemm_check(dnnl_status_t s, const char* what) {
@@ -95,7 +101,8 @@ static inline const char* cpu_gemm_mode(void) {
 
 /* bytes of matmul scratch (memory outside the ledger) */
 static inline unsigned long long cpu_gemm_internal_bytes(void) {
-    unsigned long long b = cpu_gemm_state.scratch_bytes + cpu_gemm_state.shared_cap * sizeof(float);
+    unsigned long long b = cpu_gemm_state.scratch_bytes + cpu_gemm_state.shared_cap * sizeof(float) +
+                           cpu_gemm_state.att_cap * sizeof(float);
     for (int i = 0; i < 256; i++) b += cpu_gemm_state.tcap[i] * sizeof(float);
     return b;
 }
@@ -229,25 +236,31 @@ static void cpu_gemm_plan_destroy(CpuGemmPlan* p) {
     p->valid = 0;
 }
 
-/* 2-D bf16 memory descriptor of a (rows, cols) matrix stored row-major with
-   leading dimension ld, or transposed (stored (cols, rows)) if t */
-static void cpu_gemm_md(dnnl_memory_desc_t* md, int rows, int cols, int ld, int t) {
-    dnnl_dims_t dims = {rows, cols};
-    dnnl_dims_t strides = {t ? 1 : ld, t ? ld : 1};
-    cpu_gemm_check(dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_bf16, strides), "memory_desc_init");
+/* bf16 memory descriptor of a batch of (rows, cols) matrices with element
+   strides st (batch, row, column); 2-D when batch == 1 */
+static void cpu_gemm_md(dnnl_memory_desc_t* md, int batch, int rows, int cols, const long long* st) {
+    dnnl_dims_t dims = {batch, rows, cols}, strides = {st[0], st[1], st[2]};
+    if (batch <= 1) {
+        dnnl_dims_t d2 = {rows, cols}, s2 = {st[1], st[2]};
+        cpu_gemm_check(dnnl_memory_desc_init_by_strides(md, 2, d2, dnnl_bf16, s2), "memory_desc_init");
+        return;
+    }
+    cpu_gemm_check(dnnl_memory_desc_init_by_strides(md, 3, dims, dnnl_bf16, strides), "memory_desc_init");
 }
 
 static void cpu_gemm_plan_build(CpuGemmPlan* p) {
     dnnl_memory_desc_t a, b, c, bias;
-    cpu_gemm_md(&a, p->M, p->K, p->lda, p->ta);
-    cpu_gemm_md(&b, p->K, p->N, p->ldb, p->tb);
-    cpu_gemm_md(&c, p->M, p->N, p->ldc, 0);
-    cpu_gemm_md(&bias, 1, p->N, p->N, 0);
+    long long sbias[3] = {p->N, p->N, 1};
+    cpu_gemm_md(&a, p->batch, p->M, p->K, p->sa);
+    cpu_gemm_md(&b, p->batch, p->K, p->N, p->sb);
+    cpu_gemm_md(&c, p->batch, p->M, p->N, p->sc);
+    cpu_gemm_md(&bias, 1, 1, p->N, sbias);
     dnnl_matmul_desc_t desc;
     cpu_gemm_check(dnnl_matmul_desc_init(&desc, &a, &b, p->has_bias ? &bias : NULL, &c), "matmul_desc_init");
     dnnl_primitive_attr_t attr;
     cpu_gemm_check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     cpu_gemm_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+    if (p->alpha != 1.0f) cpu_gemm_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &p->alpha), "set_output_scales");
     dnnl_post_ops_t po = NULL;
     if (p->accumulate) {
         cpu_gemm_check(dnnl_post_ops_create(&po), "post_ops_create");
@@ -283,6 +296,44 @@ static void cpu_gemm_plan_build(CpuGemmPlan* p) {
     }
 }
 
+/* oneDNN's bf16 matmul primitive on a batch of products:
+     C[b] (M,N) = alpha op(A)[b] (M,K) op(B)[b] (K,N) [+ bias (N)] [+ C[b]]
+   with element strides sa, sb, sc = (batch, row, column) of the logical
+   op(A), op(B), C; fp32 accumulation, scaling and sum, one rounding. From
+   serial code (oneDNN threads it). */
+static void cpu_gemm_bf16_prim(int batch, int M, int N, int K, float alpha, const floatX* A, const long long* sa,
+                               const floatX* B, const long long* sb, int accumulate, floatX* C,
+                               const long long* sc, const floatX* bias) {
+    cpu_gemm_init();
+    int has_bias = bias != NULL;
+    CpuGemmPlan* p = NULL;
+    for (int i = 0; i < CPU_GEMM_CACHE; i++) {
+        CpuGemmPlan* q = &cpu_gemm_state.cache[i];
+        if (q->valid && q->batch == batch && q->M == M && q->N == N && q->K == K && q->has_bias == has_bias &&
+            q->accumulate == accumulate && q->alpha == alpha && !memcmp(q->sa, sa, sizeof q->sa) &&
+            !memcmp(q->sb, sb, sizeof q->sb) && !memcmp(q->sc, sc, sizeof q->sc)) { p = q; break; }
+    }
+    if (!p) {
+        p = &cpu_gemm_state.cache[cpu_gemm_state.next];
+        cpu_gemm_state.next = (cpu_gemm_state.next + 1) % CPU_GEMM_CACHE;
+        cpu_gemm_plan_destroy(p);
+        p->batch = batch; p->M = M; p->N = N; p->K = K; p->has_bias = has_bias; p->accumulate = accumulate;
+        p->alpha = alpha;
+        memcpy(p->sa, sa, sizeof p->sa); memcpy(p->sb, sb, sizeof p->sb); memcpy(p->sc, sc, sizeof p->sc);
+        cpu_gemm_plan_build(p);
+        p->valid = 1;
+    }
+    cpu_gemm_check(dnnl_memory_set_data_handle(p->mA, (void*)A), "set_data_handle");
+    cpu_gemm_check(dnnl_memory_set_data_handle(p->mB, (void*)B), "set_data_handle");
+    cpu_gemm_check(dnnl_memory_set_data_handle(p->mC, (void*)C), "set_data_handle");
+    cpu_gemm_check(dnnl_memory_set_data_handle(p->mscratch, cpu_gemm_state.scratch), "set_data_handle");
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mA}, {DNNL_ARG_WEIGHTS, p->mB}, {DNNL_ARG_DST, p->mC},
+                               {DNNL_ARG_SCRATCHPAD, p->mscratch}, {DNNL_ARG_BIAS, p->mbias}};
+    if (has_bias) cpu_gemm_check(dnnl_memory_set_data_handle(p->mbias, (void*)bias), "set_data_handle");
+    cpu_gemm_check(dnnl_primitive_execute(p->prim, cpu_gemm_state.stream, has_bias ? 5 : 4, args), "matmul execute");
+    cpu_gemm_check(dnnl_stream_wait(cpu_gemm_state.stream), "stream_wait");
+}
+
 static void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const floatX* A, int lda,
                           const floatX* B, int ldb, int accumulate, floatX* C, int ldc,
                           const floatX* bias) {
@@ -300,32 +351,10 @@ static void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const floatX* A, 
         cpu_gemm_bf16_fp32(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias);
         return;
     }
-    int has_bias = bias != NULL;
-    CpuGemmPlan* p = NULL;
-    for (int i = 0; i < CPU_GEMM_CACHE; i++) {
-        CpuGemmPlan* q = &cpu_gemm_state.cache[i];
-        if (q->valid && q->ta == ta && q->tb == tb && q->M == M && q->N == N && q->K == K &&
-            q->lda == lda && q->ldb == ldb && q->ldc == ldc && q->has_bias == has_bias &&
-            q->accumulate == accumulate) { p = q; break; }
-    }
-    if (!p) {
-        p = &cpu_gemm_state.cache[cpu_gemm_state.next];
-        cpu_gemm_state.next = (cpu_gemm_state.next + 1) % CPU_GEMM_CACHE;
-        cpu_gemm_plan_destroy(p);
-        p->ta = ta; p->tb = tb; p->M = M; p->N = N; p->K = K; p->lda = lda; p->ldb = ldb;
-        p->ldc = ldc; p->has_bias = has_bias; p->accumulate = accumulate;
-        cpu_gemm_plan_build(p);
-        p->valid = 1;
-    }
-    cpu_gemm_check(dnnl_memory_set_data_handle(p->mA, (void*)A), "set_data_handle");
-    cpu_gemm_check(dnnl_memory_set_data_handle(p->mB, (void*)B), "set_data_handle");
-    cpu_gemm_check(dnnl_memory_set_data_handle(p->mC, (void*)C), "set_data_handle");
-    cpu_gemm_check(dnnl_memory_set_data_handle(p->mscratch, cpu_gemm_state.scratch), "set_data_handle");
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, p->mA}, {DNNL_ARG_WEIGHTS, p->mB}, {DNNL_ARG_DST, p->mC},
-                               {DNNL_ARG_SCRATCHPAD, p->mscratch}, {DNNL_ARG_BIAS, p->mbias}};
-    if (has_bias) cpu_gemm_check(dnnl_memory_set_data_handle(p->mbias, (void*)bias), "set_data_handle");
-    cpu_gemm_check(dnnl_primitive_execute(p->prim, cpu_gemm_state.stream, has_bias ? 5 : 4, args), "matmul execute");
-    cpu_gemm_check(dnnl_stream_wait(cpu_gemm_state.stream), "stream_wait");
+    long long sa[3] = {0, ta ? 1 : lda, ta ? lda : 1};
+    long long sb[3] = {0, tb ? 1 : ldb, tb ? ldb : 1};
+    long long sc[3] = {0, ldc, 1};
+    cpu_gemm_bf16_prim(1, M, N, K, 1.0f, A, sa, B, sb, accumulate, C, sc, bias);
 }
 
 /* dbias (OC) += sum over the N rows of dout (N,OC): OC split among
