@@ -15,7 +15,8 @@
  *      achieved GFLOP/s (model FLOPs: 6 * params_in_matmuls + attention, per
  *      token) and the loss of each step (it must fall: the batch is
  *      repeated).
- * usage: bench_kernels [peak] [gemm] [step L NH C B T [steps]]  (default: all)
+ * usage: bench_kernels [peak] [gemm] [elem] [step L NH C B T [steps]]  (default: all)
+ *   elem: the non-matmul kernels one at a time at d6 sizes
  *   peak prints "peak fp32 X" / "peak bf16 Y" lines (GFLOP/s) for dev/bench.sh
  *   BENCH_CPUTIME=1: time with the process CPU clock (see now_s)
  *
@@ -295,6 +296,49 @@ static void bench_gemm(void) {
     }
 }
 
+/* ---- 1b. the other kernels, one at a time (d6 sizes) ------------------------ */
+
+#define BEST_OF(reps, stmt) ({ double b_ = 1e30; for (int r_ = 0; r_ < (reps); r_++) { \
+    double t_ = now_s(); stmt; t_ = now_s() - t_; if (t_ < b_) b_ = t_; } b_ * 1e3; })
+
+static void bench_elem(void) {
+    const int B = 4, T = 256, C = 384, NH = 6, N = B * T, V = 50257, Vp = 50304;
+    const size_t NC = (size_t)N * C;
+    floatX *x = xalloc(4 * NC), *y = xalloc(4 * NC), *z = xalloc(4 * NC), *w = xalloc(C), *b = xalloc(C);
+    floatX *dw = xalloc(C), *db = xalloc(C), *qkv = xalloc(3 * NC), *dqkv = xalloc(3 * NC);
+    floatX *att = xalloc((size_t)B * NH * T * T), *pre = xalloc((size_t)B * NH * T * T);
+    floatX* logits = xalloc((size_t)N * Vp);
+    float *mean = falloc(N), *rstd = falloc(N), *losses = falloc(N);
+    size_t P = 10u << 20; /* AdamW on 10M parameters */
+    floatX *par = xalloc(P), *grd = xalloc(P);
+    float *m = falloc(P), *v = falloc(P), *master = falloc(P);
+    int* tgt = (int*)malloc(sizeof(int) * N);
+    fill(x, 4 * NC, 1); fill(y, 4 * NC, 1); fill(z, 4 * NC, 1); fill(w, C, 1); fill(b, C, 1);
+    fill(dw, C, 1); fill(db, C, 1); fill(qkv, 3 * NC, 1); fill(dqkv, 3 * NC, 1); fill(par, P, 1); fill(grd, P, 0.01f);
+    for (size_t i = 0; i < P; i++) { m[i] = 0; v[i] = 0; master[i] = ldx(par[i]); }
+    for (int i = 0; i < N; i++) tgt[i] = (i * 7919) % V;
+    printf("== %s kernels one at a time, d6 sizes (B4 T256 C384 NH6), %d threads, ms (best of 5)\n", PRECISION,
+           cpu_num_threads());
+    printf("   %-34s %8.2f\n", "layernorm_forward (N,C)", BEST_OF(5, layernorm_forward(y, mean, rstd, x, w, b, N, C)));
+    printf("   %-34s %8.2f\n", "layernorm_backward (N,C)", BEST_OF(5, layernorm_backward(z, dw, db, y, x, w, mean, rstd, N, C)));
+    printf("   %-34s %8.2f\n", "gelu_forward (N,4C)", BEST_OF(5, gelu_forward(y, x, 4 * NC)));
+    printf("   %-34s %8.2f\n", "gelu_backward (N,4C)", BEST_OF(5, gelu_backward(z, x, y, 4 * NC)));
+    printf("   %-34s %8.2f\n", "residual_forward (N,C)", BEST_OF(5, residual_forward(z, x, y, NC)));
+    printf("   %-34s %8.2f\n", "attention_forward", BEST_OF(5, attention_forward(y, pre, att, qkv, B, T, C, NH)));
+    printf("   %-34s %8.2f\n", "attention_backward", BEST_OF(5, attention_backward(dqkv, pre, pre, y, qkv, att, B, T, C, NH)));
+    fill(logits, (size_t)N * Vp, 2);
+    printf("   %-34s %8.2f\n", "fused_classifier (N,Vp) no grad", BEST_OF(3, fused_classifier(logits, losses, tgt, N, V, Vp, 0.0f)));
+    printf("   %-34s %8.2f\n", "fused_classifier (N,Vp) with grad", BEST_OF(1, fused_classifier(logits, losses, tgt, N, V, Vp, 1.0f / N)));
+    printf("   %-34s %8.2f\n", "sum_squares (10M)", BEST_OF(5, sum_squares(grd, P)));
+#ifdef LLMC_BF16
+    printf("   %-34s %8.2f\n", "adamw_update (10M, fp32 master)", BEST_OF(5, adamw_update(par, master, grd, m, v, P, 1e-3f, 0.9f, 0.95f, 0.5f, 0.5f, 1e-8f, 0.1f, 1.0f)));
+#else
+    printf("   %-34s %8.2f\n", "adamw_update (10M)", BEST_OF(5, adamw_update(par, NULL, grd, m, v, P, 1e-3f, 0.9f, 0.95f, 0.5f, 0.5f, 1e-8f, 0.1f, 1.0f)));
+#endif
+    free(x); free(y); free(z); free(w); free(b); free(dw); free(db); free(qkv); free(dqkv); free(att); free(pre);
+    free(logits); free(mean); free(rstd); free(losses); free(par); free(grd); free(m); free(v); free(master); free(tgt);
+}
+
 /* ---- 2. a whole training step -------------------------------------------- */
 
 enum { G_MATMUL, G_ATTN, G_LN, G_GELU_RES, G_CLS, G_ENC, G_OPT, G_ZERO, G_N };
@@ -511,6 +555,7 @@ int main(int argc, char** argv) {
     bench_peak();
     if (argc >= 2 && strcmp(argv[1], "peak") == 0) return 0;
     if (all || strcmp(argv[1], "gemm") == 0) bench_gemm();
+    if (all || strcmp(argv[1], "elem") == 0) bench_elem();
     if (argc >= 7 && strcmp(argv[1], "step") == 0) {
         bench_step(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
                    argc >= 8 ? atoi(argv[7]) : 3);

@@ -158,8 +158,12 @@ static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX
 
 /* dst (T, hs) fp32 contiguous <- src rows t*ld .. (bf16, exact) */
 static inline void cpu_att_load(float* dst, const floatX* src, int T, int hs, int ld) {
-    for (int t = 0; t < T; t++)
-        for (int i = 0; i < hs; i++) dst[(size_t)t * hs + i] = ldx(src[(size_t)t * ld + i]);
+    for (int t = 0; t < T; t++) {
+        const floatX* s = src + (size_t)t * ld;
+        float* d = dst + (size_t)t * hs;
+#pragma omp simd
+        for (int i = 0; i < hs; i++) d[i] = ldx(s[i]);
+    }
 }
 
 static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
@@ -197,12 +201,14 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
                 float* pr = P + (size_t)t * T;
                 floatX* prx = pre + (size_t)t * T;
                 floatX* ar = a + (size_t)t * T;
-                float mx = -INFINITY;
+#pragma omp simd
                 for (int s = 0; s <= t; s++) {
                     prx[s] = stx(pr[s]);
                     pr[s] = ldx(prx[s]);
-                    mx = pr[s] > mx ? pr[s] : mx;
                 }
+                float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+                for (int s = 0; s <= t; s++) mx = pr[s] > mx ? pr[s] : mx;
                 float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                 for (int s = 0; s <= t; s++) {
@@ -211,6 +217,7 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
                     sum += e;
                 }
                 float inv = 1.0f / sum;
+#pragma omp simd
                 for (int s = 0; s <= t; s++) {
                     ar[s] = stx(pr[s] * inv);
                     pr[s] = ldx(ar[s]);
@@ -226,8 +233,12 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
                 cpu_sgemm(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, vf, hs, 0.0f,
                           of + (size_t)r0 * hs, hs);
             }
-            for (int t = 0; t < T; t++)
-                for (int i = 0; i < hs; i++) o[(size_t)t * C + i] = stx(of[(size_t)t * hs + i]);
+            for (int t = 0; t < T; t++) {
+                floatX* orow = o + (size_t)t * C;
+                const float* frow = of + (size_t)t * hs;
+#pragma omp simd
+                for (int i = 0; i < hs; i++) orow[i] = stx(frow[i]);
+            }
         }
         free(buf);
     }
@@ -275,13 +286,16 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
                 floatX* dpr = dp + (size_t)t * T;
                 float* Ar = A + (size_t)t * T;
                 float* Dr = D + (size_t)t * T;
-                float dot = 0.0f;
+#pragma omp simd
                 for (int s = 0; s <= t; s++) {
                     Ar[s] = ldx(ar[s]);
                     dar[s] = stx(Dr[s]);
                     Dr[s] = ldx(dar[s]);
-                    dot += Ar[s] * Dr[s];
                 }
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int s = 0; s <= t; s++) dot += Ar[s] * Dr[s];
+#pragma omp simd
                 for (int s = 0; s <= t; s++) {
                     dpr[s] = stx(scale * Ar[s] * (Dr[s] - dot));
                     Dr[s] = ldx(dpr[s]);
@@ -307,6 +321,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
             for (int t = 0; t < T; t++) {
                 floatX* r = dq + (size_t)t * C3;
                 const size_t o = (size_t)t * hs;
+#pragma omp simd
                 for (int i = 0; i < hs; i++) {
                     r[i] = stx(ldx(r[i]) + gq[o + i]);
                     r[C + i] = stx(ldx(r[C + i]) + gk[o + i]);
