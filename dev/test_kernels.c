@@ -597,6 +597,102 @@ static void test_classifier(int N, int V, int Vp, double lscale) {
     free(logits); free(tg); free(ld); free(rl); free(rdl); free(keep); free(losses); free(losses2);
 }
 
+/* the classifier over vocabulary chunks (classifier_stats_init,
+   classifier_chunk_stats, classifier_losses, classifier_chunk_grad): every
+   chunk is its own (N, ncols) array, as gpt.h holds them */
+static void test_classifier_chunks(int N, int V, int Vp, int chunk, double lscale) {
+    char name[96];
+    float* logits = frand((size_t)N * Vp, lscale);
+    int* tg = (int*)malloc(sizeof(int) * N);
+    for (int n = 0; n < N; n++) tg[n] = (int)((urand() + 1) * 0.5 * V) % V;
+    tg[0] = 0; tg[N - 1] = V - 1;
+    double* ld = dup_d(logits, (size_t)N * Vp);
+    double *rl = dzeros(N), *rdl = dzeros((size_t)N * Vp);
+    float dloss = 1.0f / N;
+    ref_classifier(rl, rdl, ld, tg, N, V, Vp, dloss);
+    int nch = (Vp + chunk - 1) / chunk;
+    float *mx = fnan(N), *tl = fnan(N), *losses = fnan(N);
+    double* sum = dzeros(N);
+    float* part = fnan((size_t)N * chunk);
+    float* grad = fnan((size_t)N * Vp);
+    classifier_stats_init(mx, sum, tl, N);
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < nch; k++) {
+            int col0 = k * chunk, nc = Vp - col0 < chunk ? Vp - col0 : chunk;
+            for (int n = 0; n < N; n++)
+                memcpy(part + (size_t)n * nc, logits + (size_t)n * Vp + col0, sizeof(float) * nc);
+            floatX* xp = TX(part, (size_t)N * nc);
+            if (pass == 0) {
+                classifier_chunk_stats(xp, N, col0, nc, V, tg, mx, sum, tl);
+                DX(xp);
+            } else {
+                classifier_chunk_grad(xp, N, col0, nc, V, tg, mx, sum, dloss);
+                FX(part, xp, (size_t)N * nc);
+                for (int n = 0; n < N; n++)
+                    memcpy(grad + (size_t)n * Vp + col0, part + (size_t)n * nc, sizeof(float) * nc);
+            }
+            if (pass == 0 && k == nch - 1) classifier_losses(losses, mx, sum, tl, N);
+        }
+    snprintf(name, sizeof name, "classifier chunks losses N%d V%d Vp%d chunk%d", N, V, Vp, chunk);
+    check_f32(name, losses, rl, N, TOL);
+    snprintf(name, sizeof name, "classifier chunks dlogits N%d V%d Vp%d chunk%d", N, V, Vp, chunk);
+    check(name, grad, rdl, (size_t)N * Vp, TOL);
+    free(logits); free(tg); free(ld); free(rl); free(rdl); free(mx); free(tl); free(losses); free(sum);
+    free(part); free(grad);
+}
+
+/* encoder_forward_rows over row chunks of wte == encoder_forward; the
+   embedding gradient of a range of a table (embedding_backward_range) from
+   rows keyed by token: dst = round(dst + round(sum of the rows of each
+   key, in `order`)) (two roundings by design, see encoder.h; RB models them) */
+static void test_embedding_rows(int B, int T, int C, int V, int chunk) {
+    char name[96];
+    int n = B * T;
+    int* inp = (int*)malloc(sizeof(int) * n);
+    for (int i = 0; i < n; i++) inp[i] = (int)((urand() + 1) * 0.5 * V) % V;
+    inp[0] = inp[n - 1] = inp[n / 2];
+    float *wte = frand((size_t)V * C, 1), *wpe = frand((size_t)T * C, 1), *out = fnan((size_t)n * C);
+    floatX *xo = TX(out, (size_t)n * C), *xwpe = TX(wpe, (size_t)T * C);
+    for (int r0 = 0; r0 < V; r0 += chunk) {
+        int nr = V - r0 < chunk ? V - r0 : chunk;
+        floatX* xw = TX(wte + (size_t)r0 * C, (size_t)nr * C);
+        encoder_forward_rows(xo, inp, xw, r0, nr, xwpe, B, T, C);
+        DX(xw);
+    }
+    FX(out, xo, (size_t)n * C); DX(xwpe);
+    double* ref = dzeros((size_t)n * C);
+    for (int bt = 0; bt < n; bt++)
+        for (int i = 0; i < C; i++)
+            ref[(size_t)bt * C + i] = (double)wte[(size_t)inp[bt] * C + i] + wpe[(size_t)(bt % T) * C + i];
+    snprintf(name, sizeof name, "encoder_forward_rows B%d T%d C%d chunk%d", B, T, C, chunk);
+    check(name, out, ref, (size_t)n * C, TOL);
+    /* gradient rows keyed by token; the table range [lo, hi) cuts rows */
+    float* rows = frand((size_t)n * C, 1);
+    int* order = (int*)malloc(sizeof(int) * n);
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = 1; i < n; i++) /* insertion sort by (key, index) */
+        for (int j = i; j > 0 && inp[order[j - 1]] > inp[order[j]]; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    size_t lo = (size_t)C / 2, hi = (size_t)V * C - (size_t)C / 3;
+    float* dst = frand(hi - lo, 1);
+    double* rdst = dup_d(dst, hi - lo);
+    double* acc = dzeros((size_t)V * C);
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < C; c++) acc[(size_t)inp[i] * C + c] += rows[(size_t)i * C + c];
+    int* seen = (int*)calloc(V, sizeof(int));
+    for (int i = 0; i < n; i++) seen[inp[i]] = 1;
+    for (size_t e = lo; e < hi; e++)
+        if (seen[e / C]) rdst[e - lo] = RB(rdst[e - lo] + RB(acc[e]));
+    floatX *xdst = TX(dst, hi - lo), *xrows = TX(rows, (size_t)n * C);
+    embedding_backward_range(xdst, lo, hi, xrows, inp, order, n, C);
+    FX(dst, xdst, hi - lo); DX(xrows);
+    snprintf(name, sizeof name, "embedding_backward_range n%d C%d V%d", n, C, V);
+    check(name, dst, rdst, hi - lo, TOL);
+    free(inp); free(wte); free(wpe); free(out); free(ref); free(rows); free(order); free(dst); free(rdst);
+    free(acc); free(seen);
+}
+
 static void test_sum_squares(size_t n) {
     char name[96];
     float* x = frand(n, 1);
@@ -796,6 +892,11 @@ int main(int argc, char** argv) {
     test_adamw(1001, 0);
     /* several panels per thread in the bf16 program's fp32 path (long K) */
     test_matmul(130, 64, 9000, 1, 1);
+    /* the vocabulary-chunk kernels of gpt.h */
+    test_classifier_chunks(2 * 7, 37, 40, 16, 3.0);
+    test_classifier_chunks(5, 1000, 1024, 300, 20.0);
+    test_embedding_rows(2, 7, 12, 37, 10);
+    test_embedding_rows(3, 33, 100, 50, 64);
 #ifdef LLMC_BF16
     /* the other implementation of cpu_gemm_bf16 (matmul.h) and of the
        attention that follows its choice: oneDNN's bf16 primitive (the AMX
