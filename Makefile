@@ -9,6 +9,10 @@
 #   make all                                         the four CPU programs: ./train_gpt_cpu
 #                                                    ./test_gpt_cpu (fp32) and
 #                                                    ./train_gpt_cpu_bf16 ./test_gpt_cpu_bf16
+#   make cluster-bench [CLUSTER_BENCH="STEPS=3 ..."] ZeRO stages x link rates on a simulated 2-node cluster (root)
+#   make bench-offload [BENCH_STEPS=4 BENCH_NP=1 BENCH_ZERO=1]  memory, step time, I/O of --offload-optimizer disk (not a test)
+#   make plots [PLOT_NP="2 4" PLOT_STEPS=3 LOSS_STEPS=60 PLOT_DIR=docs/img PLOT_ARGS=...]
+#                                                    the README's pictures (dev/plot.py all)
 #   make cuda                                        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt)
 #   make sanitize                                    ASan+UBSan builds (build/san) on a short set of runs
 #   make fuzz [FUZZ_SECONDS=300]                     fuzz the file readers (libFuzzer; build/fuzz)
@@ -52,7 +56,7 @@ endif
 TRAIN_PROGRAM = $(if $(filter bf16,$(PRECISION)),train_gpt_cpu_bf16,train_gpt_cpu)
 BENCH_PRECISIONS = $(if $(filter command line environment environment override,$(origin PRECISION)),$(PRECISION),fp32 bf16)
 
-.PHONY: all train test deps data ref bench clean sanitize fuzz dnnl-headers
+.PHONY: all train test deps data ref bench bench-offload clean sanitize fuzz cluster-bench plots dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16
 
@@ -100,6 +104,34 @@ bench: deps data
 	@$(MAKE) --no-print-directory $(if $(filter fp32,$(BENCH_PRECISIONS)),train_gpt_cpu) $(if $(filter bf16,$(BENCH_PRECISIONS)),train_gpt_cpu_bf16)
 	@mkdir -p build
 	PRECISIONS="$(BENCH_PRECISIONS)" BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
+
+# ZeRO stages on 2 simulated nodes (scripts/cluster.sh) at 100 Mbit/s, 1 and
+# 10 Gbit/s: step time, bytes across the link, a simple model. Not a test.
+CLUSTER_BENCH ?=
+cluster-bench: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	$(CLUSTER_BENCH) bash dev/cluster_bench.sh
+
+bench-offload: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	@mkdir -p build
+	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
+# The pictures of the default model (d4, B=8, T=128): the memory ledger and
+# the traffic of stages 0-3 (and stage 3 with --reshard-after-forward 0) at
+# each PLOT_NP rank count for PLOT_STEPS steps, a trace of each at the first
+# rank count (timeline), one LOSS_STEPS-step run at 2 ranks, stage 1 (loss;
+# 0 skips it), and the cluster bench's results when build/cluster_bench has
+# them. Runs and logs in build/plots; PNGs in PLOT_DIR. About 3 minutes on
+# 2 cores. PLOT_ARGS: more options of dev/plot.py all (--model, --trace-flags,
+# --loss-np, --loss-zero; dev/plot.py all -h).
+PLOT_DIR ?= docs/img
+PLOT_NP ?= 2 4
+PLOT_STEPS ?= 3
+LOSS_STEPS ?= 60
+PLOT_ARGS ?=
+plots: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	$(PY) dev/plot.py all --out $(PLOT_DIR) --np "$(PLOT_NP)" --steps $(PLOT_STEPS) --loss-steps $(LOSS_STEPS) $(PLOT_ARGS)
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

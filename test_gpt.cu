@@ -13,7 +13,11 @@
    - the memory ledger (allocated == predicted per category) and the
      traffic of the training steps (counted == predicted per collective).
  Usage: mpirun -np N ./test_gpt_cpu -e model.bin -s debug_state.bin [-z s]
-        [--reshard-after-forward 0|1] [--accum A] [--losses-out file]
+        [--reshard-after-forward 0|1] [--accum A] [--losses-out file] [--prefetch K]
+        [--reshard-embedding 0|1] [--vocab-chunk R] [--keep-logits 0|1] [--shard-group G] [--overlap 0|1]
+        [--offload-optimizer none|disk:DIR|host (CUDA)]: the optimizer
+        states offloaded (stages 1-3); every check must pass as without,
+        and the bytes moved between tiers must equal the plan's.
  Prints one line per check and "N passed, M failed"; exit 1 if any failed.
 */
 #ifdef __CUDACC__
@@ -90,10 +94,12 @@ int main(int argc, char** argv) {
     backend_preinit(argv);
     Comm comm;
     comm_init(&comm, &argc, &argv);
-    backend_init(&comm); /* GPU + NCCL (CUDA build); no-op on the CPU */
     char err[ERRLEN] = "";
     const char* model_path = NULL; const char* state_path = NULL; const char* losses_out = NULL;
     long zero_stage = 0, reshard = 1, accum = 1, prefetch = 1, reshard_emb = 1, vocab_chunk = 8192, keep_logits = 0;
+    long shard_group = comm.world_size, overlap = 1;
+    int offload = OFFLOAD_NONE;
+    const char* offload_dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) { set_err(err, ERRLEN, "flag %s needs a value", argv[i]); break; }
         const char* f = argv[i]; const char* v = argv[++i];
@@ -106,11 +112,31 @@ int main(int argc, char** argv) {
         else if (!strcmp(f, "--reshard-embedding")) { if (parse_long(v, &reshard_emb)) set_err(err, ERRLEN, "--reshard-embedding '%s' is not an integer", v); }
         else if (!strcmp(f, "--vocab-chunk")) { if (parse_long(v, &vocab_chunk) || vocab_chunk < 1) set_err(err, ERRLEN, "--vocab-chunk '%s' must be a positive integer", v); }
         else if (!strcmp(f, "--keep-logits")) { if (parse_long(v, &keep_logits)) set_err(err, ERRLEN, "--keep-logits '%s' is not an integer", v); }
+        else if (!strcmp(f, "--shard-group")) { if (parse_long(v, &shard_group) || shard_group < 1 || comm.world_size % shard_group) set_err(err, ERRLEN, "--shard-group '%s' must divide the rank count %d", v, comm.world_size); }
+        else if (!strcmp(f, "--overlap")) { if (parse_long(v, &overlap)) set_err(err, ERRLEN, "--overlap '%s' is not an integer", v); }
+        else if (!strcmp(f, "--offload-optimizer")) {
+            if (!strcmp(v, "none")) offload = OFFLOAD_NONE;
+#ifdef __CUDACC__
+            else if (!strcmp(v, "host")) offload = OFFLOAD_HOST;
+#endif
+            else if (!strncmp(v, "disk:", 5) && v[5]) { offload = OFFLOAD_DISK; offload_dir = v + 5; }
+            else set_err(err, ERRLEN, "--offload-optimizer '%s' must be none, disk:DIR%s", v,
+#ifdef __CUDACC__
+                         " or host"
+#else
+                         ""
+#endif
+                         );
+        }
         else if (!strcmp(f, "--accum")) { if (parse_long(v, &accum) || accum < 1) set_err(err, ERRLEN, "--accum '%s' must be a positive integer", v); }
         else set_err(err, ERRLEN, "unknown flag %s", f);
     }
     if (!err[0] && (!model_path || !state_path)) set_err(err, ERRLEN, "usage: test_gpt -e model.bin -s debug_state.bin [-z stage] [--accum A]");
+    if (!err[0] && offload != OFFLOAD_NONE && zero_stage == 0) set_err(err, ERRLEN, "--offload-optimizer: needs -z 1, 2 or 3 (stage 0 replicates the optimizer)");
     comm_check_all(&comm, err);
+    if (shard_group != comm.world_size) comm_set_groups(&comm, (int)shard_group);
+    comm.overlap = (int)overlap;
+    backend_init(&comm); /* GPU + NCCL (CUDA build); the communication thread (CPU) */
 
     GPT2Config cfg;
     int version;
@@ -139,9 +165,10 @@ int main(int argc, char** argv) {
     GPT2Options mopt = gpt2_default_options();
     mopt.zero_stage = (int)zero_stage; mopt.reshard_after_forward = (int)reshard; mopt.prefetch = (int)prefetch;
     mopt.grad_accum_steps = (int)accum; mopt.reshard_embedding = (int)reshard_emb; mopt.vocab_chunk = (int)vocab_chunk;
-    mopt.keep_logits = (int)keep_logits;
+    mopt.keep_logits = (int)keep_logits; mopt.offload = offload;
     gpt2_init(&model, &cfg, &comm, &mopt, Bm, T, err, ERRLEN);
     comm_check_all(&comm, err);
+    zero_offload_open(&model.engine, offload_dir);
     const ZeroPlan* P = &model.plan;
     size_t total = 0;
     for (int t = 0; t < P->num_tensors; t++) total += P->tensors[t].size;
@@ -159,8 +186,10 @@ int main(int argc, char** argv) {
     gpt2_load_checkpoint(&model, model_path, err, ERRLEN);
     comm_check_all(&comm, err);
     if (comm.rank == 0)
-        printf("test_gpt (%s): %s, %d rank(s), zero_stage %ld%s, %ld micro-step(s) of B=%d, T=%d, %zu parameters\n", BACKEND_NAME, model_path,
-               N, zero_stage, zero_stage == 3 ? (reshard ? " reshard 1" : " reshard 0") : "", accum, Bm, T, P->num_parameters);
+        printf("test_gpt (%s): %s, %d rank(s), zero_stage %ld%s, %ld micro-step(s) of B=%d, T=%d, %zu parameters%s%s\n", BACKEND_NAME, model_path,
+               N, zero_stage, zero_stage == 3 ? (reshard ? " reshard 1" : " reshard 0") : "", accum, Bm, T, P->num_parameters,
+               offload == OFFLOAD_DISK ? ", optimizer offloaded to disk:" : offload == OFFLOAD_HOST ? ", optimizer offloaded to host memory" : "",
+               offload == OFFLOAD_DISK ? offload_dir : "");
 
     /* 1. forward only: logits and loss of every micro-step slice */
     comm.phase = PHASE_OTHER;
@@ -254,12 +283,15 @@ int main(int argc, char** argv) {
     int mem_bad = zero_print_memory(sink, P, &model.ledger);
     check(&comm, mem_bad == 0, "memory ledger: allocated == predicted", (double)mem_bad, 0);
     int traffic_bad = zero_print_traffic(sink, P, &comm, nsteps);
+    int offload_bad = zero_print_offload_traffic(sink, &model.engine, nsteps);
     if (sink != stdout) fclose(sink);
     check(&comm, traffic_bad == 0, "traffic: counted == predicted", (double)traffic_bad, 0);
+    if (offload != OFFLOAD_NONE) check(&comm, offload_bad == 0, "offload traffic: counted == predicted", (double)offload_bad, 0);
 
     if (comm.rank == 0) printf("%d passed, %d failed\n", passed, failed);
     gpt2_free(&model);
     free(x); free(y); free(ref_logits); free(ref_grads); free(row); free(order); free(buf);
+    backend_finalize(&comm);
     comm_finalize(&comm);
     return failed ? 1 : 0;
 }

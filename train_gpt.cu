@@ -28,6 +28,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 #include "llmc/schedulers.h"
+#include "llmc/trace.h"
 
 typedef struct {
     const char* train_pattern;
@@ -41,7 +42,12 @@ typedef struct {
     int warmup, max_steps, val_every, val_steps, sample_every, gen_tokens, ckpt_every;
     int zero_stage, reshard_after_forward, prefetch;
     int reshard_embedding, vocab_chunk, keep_logits, overlap;
+    int shard_group;             /* HSDP: ranks per shard group (-1: all) */
+    const char* trace_path;      /* --trace FILE */
+    int trace_first, trace_last; /* --trace-steps a:b (optimizer steps, 1-based, inclusive) */
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
+    int offload;                 /* --offload-optimizer: OFFLOAD_NONE, _HOST (CUDA build) or _DISK */
+    const char* offload_dir;     /* disk:DIR */
     int ledger_all, ledger_every;
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
@@ -94,6 +100,23 @@ static void usage(FILE* out) {
 "  --vocab-chunk <n>  rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)  default 8192\n"
 "  --keep-logits <0|1>  keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
 "              recomputing them in backward (same numbers, less compute, more memory)  default 0\n"
+"  --offload-optimizer <none|disk:DIR"
+#ifdef __CUDACC__
+"|host"
+#endif
+">  stages 1-3: keep the fp32 master weights and Adam m, v\n"
+"              off the backend's memory: disk:DIR streams them unit by unit through a scratch file\n"
+"              per rank in DIR (DIR/optim_rank<r>.bin, unlinked at once: it never outlives the run)"
+#ifdef __CUDACC__
+";\n              host keeps them in page-locked host memory and runs AdamW on the CPU"
+#endif
+"\n              (the same numbers as without offload, bit for bit)  default none\n"
+"  --shard-group <G>  HSDP: shard over groups of G consecutive ranks (one node when G = ranks\n"
+"              per node), replicate across the N/G groups (stages 1-3; G must divide N)  default N\n"
+"  --overlap <0|1>  run collectives beside computation (CPU: a communication thread)  default 1\n"
+"timeline\n"
+"  --trace <file>  write a Chrome trace-event JSON timeline (open in Perfetto / chrome://tracing)\n"
+"  --trace-steps <a:b>  the optimizer steps it covers                   default 2:3\n"
 "  --ledger <rank0|all>  print the memory ledger for rank 0 or every rank  default rank0\n"
 "  --ledger-every <n>    print the traffic table every n steps (0: only at the end)  default 0\n"
 "estimator (no training, no data)\n"
@@ -115,6 +138,7 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     a->warmup = 20; a->max_steps = 500; a->val_every = 100; a->val_steps = 10; a->sample_every = 250; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 0; a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
+    a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     *want_help = 0;
@@ -124,7 +148,8 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         if (!strcmp(f, "--estimate")) { a->estimate = 1; continue; }
         static const char* known[] = {"-i", "-j", "-e", "-o", "--tokenizer", "-b", "-t", "-d", "-l", "-u", "-q", "-c", "--grad-clip",
             "-x", "-v", "-m", "-s", "-g", "-n", "-y", "-z", "--reshard-after-forward", "--prefetch", "--ledger-every", "--layers", "--heads",
-            "--reshard-embedding", "--vocab-chunk", "--keep-logits",
+            "--reshard-embedding", "--vocab-chunk", "--keep-logits", "--shard-group", "--overlap", "--trace", "--trace-steps",
+            "--offload-optimizer",
             "--channels", "--max-seq-len", "--vocab", "--ranks", "--seed", "--ledger", "--params", "--gpu-mem", "--dtype"};
         int is_known = 0;
         for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) if (!strcmp(f, known[k])) is_known = 1;
@@ -161,6 +186,20 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("--reshard-embedding", a->reshard_embedding, 0, 1)
         INTFLAG("--vocab-chunk", a->vocab_chunk, 1, 1 << 24)
         INTFLAG("--keep-logits", a->keep_logits, 0, 1)
+        INTFLAG("--shard-group", a->shard_group, 1, 1 << 20)
+        INTFLAG("--overlap", a->overlap, 0, 1)
+        if (!strcmp(f, "--trace")) { a->trace_path = v; continue; }
+        if (!strcmp(f, "--trace-steps")) {
+            const char* colon = strchr(v, ':');
+            long x = 0, y = 0;
+            char tmp[64];
+            if (!colon || strlen(v) >= sizeof(tmp)) return set_err(err, errlen, "flag --trace-steps: '%s' must be a:b (first and last optimizer step, 1-based)", v);
+            memcpy(tmp, v, (size_t)(colon - v)); tmp[colon - v] = 0;
+            if (parse_long(tmp, &x) || parse_long(colon + 1, &y) || x < 1 || y < x)
+                return set_err(err, errlen, "flag --trace-steps: '%s' must be a:b with 1 <= a <= b", v);
+            a->trace_first = (int)x; a->trace_last = (int)y;
+            continue;
+        }
         INTFLAG("--ledger-every", a->ledger_every, 0, 1 << 30)
         INTFLAG("--layers", a->layers, 1, 1000)
         INTFLAG("--heads", a->heads, 1, 10000)
@@ -169,6 +208,24 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
         INTFLAG("--vocab", a->vocab, 1, 10000000)
         INTFLAG("--ranks", a->est_ranks, 1, 1 << 30)
         if (!strcmp(f, "--seed")) { if (parse_long(v, &n) || n < 0) return set_err(err, errlen, "flag --seed: '%s' must be a non-negative integer", v); a->seed = (unsigned long long)n; continue; }
+        if (!strcmp(f, "--offload-optimizer")) {
+            if (!strcmp(v, "none")) { a->offload = OFFLOAD_NONE; a->offload_dir = NULL; }
+            else if (!strcmp(v, "host")) {
+#ifdef __CUDACC__
+                a->offload = OFFLOAD_HOST; a->offload_dir = NULL;
+#else
+                return set_err(err, errlen, "flag --offload-optimizer: 'host' is for the CUDA build (the CPU build's memory is host memory already); use disk:DIR");
+#endif
+            } else if (!strncmp(v, "disk:", 5) && v[5]) { a->offload = OFFLOAD_DISK; a->offload_dir = v + 5; }
+            else return set_err(err, errlen, "flag --offload-optimizer: '%s' must be none, %sdisk:DIR (a directory)", v,
+#ifdef __CUDACC__
+                                "host or "
+#else
+                                ""
+#endif
+                                );
+            continue;
+        }
         if (!strcmp(f, "--ledger")) {
             if (!strcmp(v, "all")) a->ledger_all = 1; else if (!strcmp(v, "rank0")) a->ledger_all = 0;
             else return set_err(err, errlen, "flag --ledger: '%s' must be rank0 or all", v);
@@ -184,6 +241,14 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
 #undef FLOATFLAG
         return set_err(err, errlen, "unknown flag '%s' (see -h)", f);
     }
+    /* Stage 0 keeps the whole optimizer on every rank: offloading N identical
+       copies multiplies the host or disk bytes and the I/O by N for nothing;
+       ZeRO-Offload starts from the sharded optimizer (stage 1 has the same
+       traffic as stage 0). */
+    if (!a->estimate && a->offload != OFFLOAD_NONE && a->zero_stage == 0)
+        return set_err(err, errlen, "--offload-optimizer %s%s: needs -z 1, 2 or 3 (stage 0 replicates the optimizer states on every rank; "
+                       "offloading N identical copies is not ZeRO-Offload: use -z 1, which moves the same bytes per step)",
+                       a->offload == OFFLOAD_DISK ? "disk:" : "host", a->offload == OFFLOAD_DISK ? a->offload_dir : "");
     return 0;
 }
 
@@ -277,7 +342,7 @@ static void print_ledger_all_ranks(GPT2* m, int all, int* bad) {
 static void print_traffic_all_ranks(GPT2* m, int all, int steps, int* bad) {
     Comm* c = m->comm;
     for (int r = 0; r < (all ? c->world_size : 1); r++) {
-        if (c->rank == r) { *bad += zero_print_traffic(stdout, &m->plan, c, steps); fflush(stdout); }
+        if (c->rank == r) { *bad += zero_print_traffic(stdout, &m->plan, c, steps) + zero_print_offload_traffic(stdout, &m->engine, steps); fflush(stdout); }
         MPI_Barrier(MPI_COMM_WORLD);
     }
 }
@@ -308,6 +373,15 @@ int main(int argc, char** argv) {
         return 0;
     }
 
+    /* shard groups (HSDP) and overlap, before the backend starts its streams / thread */
+    int G = a.shard_group > 0 ? a.shard_group : comm.world_size;
+    if (comm.world_size % G != 0)
+        set_err(err, ERRLEN, "--shard-group %d: must divide the number of ranks %d", G, comm.world_size);
+    else if (G != comm.world_size && a.zero_stage == 0)
+        set_err(err, ERRLEN, "--shard-group %d: stage 0 shards nothing; HSDP needs -z 1, 2 or 3", G);
+    comm_check_all(&comm, err);
+    if (G != comm.world_size) comm_set_groups(&comm, G);
+    comm.overlap = a.overlap;
     backend_init(&comm); /* GPU + NCCL (CUDA build); -h and --estimate above need no device */
 
     resolve_config(&a, &cfg, &from_ckpt, err, ERRLEN);
@@ -329,12 +403,13 @@ int main(int argc, char** argv) {
     GPT2Options mopt = gpt2_default_options();
     mopt.zero_stage = a.zero_stage; mopt.reshard_after_forward = a.reshard_after_forward; mopt.prefetch = a.prefetch;
     mopt.reshard_embedding = a.reshard_embedding; mopt.vocab_chunk = a.vocab_chunk; mopt.keep_logits = a.keep_logits;
-    mopt.overlap = a.overlap; mopt.grad_accum_steps = accum;
+    mopt.overlap = a.overlap; mopt.grad_accum_steps = accum; mopt.offload = a.offload;
     if (gpt2_init(&model, &cfg, &comm, &mopt, a.B, a.T, err, ERRLEN)) {
         size_t l = strlen(err);
         snprintf(err + l, ERRLEN - l, " [-e %s]", a.init);
     }
     comm_check_all(&comm, err);
+    zero_offload_open(&model.engine, a.offload_dir); /* disk: the scratch files, or one error before any step */
     if (from_ckpt) gpt2_load_checkpoint(&model, a.init, err, ERRLEN);
     else gpt2_init_random(&model, a.seed);
     comm_check_all(&comm, err);
@@ -372,8 +447,10 @@ int main(int argc, char** argv) {
     int start_step = a.resume ? state_resume(&model, &train, a.output_dir, a.max_steps) : 0;
 
     if (comm.rank == 0) {
-        printf("train_gpt (%s): %d rank%s, zero_stage %d%s\n", BACKEND_NAME, N, N > 1 ? "s" : "", a.zero_stage,
-               a.zero_stage == 3 ? (a.reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "");
+        printf("train_gpt (%s): %d rank%s, zero_stage %d%s%s%s\n", BACKEND_NAME, N, N > 1 ? "s" : "", a.zero_stage,
+               a.zero_stage == 3 ? (a.reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "",
+               a.offload == OFFLOAD_DISK ? ", optimizer states offloaded to disk:" : a.offload == OFFLOAD_HOST ? ", optimizer states offloaded to host memory" : "",
+               a.offload == OFFLOAD_DISK ? a.offload_dir : "");
         printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %zu parameters, init %s\n", cfg.num_layers, cfg.num_heads,
                cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.plan.num_parameters,
                start_step > 0 ? "from the resumed checkpoint" : from_ckpt ? a.init : "random");
@@ -382,6 +459,17 @@ int main(int argc, char** argv) {
         printf("data: train %zu tokens in %d shard(s) (%s)", train.num_tokens, train.num_shards, a.train_pattern);
         if (have_val) printf(", val %zu tokens (%s)", val.num_tokens, a.val_pattern);
         printf("\n");
+    }
+    comm_print_placement(&comm, stdout); /* node, local rank, threads of every rank */
+    if (comm.rank == 0 && comm.replica_size > 1)
+        printf("HSDP: %d shard groups of %d ranks (ranks %d..%d, ...): shards inside a group, replicas across groups\n",
+               comm.replica_size, comm.group_size, 0, comm.group_size - 1);
+    if (comm.rank == 0 && a.overlap && !comm.thread_multiple)
+        printf("note: MPI does not provide MPI_THREAD_MULTIPLE: collectives run without overlap\n");
+    if (a.trace_path) {
+        trace_init(MEM_NUM, mem_names);
+        if (a.trace_last > a.max_steps) a.trace_last = a.max_steps;
+        if (a.trace_first > a.trace_last) a.trace_first = a.trace_last;
     }
     int ledger_bad = 0;
     print_ledger_all_ranks(&model, a.ledger_all, &ledger_bad);
@@ -410,6 +498,11 @@ int main(int argc, char** argv) {
         }
         if (last) break;
         comm.phase = PHASE_TRAIN;
+        tracer.on = a.trace_path && step + 1 >= a.trace_first && step + 1 <= a.trace_last;
+        trace_begin(TRACE_TID_COMPUTE, -1, "step %d", step + 1);
+        if (tracer.on) zero_trace_memory(&model.engine);
+        double busy0, wait0;
+        backend_comm_seconds(&busy0, &wait0);
         double t0 = wall_seconds();
         gpt2_begin_step(&model);
         double loss = 0.0;
@@ -422,24 +515,57 @@ int main(int argc, char** argv) {
         }
         gpt2_reduce_grads(&model);
         opt.lr = lr_schedule(a.lr, step, a.warmup, a.max_steps, a.final_frac);
+        trace_begin(TRACE_TID_COMPUTE, -1, "optimizer");
         double norm = zero_optimizer_step(&model.engine, &opt, step + 1);
+        trace_end(TRACE_TID_COMPUTE);
         comm_allreduce_sum_host(&comm, &loss, 1);
         loss /= (double)accum * N;
         backend_synchronize();
         double ms = 1000.0 * (wall_seconds() - t0);
+        trace_end(TRACE_TID_COMPUTE);
+        tracer.on = 0;
+        double busy1, wait1;
+        backend_comm_seconds(&busy1, &wait1);
+        double comm_ms = 1000.0 * (busy1 - busy0), wait_ms = 1000.0 * (wait1 - wait0);
+        char commtxt[96] = "";
+        if (comm_ms > 0.0)
+            snprintf(commtxt, sizeof(commtxt), " | comm %.1f ms, waited %.1f ms (%.0f%% hidden)", comm_ms, wait_ms,
+                     100.0 * (comm_ms > wait_ms ? 1.0 - wait_ms / comm_ms : 0.0));
         if (step > 0) { total_ms += ms; timed++; }
         double tps = (double)a.total_batch / (ms / 1000.0);
         if (comm.rank == 0) {
-            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB\n", step + 1, a.max_steps,
-                   loss, opt.lr, norm, ms, tps, model.ledger.current / 1e6);
+            printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB%s\n", step + 1, a.max_steps,
+                   loss, opt.lr, norm, ms, tps, model.ledger.current / 1e6, commtxt);
             fflush(stdout);
         }
-        if (logf) { fprintf(logf, "step %d train_loss %.6f lr %.6e norm %.6f ms %.3f tok_per_s %.1f\n", step + 1, loss, opt.lr, norm, ms, tps); fflush(logf); }
+        if (logf) { fprintf(logf, "step %d train_loss %.6f lr %.6e norm %.6f ms %.3f tok_per_s %.1f comm_ms %.3f wait_ms %.3f compute_ms %.3f\n",
+                            step + 1, loss, opt.lr, norm, ms, tps, comm_ms, wait_ms, ms - wait_ms); fflush(logf); }
         if (!isfinite(loss)) comm_fatal(&comm, "loss became %f at step %d (lower -l?)", loss, step + 1);
         if (a.ledger_every > 0 && (step + 1) % a.ledger_every == 0 && step + 1 < a.max_steps) {
             int dummy = 0;
             print_traffic_all_ranks(&model, a.ledger_all, step + 1 - start_step, &dummy);
         }
+    }
+    if (a.trace_path) {
+        size_t mcap = 1024 + 32 * (size_t)model.plan.num_units, ml;
+        char* meta = (char*)malloc_or_die(mcap, "trace metadata");
+        snprintf(meta, mcap, "\"zero_stage\": %d, \"num_ranks\": %d, \"shard_group\": %d, \"reshard_after_forward\": %d, "
+                 "\"reshard_embedding\": %d, \"prefetch\": %d, \"overlap\": %d, \"backend\": \"%s\", \"steps\": \"%d:%d\", \"unit_names\": [",
+                 a.zero_stage, N, comm.group_size, a.reshard_after_forward, a.reshard_embedding, a.prefetch, a.overlap,
+                 BACKEND_NAME, a.trace_first, a.trace_last);
+        for (int u = 0; u < model.plan.num_units; u++) {
+            char nm[32];
+            gpt2_unit_name(&model.layout, u, nm, sizeof(nm));
+            ml = strlen(meta);
+            snprintf(meta + ml, mcap - ml, "%s\"%s\"", u ? ", " : "", nm);
+        }
+        ml = strlen(meta);
+        snprintf(meta + ml, mcap - ml, "]");
+        trace_write(a.trace_path, comm.rank, N, meta, err, ERRLEN);
+        free(meta);
+        comm_check_all(&comm, err);
+        if (comm.rank == 0) printf("wrote trace %s (steps %d..%d; open it in https://ui.perfetto.dev or chrome://tracing)\n",
+                                   a.trace_path, a.trace_first, a.trace_last);
     }
     int traffic_bad = 0;
     print_traffic_all_ranks(&model, a.ledger_all, a.max_steps - start_step, &traffic_bad);
@@ -466,6 +592,7 @@ int main(int argc, char** argv) {
     gpt2_free(&model);
     int bad = ledger_bad + traffic_bad, anybad = 0;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    backend_finalize(&comm);
     comm_finalize(&comm);
     return anybad ? 2 : 0;
 }

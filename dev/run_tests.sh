@@ -39,13 +39,18 @@ fi
 [ -f dev/test_estimator.sh ] && suite "estimator" bash dev/test_estimator.sh
 suite "zero sweep" bash dev/test_zero_sweep.sh
 [ -f dev/test_bf16.sh ] && suite "bf16 reference" bash dev/test_bf16.sh
+suite "overlap and hsdp" bash dev/test_overlap.sh
+suite "memory by stage" bash dev/test_memory.sh
 [ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh
+[ -f dev/test_cluster.sh ] && suite "cluster" bash dev/test_cluster.sh
 [ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
+[ -f dev/test_plots.sh ] && suite "plots" bash dev/test_plots.sh
 suite "resume" bash dev/test_resume.sh
 suite "faults" bash dev/test_faults.sh
+[ -f dev/test_offload.sh ] && suite "offload" bash dev/test_offload.sh
 suite "sanitizers" bash dev/test_sanitizers.sh
 suite "fuzz smoke" bash dev/fuzz/run.sh 15
-[ -f dev/test_cuda_build.sh ] && suite "cuda build" bash dev/test_cuda_build.sh
+[ -f dev/test_gpu_dry_run.sh ] && suite "gpu dry run" bash dev/test_gpu_dry_run.sh
 
 echo
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"

@@ -3,8 +3,10 @@
 # real program, `./train_gpt_cpu --estimate ...` (zero_estimate_print in
 # llmc/zero.h): the ZeRO paper's figures (70B on 64 ranks: 1120 / 293.1 /
 # 155.3 / 17.5 GB per rank for stages 0-3), the smallest rank count that fits
-# a device, the GPT-2 124M count from -e d12 without any data, and one clear
-# error line with exit 1 for bad flags.
+# a device, the offloaded-optimizer rows (70B on 8 ranks: 35 GB on the
+# device at stage 3, 105 GB per rank on the host or disk, 4 ranks minimum),
+# the GPT-2 124M count from -e d12 without any data, and one clear error
+# line with exit 1 for bad flags.
 #
 #   bash dev/test_estimator.sh          (from the repository root; builds
 #                                        train_gpt_cpu with make if needed)
@@ -113,6 +115,30 @@ check "Psi = $PSI printed in full" grep -q "$PSI" <<<"$OUT"
 check_gb 0 1.99      # 16 * 124475904 / 1e9 = 1.9916
 check_gb 3 0.24      # / 8 = 0.24895
 check "N = 8 ranks" grep -q "N = 8 ranks" <<<"$OUT"
+
+echo "--estimate --params 70e9 --ranks 8 --gpu-mem 80: the optimizer offloaded (rows 1+off .. 3+off)"
+est --estimate --params 70e9 --ranks 8 --gpu-mem 80
+check "exit status 0 (got $RC)" test "$RC" -eq 0
+# offload rows, from the end: NF-4 device GB, NF-3 offloaded GB, NF-2 disk GB per step, NF-1 fits, NF min ranks
+check_gb 1+off 280.0          # (2+2) x 70
+check_gb 2+off 157.5          # 2 x 70 + 2 x 70/8
+check_gb 3+off 35.0           # (2+2) x 70/8
+for s in 1 2 3; do check_field ${s}+off 3 105.000 "offloaded GB per rank (12 x 70/8)"; done
+check_field 3+off 2 210.000 "disk GB read + written per step (2 x 105)"
+check_field 3+off 1 yes "3+off fits in 80 GB"
+check_field 3+off 0 4 "3+off min ranks (ceil(4 x 70 / 80))"
+check_field 2+off 0 never "2+off min ranks (p Psi = 140 GB alone)"
+check_field 3 0 14 "stage 3 without offload still needs 14"
+check "header names 12 Psi/N offloaded" grep -q "k Psi/N = 12 Psi/N per rank off the device" <<<"$OUT"
+
+echo "--estimate --params 70e9 --dtype fp32 --ranks 64 --gpu-mem 80 and --params 30e9 --ranks 32: offload rows"
+est --estimate --params 70e9 --dtype fp32 --ranks 64 --gpu-mem 80
+check_gb 3+off 8.75           # (4+4) x 70/64
+check_field 3+off 3 8.750 "fp32: offloaded GB per rank (8 x 70/64)"
+check_field 3+off 0 7 "fp32 3+off min ranks (ceil(8 x 70 / 80))"
+est --estimate --params 30e9 --ranks 32 --gpu-mem 80
+check_gb 2+off 61.875         # 2 x 30 + 2 x 30/32
+check_field 2+off 0 3 "30B 2+off min ranks (60 + 60/N <= 80)"
 
 echo "bad flags: exit 1 and one line naming the flag"
 bad_flag() { # bad_flag flag value

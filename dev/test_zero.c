@@ -1,6 +1,7 @@
 /*
  test_zero.c: unit tests of the shard plan, the memory ledger's predictions,
- the traffic predictions and the closed-form estimator of llmc/zero.h.
+ the traffic predictions and the closed-form estimator of llmc/zero.h, and
+ the offloaded optimizer's tiers, buffers and bytes between tiers.
  Only the plan part of zero.h is compiled (ZERO_PLAN_ONLY): no MPI, no
  backend. Every expected value is computed here with its own arithmetic
  (written out below), never by calling the function under test.
@@ -105,7 +106,7 @@ static void expect_layout(const TList* l, int N, Expect* e) {
 
 static int plan_init_simple(ZeroPlan* P, const TList* l, int stage, int N, int rank, int pb, int gb,
                             int reshard, int prefetch, int A, char* err) {
-    return zero_plan_init(P, l->t, l->n, l->num_units, stage, N, rank, pb, gb, reshard, prefetch, A, err, ERRLEN);
+    return zero_plan_init(P, l->t, l->n, l->num_units, stage, N, rank, 1, pb, gb, reshard, prefetch, A, err, ERRLEN);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -393,7 +394,7 @@ static void test_classes(void) {
         expect_layout(&l, N, &e);
         char err[ERRLEN] = "";
         ZeroPlan P;
-        int rc = zero_plan_init(&P, l.t, l.n, l.num_units, 3, N, 0, 2, 2, 1, pf, A, err, ERRLEN);
+        int rc = zero_plan_init(&P, l.t, l.n, l.num_units, 3, N, 0, 1, 2, 2, 1, pf, A, err, ERRLEN);
         CHECK(rc == 0, "init: %s", err);
         if (rc) continue;
         P.overlap = ov;
@@ -439,7 +440,7 @@ static void expect_error(const TList* l, int n, int num_units, int stage, int N,
                          const char* what, const char* word) {
     char err[ERRLEN] = "";
     ZeroPlan P;
-    int rc = zero_plan_init(&P, l->t, n, num_units, stage, N, rank, pb, pb, 1, prefetch, A, err, ERRLEN);
+    int rc = zero_plan_init(&P, l->t, n, num_units, stage, N, rank, 1, pb, pb, 1, prefetch, A, err, ERRLEN);
     CHECK(rc == 1, "%s: returned %d, expected 1", what, rc);
     CHECK(err[0] != '\0', "%s: no message", what);
     CHECK(strstr(err, word) != NULL, "%s: message '%s' does not mention '%s'", what, err, word);
@@ -487,10 +488,10 @@ static void test_errors(void) {
     /* the valid neighbours of those configurations are accepted */
     char err[ERRLEN] = "";
     ZeroPlan P;
-    int rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 3, 4, 3, 2, 2, 1, 0, 1, err, ERRLEN);
+    int rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 3, 4, 3, 1, 2, 2, 1, 0, 1, err, ERRLEN);
     CHECK(rc == 0, "stage 3, rank 3 of 4, prefetch 0: rejected: %s", err);
     zero_plan_free(&P);
-    rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 0, 1, 0, 4, 4, 0, 0, 1, err, ERRLEN);
+    rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 0, 1, 0, 1, 4, 4, 0, 0, 1, err, ERRLEN);
     CHECK(rc == 0, "stage 0, 1 rank, fp32: rejected: %s", err);
     zero_plan_free(&P);
     group_end("impossible configurations rejected with a message");
@@ -577,6 +578,113 @@ static void test_estimator(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* 6. the offloaded optimizer: tiers, streaming buffers, bytes between tiers */
+
+static void test_offload(const TList* l) {
+    static const int Ns[] = {1, 2, 3, 4, 8};
+    char name[128];
+    snprintf(name, sizeof(name), "offload tiers and traffic: %s", l->name);
+    group_begin();
+    for (size_t ni = 0; ni < sizeof(Ns) / sizeof(Ns[0]); ni++) {
+        int N = Ns[ni];
+        Expect e;
+        expect_layout(l, N, &e);
+        unsigned long long S_ = e.sharded, MS = e.maxshard;
+        for (int pb = 2; pb <= 4; pb += 2)
+        for (int stage = 1; stage <= 3; stage++)
+        for (int mode = OFFLOAD_NONE; mode <= OFFLOAD_DISK; mode++)
+        for (int staging = 0; staging <= 1; staging++) {
+            if (mode == OFFLOAD_NONE && staging) continue;
+            char err[ERRLEN] = "";
+            ZeroPlan P;
+            int rc = plan_init_simple(&P, l, stage, N, N - 1, pb, pb, 1, 1, 1, err);
+            CHECK(rc == 0, "init failed: %s", err);
+            if (rc) { zero_plan_free(&P); continue; }
+            P.offload = mode; P.offload_staging = staging;
+            Ledger A, B;
+            zero_predict_memory(&P, 777ULL, &A);
+            P.offload = OFFLOAD_NONE; P.offload_staging = 0;
+            zero_predict_memory(&P, 777ULL, &B);     /* the same plan without offload */
+            P.offload = mode; P.offload_staging = staging;
+            unsigned long long p = (unsigned long long)pb, g = p;
+            int nopt = pb == 2 ? 3 : 2;                /* master only when p < 4 */
+            unsigned long long emaster = pb == 2 ? 4 * S_ : 0, emv = 4 * S_;
+            const char* ctx = "N=%d p=%d stage %d mode %d staging %d: %s %llu, expected %llu";
+            unsigned long long want[3][3] = {{0}};    /* [tier: memory, host, disk][master, m, v] */
+            int tier = mode == OFFLOAD_NONE ? 0 : mode == OFFLOAD_HOST ? 1 : 2;
+            want[tier][0] = emaster; want[tier][1] = emv; want[tier][2] = emv;
+            int cats[3] = {MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V};
+            for (int i = 0; i < 3; i++) {
+                int c = cats[i];
+                CHECK(A.predicted[c] == want[0][i], ctx, N, pb, stage, mode, staging, "memory", A.predicted[c], want[0][i]);
+                CHECK(A.predicted_host[c] == want[1][i], ctx, N, pb, stage, mode, staging, "host", A.predicted_host[c], want[1][i]);
+                CHECK(A.predicted_disk[c] == want[2][i], ctx, N, pb, stage, mode, staging, "disk", A.predicted_disk[c], want[2][i]);
+            }
+            /* two streaming buffers of one unit's [master | m | v] shard (disk) */
+            unsigned long long ebuf = mode == OFFLOAD_DISK ? 2ULL * (unsigned long long)nopt * 4ULL * MS : 0;
+            CHECK((staging ? A.predicted_host[MEM_OFFLOAD_BUF] : A.predicted[MEM_OFFLOAD_BUF]) == ebuf, ctx, N, pb, stage, mode, staging,
+                  "streaming buffers", staging ? A.predicted_host[MEM_OFFLOAD_BUF] : A.predicted[MEM_OFFLOAD_BUF], ebuf);
+            CHECK((staging ? A.predicted[MEM_OFFLOAD_BUF] : A.predicted_host[MEM_OFFLOAD_BUF]) == 0, "N=%d: streaming buffers in the wrong tier", N);
+            unsigned long long estg = staging ? (g + p) * MS : 0;
+            CHECK(A.predicted_host[MEM_OFFLOAD_STAGING] == estg, ctx, N, pb, stage, mode, staging, "staging", A.predicted_host[MEM_OFFLOAD_STAGING], estg);
+            /* every other category as without offload */
+            int same = 1;
+            for (int c = 0; c < MEM_NUM; c++)
+                if (c != MEM_MASTER && c != MEM_ADAM_M && c != MEM_ADAM_V && c != MEM_OFFLOAD_BUF && A.predicted[c] != B.predicted[c]) same = 0;
+            CHECK(same, "N=%d p=%d stage %d mode %d: a category outside the optimizer changed", N, pb, stage, mode);
+            /* bytes between tiers per step: disk 4 x nopt x own shard each way
+               (fp32: 8 Psi/N, bf16: 12 Psi/N); staging g (+p without master)
+               Psi/N down, p Psi/N up */
+            unsigned long long t[OFFL_NUM];
+            zero_predict_offload_traffic(&P, t);
+            unsigned long long edisk = mode == OFFLOAD_DISK ? 4ULL * (unsigned long long)nopt * S_ : 0;
+            unsigned long long eh = staging ? g * S_ + (pb == 2 ? 0 : p * S_) : 0, ed = staging ? p * S_ : 0;
+            CHECK(t[OFFL_DISK_READ] == edisk && t[OFFL_DISK_WRITE] == edisk, ctx, N, pb, stage, mode, staging, "disk read/write per step", t[OFFL_DISK_READ], edisk);
+            CHECK(t[OFFL_TO_HOST] == eh, ctx, N, pb, stage, mode, staging, "to host per step", t[OFFL_TO_HOST], eh);
+            CHECK(t[OFFL_TO_BACKEND] == ed, ctx, N, pb, stage, mode, staging, "to device per step", t[OFFL_TO_BACKEND], ed);
+            if (mode == OFFLOAD_DISK)
+                CHECK(edisk == (pb == 2 ? 12ULL : 8ULL) * S_, "N=%d p=%d: disk bytes per step %llu, expected %s x %llu", N, pb, edisk, pb == 2 ? "12" : "8", S_);
+            zero_plan_free(&P);
+        }
+    }
+    group_end(name);
+}
+
+static void test_offload_estimator(void) {
+    group_begin();
+    const double GB = 1e9;
+    /* 70B, bf16 (2+2+12), 8 ranks, optimizer offloaded: device keeps
+       stage 1 (2+2) x 70 = 280, stage 2 2 x 70 + 2 x 70/8 = 157.5, stage 3
+       (2+2) x 70/8 = 35 GB; the host or disk 12 x 70/8 = 105 GB per rank,
+       read and written once per step with disk: 210 GB */
+    double d1 = zero_formula_offload_device_bytes(1, 70e9, 8, 2, 2) / GB;
+    double d2 = zero_formula_offload_device_bytes(2, 70e9, 8, 2, 2) / GB;
+    double d3 = zero_formula_offload_device_bytes(3, 70e9, 8, 2, 2) / GB;
+    double o = zero_formula_offload_bytes(70e9, 8, 12) / GB;
+    CHECK(close_to(d1, 280.0), "70e9 on 8, stage 1 offloaded: %.6f GB on the device, expected 280", d1);
+    CHECK(close_to(d2, 157.5), "70e9 on 8, stage 2 offloaded: %.6f GB on the device, expected 157.5", d2);
+    CHECK(close_to(d3, 35.0), "70e9 on 8, stage 3 offloaded: %.6f GB on the device, expected 35", d3);
+    CHECK(close_to(o, 105.0), "70e9 on 8: %.6f GB offloaded per rank, expected 105", o);
+    /* device + offloaded = the stage's formula with the optimizer (nothing lost) */
+    double s3 = zero_formula_bytes(3, 70e9, 8, 2, 2, 12) / GB;
+    CHECK(close_to(d3 + o, s3) && close_to(s3, 140.0), "stage 3: 35 + 105 = %.6f, expected 140", d3 + o);
+    /* fp32 (4+4+8), 70B on 64: stage 3 (4+4) x 70/64 = 8.75 GB, offloaded 8 x 70/64 = 8.75 */
+    CHECK(close_to(zero_formula_offload_device_bytes(3, 70e9, 64, 4, 4) / GB, 8.75), "fp32 70e9 on 64 stage 3 offloaded: expected 8.75 GB");
+    CHECK(close_to(zero_formula_offload_bytes(70e9, 64, 8) / GB, 8.75), "fp32 70e9 on 64: expected 8.75 GB offloaded");
+    /* min ranks whose device fits 80 GB (k = 0): 70B bf16 stage 3: ceil(280/80) = 4
+       (3 ranks: 93.3 GB); stages 1-2 never (280, 140 GB replicated); fp32
+       stage 3: ceil(560/80) = 7; 30B bf16 stage 2: 60 + 60/N <= 80 -> N >= 3 */
+    unsigned long long P70 = 70000000000ULL, P30 = 30000000000ULL, M80 = 80000000000ULL;
+    CHECK(zero_min_ranks(3, P70, 2, 2, 0, M80) == 4, "70e9 stage 3 offloaded in 80 GB: %llu, expected 4", zero_min_ranks(3, P70, 2, 2, 0, M80));
+    CHECK(zero_min_ranks(2, P70, 2, 2, 0, M80) == 0, "70e9 stage 2 offloaded: expected never");
+    CHECK(zero_min_ranks(1, P70, 2, 2, 0, M80) == 0, "70e9 stage 1 offloaded: expected never");
+    CHECK(zero_min_ranks(3, P70, 4, 4, 0, M80) == 7, "fp32 70e9 stage 3 offloaded: %llu, expected 7", zero_min_ranks(3, P70, 4, 4, 0, M80));
+    CHECK(zero_min_ranks(2, P30, 2, 2, 0, M80) == 3, "30e9 stage 2 offloaded: %llu, expected 3", zero_min_ranks(2, P30, 2, 2, 0, M80));
+    CHECK(zero_min_ranks(1, P30, 2, 2, 0, 120000000000ULL) == 1, "30e9 stage 1 offloaded in 120 GB: expected 1 ((2+2) x 30 = 120)");
+    group_end("estimator: offloaded optimizer rows (70B on 8, fp32 on 64, min ranks)");
+}
+
+/* ------------------------------------------------------------------------ */
 
 int main(void) {
     static TList lists[5];
@@ -609,6 +717,8 @@ int main(void) {
     test_classes();
     test_errors();
     test_estimator();
+    for (int i = 0; i < 5; i++) test_offload(&lists[i]);
+    test_offload_estimator();
 
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

@@ -126,7 +126,7 @@ static inline void gpt2_save_checkpoint(GPT2* m, const char* path) {
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");
-    for (int t = 0; t < P->num_tensors && cfile_ok(&f); t++) {
+    for (int t = 0; t < P->num_tensors && cfile_ok(&f) && m->comm->replica_rank == 0; t++) {  /* HSDP: one group writes */
         size_t first;
         size_t n = gpt2_get_own(m, t, buf, &first);
         if (n) cfile_write(&f, buf, n * sizeof(float), offs[t] + 4LL * (long long)first);

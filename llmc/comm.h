@@ -13,6 +13,10 @@
 #define LLMC_COMM_H
 
 #include <mpi.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "utils.h"
 #include "bf16.h"
 #include "traffic.h"
@@ -20,6 +24,20 @@
 typedef struct {
     int rank, world_size;       /* in MPI_COMM_WORLD */
     int local_rank, local_size; /* within the node (shared-memory domain) */
+    /* The shard group (DESIGN.md: G ranks share the shards; G = N unless
+       HSDP, --shard-group G: groups of G consecutive ranks, replicated across
+       the R = N/G groups) and the replica group (the R ranks holding the same
+       shard index in each group). Engine collectives use group_comm and
+       replica_comm (from the communication thread when there is one); the
+       main thread's group-wide collectives use group_host (a duplicate, so
+       the two threads never share a communicator). */
+    int group_size, group_rank;
+    int replica_size, replica_rank;
+    MPI_Comm group_comm, replica_comm, group_host;
+    int thread_multiple;        /* MPI_Init_thread provided MPI_THREAD_MULTIPLE */
+    int overlap;                /* run the engine's collectives beside computation (CPU: a
+                                   communication thread; CUDA: the comm stream) */
+    int cur_unit;               /* the unit the engine's next collective is for (traces) */
     int phase;                  /* PHASE_TRAIN or PHASE_OTHER: where counts go */
     int purpose_embedding;      /* 1 while the model all-gathers embedding rows: an
                                    all-gather is then counted as COLL_EMB_GATHER */
@@ -31,11 +49,12 @@ typedef struct {
     size_t rs_scratch_bytes;
 } Comm;
 
-/* Record one collective of `bytes` (full-buffer bytes, see above). */
-static inline void comm_count(Comm* c, int coll, unsigned long long bytes) {
+/* Record one collective of `bytes` (full-buffer bytes, see traffic.h) over
+   `nranks` participants (the shard group, the replicas or the world). */
+static inline void comm_count(Comm* c, int coll, unsigned long long bytes, int nranks) {
     if (c->purpose_embedding && coll == COLL_ALL_GATHER) coll = COLL_EMB_GATHER;
     c->handed[c->phase][coll] += bytes;
-    c->wire[c->phase][coll] += ring_wire_bytes(coll, bytes, c->world_size);
+    c->wire[c->phase][coll] += ring_wire_bytes(coll, bytes, nranks);
     c->calls[c->phase][coll] += 1;
 }
 
@@ -45,11 +64,32 @@ static inline void comm_reset_counters(Comm* c) {
     memset(c->calls, 0, sizeof(c->calls));
 }
 
-/* MPI_Init and discovery of rank / local rank. Errors of MPI itself abort
-   (MPI_ERRORS_ARE_FATAL), which ends every rank. */
+/* The shard group of G ranks (see Comm); G must divide the world size
+   (the caller checks and reports). Collective over MPI_COMM_WORLD; may be
+   called again (the previous groups are freed). */
+static inline void comm_set_groups(Comm* c, int G) {
+    if (c->group_comm != MPI_COMM_NULL) {
+        MPI_Comm_free(&c->group_comm); MPI_Comm_free(&c->replica_comm); MPI_Comm_free(&c->group_host);
+    }
+    MPI_Comm_split(MPI_COMM_WORLD, c->rank / G, c->rank, &c->group_comm);
+    MPI_Comm_split(MPI_COMM_WORLD, c->rank % G, c->rank, &c->replica_comm);
+    MPI_Comm_dup(c->group_comm, &c->group_host);
+    MPI_Comm_size(c->group_comm, &c->group_size);
+    MPI_Comm_rank(c->group_comm, &c->group_rank);
+    MPI_Comm_size(c->replica_comm, &c->replica_size);
+    MPI_Comm_rank(c->replica_comm, &c->replica_rank);
+}
+
+/* MPI_Init_thread (MPI_THREAD_MULTIPLE when the library offers it: the CPU
+   build's communication thread issues collectives while the main thread
+   does its own on other communicators) and discovery of rank / local rank;
+   the shard group is the world until comm_set_groups. Errors of MPI itself
+   abort (MPI_ERRORS_ARE_FATAL), which ends every rank. */
 static inline void comm_init(Comm* c, int* argc, char*** argv) {
     memset(c, 0, sizeof(*c));
-    MPI_Init(argc, argv);
+    int provided = 0;
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    c->thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->world_size);
     MPI_Comm local;
@@ -58,10 +98,14 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     MPI_Comm_size(local, &c->local_size);
     MPI_Comm_free(&local);
     c->phase = PHASE_TRAIN;
+    c->group_comm = c->replica_comm = c->group_host = MPI_COMM_NULL;
+    comm_set_groups(c, c->world_size);
 }
 
 static inline void comm_finalize(Comm* c) {
-    (void)c;
+    if (c->group_comm != MPI_COMM_NULL) {
+        MPI_Comm_free(&c->group_comm); MPI_Comm_free(&c->replica_comm); MPI_Comm_free(&c->group_host);
+    }
     MPI_Finalize();
 }
 
@@ -119,6 +163,21 @@ static inline void comm_fatal(Comm* c, const char* fmt, ...) {
 
 static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T : MPI_FLOAT; }
 
+/* Completes a non-blocking collective. poll = 0: MPI_Wait (the main
+   thread). poll = 1 (the communication thread): MPI_Test, sleeping 20 us
+   between tests, so that a thread waiting on the network leaves the cores
+   to the compute threads instead of spinning (Open MPI progresses the
+   transfer inside each MPI_Test; kernel socket buffers carry TCP between). */
+static inline void hostcoll_complete(MPI_Request* req, int poll) {
+    if (!poll) { MPI_Wait(req, MPI_STATUS_IGNORE); return; }
+    int done = 0;
+    for (unsigned long spins = 0;; spins++) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (spins > 64) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    }
+}
+
 /* Reduce-scatter, in place over n*shard elements of buf (n = size of mc,
    r = this rank in mc): an all-to-all of the n shards (rank q's shard k goes
    to rank k) into `scratch` (n*shard elements, must not overlap buf), then
@@ -126,14 +185,17 @@ static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T
      acc == NULL: buf[r*shard + i] = round(s_i + 0)    (NCCL's in-place layout)
      acc != NULL: acc[i] = round(s_i + acc[i])          (accumulate, shard elements)
    (the + 0 makes both forms agree bit for bit on a zero accumulator)
-   threads: 1 to parallelise the sum with OpenMP (caller not in a parallel
-   region), 0 to stay on the calling thread (the communication thread). */
+   threads: 1 to parallelise the sum with OpenMP and block in MPI_Wait (the
+   main thread, not in a parallel region), 0 to stay on the calling thread
+   and poll (the communication thread). */
 static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard, int eb, void* scratch, void* acc,
                                            int threads) {
     int n, r;
     MPI_Comm_size(mc, &n);
     MPI_Comm_rank(mc, &r);
-    MPI_Alltoall(buf, (int)shard, hostcoll_type(eb), scratch, (int)shard, hostcoll_type(eb), mc);
+    MPI_Request req;
+    MPI_Ialltoall(buf, (int)shard, hostcoll_type(eb), scratch, (int)shard, hostcoll_type(eb), mc, &req);
+    hostcoll_complete(&req, !threads);
     long ns = (long)shard;
     if (eb == 4) {
         const float* x = (const float*)scratch;
@@ -160,9 +222,23 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
 }
 
 /* All-gather, in place: rank r's shard elements sit at buf + r*shard;
-   afterwards every rank has all n*shard. Exact (no arithmetic). */
-static inline void hostcoll_all_gather(MPI_Comm mc, void* buf, size_t shard, int eb) {
-    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, hostcoll_type(eb), mc);
+   afterwards every rank has all n*shard. Exact (no arithmetic). poll as
+   hostcoll_complete. */
+static inline void hostcoll_all_gather(MPI_Comm mc, void* buf, size_t shard, int eb, int poll) {
+    MPI_Request req;
+    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, hostcoll_type(eb), mc, &req);
+    hostcoll_complete(&req, poll);
+}
+
+/* All-reduce of n elements in place, deterministic: a reduce-scatter of the
+   n/k-element parts (k = ranks of mc, n a multiple of k) and an all-gather,
+   the sums in rank order as hostcoll_reduce_scatter. scratch: n elements. */
+static inline void hostcoll_all_reduce(MPI_Comm mc, void* buf, size_t n, int eb, void* scratch, int threads) {
+    int k;
+    MPI_Comm_size(mc, &k);
+    if (k == 1) return;
+    hostcoll_reduce_scatter(mc, buf, n / (size_t)k, eb, scratch, NULL, threads);
+    hostcoll_all_gather(mc, buf, n / (size_t)k, eb, !threads);
 }
 
 /* Sum k doubles across the ranks of mc in place, in rank order (k <= 16). */
@@ -179,19 +255,27 @@ static inline void hostcoll_sum_doubles(MPI_Comm mc, double* x, int k) {
     free(all);
 }
 
-/* Sum n doubles across ranks in place (host memory; loss, grad-norm squares),
+/* Sum n doubles across ranks in place (host memory; the loss),
    deterministically (hostcoll_sum_doubles). Counted as COLL_SCALARS with 8
    bytes per value. */
 static inline void comm_allreduce_sum_host(Comm* c, double* x, int n) {
     hostcoll_sum_doubles(MPI_COMM_WORLD, x, n);
-    comm_count(c, COLL_SCALARS, (unsigned long long)n * sizeof(double));
+    comm_count(c, COLL_SCALARS, (unsigned long long)n * sizeof(double), c->world_size);
 }
 
-/* All-gather of n ints per rank (host memory): out (size*n) gets rank q's
-   values at out + q*n. Counted as an all-gather of the full output. */
-static inline void comm_all_gather_ints(Comm* c, const int* mine, int n, int* out) {
-    MPI_Allgather(mine, n, MPI_INT, out, n, MPI_INT, MPI_COMM_WORLD);
-    comm_count(c, COLL_ALL_GATHER, (unsigned long long)n * (unsigned long long)c->world_size * sizeof(int));
+/* The same over the shard group (the grad-norm squares: each group holds
+   one copy of every gradient). */
+static inline void comm_group_sum_host(Comm* c, double* x, int n) {
+    hostcoll_sum_doubles(c->group_host, x, n);
+    comm_count(c, COLL_SCALARS, (unsigned long long)n * sizeof(double), c->group_size);
+}
+
+/* All-gather of n ints per rank of the shard group (host memory): out
+   (group_size*n) gets group rank q's values at out + q*n. Counted as an
+   all-gather of the full output. */
+static inline void comm_group_gather_ints(Comm* c, const int* mine, int n, int* out) {
+    MPI_Allgather(mine, n, MPI_INT, out, n, MPI_INT, c->group_host);
+    comm_count(c, COLL_ALL_GATHER, (unsigned long long)n * (unsigned long long)c->group_size * sizeof(int), c->group_size);
 }
 
 static inline double comm_allreduce_max_host(Comm* c, double x) {
@@ -202,5 +286,48 @@ static inline double comm_allreduce_max_host(Comm* c, double x) {
 }
 
 static inline void comm_barrier(Comm* c) { (void)c; MPI_Barrier(MPI_COMM_WORLD); }
+
+/* Rank placement, printed by rank 0 at start: for every rank its node
+   (MPI_Get_processor_name: the hostname), its local rank and the number of
+   ranks on that node (MPI_COMM_TYPE_SHARED, as in comm_init) and its
+   OpenMP threads (omp_get_max_threads(): set by OMP_NUM_THREADS, else by
+   backend_init; 1 in a build without OpenMP). Collective (MPI_Gather of
+   76 bytes per rank); rows for at most 64 ranks, then a count. */
+static inline void comm_print_placement(Comm* c, FILE* out) {
+    typedef struct { char node[64]; int local_rank, local_size, threads; } Place;
+    Place me;
+    memset(&me, 0, sizeof(me));
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    size_t n = (size_t)(len < 0 ? 0 : len);
+    if (n > sizeof(me.node) - 1) n = sizeof(me.node) - 1; /* longer names are cut */
+    memcpy(me.node, name, n);
+    me.local_rank = c->local_rank;
+    me.local_size = c->local_size;
+#ifdef _OPENMP
+    me.threads = omp_get_max_threads();
+#else
+    me.threads = 1;
+#endif
+    Place* all = c->rank == 0 ? (Place*)malloc(sizeof(Place) * (size_t)c->world_size) : NULL;
+    if (c->rank == 0 && !all) comm_fatal(c, "out of memory: placement table of %d ranks", c->world_size);
+    MPI_Gather(&me, (int)sizeof(Place), MPI_BYTE, all, (int)sizeof(Place), MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (c->rank != 0) return;
+    int nodes = 0;
+    for (int r = 0; r < c->world_size; r++) {
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++) seen = !strcmp(all[q].node, all[r].node);
+        nodes += !seen;
+    }
+    fprintf(out, "placement: %d rank%s on %d node%s\n", c->world_size, c->world_size > 1 ? "s" : "", nodes, nodes > 1 ? "s" : "");
+    fprintf(out, "  %5s  %-24s %11s %11s %8s\n", "rank", "node", "local rank", "local size", "threads");
+    int shown = c->world_size < 64 ? c->world_size : 64;
+    for (int r = 0; r < shown; r++)
+        fprintf(out, "  %5d  %-24s %11d %11d %8d\n", r, all[r].node, all[r].local_rank, all[r].local_size, all[r].threads);
+    if (shown < c->world_size) fprintf(out, "  ... %d more ranks\n", c->world_size - shown);
+    fflush(out);
+    free(all);
+}
 
 #endif /* LLMC_COMM_H */

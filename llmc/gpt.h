@@ -196,10 +196,11 @@ typedef struct {
     int vocab_chunk;            /* target rows of wte per vocabulary chunk */
     int keep_logits;            /* 1: keep every chunk's logits from forward to backward (B*T*Vp) */
     int overlap;                /* 1: two unit-grad buffers per class */
+    int offload;                /* OFFLOAD_NONE, _HOST or _DISK (zero.h): where master, m, v live */
 } GPT2Options;
 
 static inline GPT2Options gpt2_default_options(void) {
-    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1};
+    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE};
     return o;
 }
 
@@ -233,7 +234,7 @@ typedef struct {
     floatX* emb_rows;
     floatX* emb_acc;
     size_t* emb_acc_off;        /* per unit: offset in emb_acc (units 0..K) */
-    int *host_tokens, *emb_tokens, *emb_positions, *emb_order_tok, *emb_order_pos;
+    int *host_tokens, *emb_tokens, *emb_positions, *emb_order_tok, *emb_order_pos, *emb_seg, *emb_seg_key;
     int emb_pending;            /* stages 0-1, one micro-step: rows kept for gpt2_reduce_grads */
     /* stage-3 use schedules: forward, forward + backward, chunks only */
     int *sched_fwd, *sched_train, *sched_chunks;
@@ -306,7 +307,7 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     int n = gpt2_num_tensors(y), nu = gpt2_num_units(y);
     ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
     gpt2_build_tensors(cfg, y, ts);
-    int rc = zero_plan_init(&m->plan, ts, n, nu, opt->zero_stage, comm->world_size, comm->rank,
+    int rc = zero_plan_init(&m->plan, ts, n, nu, opt->zero_stage, comm->group_size, comm->group_rank, comm->replica_size,
                             (int)sizeof(floatX), (int)sizeof(floatX), opt->reshard_after_forward, opt->prefetch,
                             opt->grad_accum_steps, err, errlen);
     free(ts);
@@ -323,7 +324,9 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     free(uc);
     if (rc) return 1;
     P->rs_scratch = BACKEND_RS_SCRATCH;
-    int N = comm->world_size;
+    P->offload = opt->offload;
+    P->offload_staging = opt->offload != OFFLOAD_NONE && BACKEND_OFFLOAD_STAGING;
+    int N = comm->group_size;   /* the embedding rows are exchanged inside the shard group */
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;
     P->emb_gather_bytes = N > 1 ? (unsigned long long)N * BT * (C * sizeof(floatX) + sizeof(int)) : 0;
     zero_predict_memory(P, gpt2_activation_bytes(cfg, y, opt, B, T), &m->ledger);
@@ -372,6 +375,14 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     m->targets = (int*)gpt2_act(m, BT * sizeof(int));
     m->emb_rows = emb_rows ? (floatX*)gpt2_alloc(m, MEM_EMB_ROWS, emb_rows) : m->dres;
     m->emb_acc = emb_acc ? (floatX*)gpt2_alloc(m, MEM_EMB_ACC, emb_acc) : NULL;
+    if (m->ledger.failed_category >= 0) {
+        unsigned long long need = 0;
+        for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
+        return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
+                       "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
+                       m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
+                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, opt->zero_stage);
+    }
     m->host_losses = (float*)malloc_or_die(BT * f, "host losses");
     /* host-side bookkeeping of the embedding gradient (ints, outside the ledger) */
     size_t nrows = (size_t)N * BT;
@@ -380,6 +391,8 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     m->emb_positions = (int*)malloc_or_die(nrows * sizeof(int), "embedding positions");
     m->emb_order_tok = (int*)malloc_or_die(nrows * sizeof(int), "embedding order");
     m->emb_order_pos = (int*)malloc_or_die(nrows * sizeof(int), "embedding order");
+    m->emb_seg = (int*)malloc_or_die((nrows + 1) * sizeof(int), "embedding segments");
+    m->emb_seg_key = (int*)malloc_or_die(nrows * sizeof(int), "embedding segments");
     m->emb_acc_off = (size_t*)malloc_or_die((size_t)gpt2_num_emb_units(m) * sizeof(size_t), "embedding offsets");
     {
         size_t off = 0;
@@ -410,15 +423,14 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
         for (int k = 0; k < K; k++) m->sched_chunks[k] = gpt2_unit_chunk(y, k);
         m->sched_fwd = s;  /* its first sched_fwd_len entries */
     }
-    if (m->ledger.failed_category >= 0) {
-        unsigned long long need = 0;
-        for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
-        return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
-                       "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
-                       m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
-                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, opt->zero_stage);
-    }
     return 0;
+}
+
+/* Name of unit u ("root", "wte chunk k", "block l"), for traces. */
+static inline void gpt2_unit_name(const GPT2Layout* y, int u, char* out, size_t n) {
+    if (u == 0) snprintf(out, n, "root");
+    else if (u <= y->num_chunks) snprintf(out, n, "wte chunk %d", u - 1);
+    else snprintf(out, n, "block %d", u - 1 - y->num_chunks);
 }
 
 /* Pointer to tensor j's data inside a full unit buffer. */
@@ -439,10 +451,10 @@ static inline void gpt2_set_tensor(GPT2* m, int t, const float* values) {
     zero_held_range(P, ZB_PARAMS, u, &lo, &hi);
     if ((n = zero_tensor_overlap(P, t, lo, hi, &a)))
         backend_floats_to_floatX(m->engine.params + zero_index(P, ZB_PARAMS, u, a), values + (a - off), n);
-    if (m->engine.master) {
+    if (P->master_bytes) {
         zero_held_range(P, ZB_OPT, u, &lo, &hi);
         if ((n = zero_tensor_overlap(P, t, lo, hi, &a)))
-            backend_to_device(m->engine.master + zero_index(P, ZB_OPT, u, a), values + (a - off), n * sizeof(float));
+            zero_opt_set(&m->engine, ZO_MASTER, u, a, values + (a - off), n);
     }
 }
 
@@ -457,7 +469,7 @@ static inline size_t gpt2_get_own(GPT2* m, int t, float* out, size_t* first) {
     size_t n = zero_tensor_overlap(P, t, lo, hi, &a);
     *first = a - P->tensors[t].offset;
     if (!n) return 0;
-    if (m->engine.master) backend_to_host(out, m->engine.master + zero_index(P, ZB_OPT, u, a), n * sizeof(float));
+    if (P->master_bytes) zero_opt_get(&m->engine, ZO_MASTER, u, a, out, n);
     else backend_floatX_to_floats(out, m->engine.params + zero_index(P, ZB_PARAMS, u, a), n);
     return n;
 }
@@ -611,18 +623,22 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     if (targets) backend_to_device(m->targets, targets, BT * sizeof(int));
     memcpy(m->host_tokens, inputs, BT * sizeof(int));
     zero_begin_pass(E, dloss != 0.0f ? m->sched_train : m->sched_fwd, dloss != 0.0f ? m->sched_train_len : m->sched_fwd_len);
+    trace_begin(TRACE_TID_COMPUTE, -1, "forward");
     floatX* root = zero_unit_params(E, gpt2_unit_root());
     /* embedding: each token's row from the chunk that holds it */
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k);
         floatX* W = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "embedding chunk %d", k);
         encoder_forward_rows(m->encoded, m->inputs, W, gpt2_chunk_row0(y, k), gpt2_chunk_nrows(y, k),
                              gpt2_tp(m, root, T_WPE), B, T, C);
         zero_release_unit(E, u, 1);
+        trace_end(TRACE_TID_COMPUTE);
     }
     for (int l = 0; l < L; l++) {
         int u = gpt2_unit_block(y, l);
         floatX* w = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         floatX* x = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
         float* ln1m = m->ln1_mean + (size_t)l * BT;
@@ -651,6 +667,7 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
         matmul_forward(fcproj, fchg, gpt2_tp(m, w, b0 + B_FCPROJW), gpt2_tp(m, w, b0 + B_FCPROJB), (int)BT, 4 * C, C);
         residual_forward(res3, res2, fcproj, BT * C);
         zero_release_unit(E, u, 1);
+        trace_end(TRACE_TID_COMPUTE);
     }
     floatX* last = m->residual3 + (size_t)(L - 1) * BT * C;
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, last, gpt2_tp(m, root, T_LNFW), gpt2_tp(m, root, T_LNFB), (int)BT, C);
@@ -661,28 +678,53 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
         for (int k = 0; k < y->num_chunks; k++) {
             int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
             floatX* W = zero_unit_params(E, u);
+            trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
             gpt2_chunk_logits(m, m->logits, m->dlnf, B, W, k);
             for (int b = 0; b < B; b++)
                 backend_memcpy(m->last_logits + (size_t)b * Vp + gpt2_chunk_row0(y, k), m->logits + (size_t)b * nr,
                                (size_t)nr * sizeof(floatX));
             zero_release_unit(E, u, 1);
+            trace_end(TRACE_TID_COMPUTE);
         }
+        trace_end(TRACE_TID_COMPUTE);
         return 0.0f;
     }
     classifier_stats_init(m->lm_max, m->lm_sum, m->lm_target, (int)BT);
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
         floatX* W = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
         gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
         classifier_chunk_stats(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->lm_target);
         zero_release_unit(E, u, 1);
+        trace_end(TRACE_TID_COMPUTE);
     }
     classifier_losses(m->losses, m->lm_max, m->lm_sum, m->lm_target, (int)BT);
+    trace_end(TRACE_TID_COMPUTE);
     backend_to_host(m->host_losses, m->losses, BT * sizeof(float));
     double s = 0.0;
     for (size_t i = 0; i < BT; i++) s += m->host_losses[i];
     return (float)(s / (double)BT);
+}
+
+/* The segments of embedding_backward_range: in order (row indices sorted by
+   (key, index)), the runs of rows whose key (table row) lies in [r_first,
+   r_last]: seg[s] .. seg[s+1] is run s, seg_key[s] its table row. seg needs
+   room for n + 1 entries, seg_key for n. Returns the number of runs. */
+static inline int gpt2_embedding_segments(const int* keys, const int* order, int n, long r_first, long r_last,
+                                          int* seg, int* seg_key) {
+    int a = 0, b = n;
+    while (a < b) { int mid = (a + b) / 2; if (keys[order[mid]] < r_first) a = mid + 1; else b = mid; }
+    int nseg = 0, i = a;
+    while (i < n && keys[order[i]] <= r_last) {
+        seg[nseg] = i;
+        seg_key[nseg++] = keys[order[i]];
+        int k = keys[order[i]];
+        while (i < n && keys[order[i]] == k) i++;
+    }
+    seg[nseg] = i;
+    return nseg;
 }
 
 /* The embedding gradient of the last micro-step's rows (m->emb_rows,
@@ -707,12 +749,14 @@ static inline void gpt2_embedding_apply(GPT2* m, int B, int T, int where) {
         size_t tab = a - P->tensors[t].offset;   /* element offset in the table (wpe or this piece of wte) */
         floatX* dst = where == GPT2_EMB_TO_ACC ? m->emb_acc + m->emb_acc_off[u] + (a - lo)
                                                : E->grads + zero_index(P, ZB_GRADS, u, a);
-        if (u == 0)
-            embedding_backward_range(dst, tab, tab + cnt, m->emb_rows, m->emb_positions, m->emb_order_pos, n, C);
-        else {
-            size_t row0 = (size_t)gpt2_chunk_row0(y, u - 1) * (size_t)C;
-            embedding_backward_range(dst, row0 + tab, row0 + tab + cnt, m->emb_rows, m->emb_tokens, m->emb_order_tok, n, C);
-        }
+        /* wpe: keyed by position; a wte piece: by token, in whole-table coordinates */
+        size_t base = u == 0 ? 0 : (size_t)gpt2_chunk_row0(y, u - 1) * (size_t)C;
+        const int* keys = u == 0 ? m->emb_positions : m->emb_tokens;
+        const int* order = u == 0 ? m->emb_order_pos : m->emb_order_tok;
+        size_t lo_t = base + tab, hi_t = base + tab + cnt;
+        int nseg = gpt2_embedding_segments(keys, order, n, (long)(lo_t / (size_t)C), (long)((hi_t - 1) / (size_t)C),
+                                           m->emb_seg, m->emb_seg_key);
+        embedding_backward_range(dst, lo_t, hi_t, m->emb_rows, order, m->emb_seg, m->emb_seg_key, nseg, C);
     }
 }
 
@@ -731,8 +775,9 @@ static inline void gpt2_embedding_backward(GPT2* m, int B, int T) {
     if (N > 1) {
         backend_memcpy(m->emb_rows + (size_t)P->rank * BT * C, m->dres, BT * C * sizeof(floatX));
         comm->purpose_embedding = 1;
+        comm->cur_unit = -1;
         unsigned long long f = backend_all_gather_start(comm, m->emb_rows, BT * C);
-        comm_all_gather_ints(comm, m->host_tokens, (int)BT, m->emb_tokens);
+        comm_group_gather_ints(comm, m->host_tokens, (int)BT, m->emb_tokens);
         comm->purpose_embedding = 0;
         backend_wait_comm(f);
     } else {
@@ -764,6 +809,8 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
     ZeroEngine* E = &m->engine;
     int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size;
     size_t BT = (size_t)B * T, x = sizeof(floatX);
+    if (B != m->B || T != m->T) comm_fatal(m->comm, "gpt2_backward: micro-batch %dx%d differs from the allocated %dx%d", B, T, m->B, m->T);
+    trace_begin(TRACE_TID_COMPUTE, -1, "backward");
     floatX* root = zero_unit_params(E, gpt2_unit_root());
     /* LM head: per vocabulary chunk, dlogits from the saved statistics, dlnf
        += dlogits W, dW = dlogits^T lnf, handed to the engine at once */
@@ -771,6 +818,7 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
     for (int k = 0; k < y->num_chunks; k++) {
         int u = gpt2_unit_chunk(y, k), nr = gpt2_chunk_nrows(y, k);
         floatX* W = zero_unit_params(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "lm head chunk %d", k);
         floatX* lg = gpt2_chunk_logits_buf(m, BT, k);
         if (!m->opt.keep_logits) gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
         classifier_chunk_grad(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->dloss);
@@ -778,17 +826,21 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
         matmul_backward(m->dlnf, g, NULL, lg, m->lnf, W, (int)BT, C, nr);
         zero_unit_grads_done(E, u);
         zero_release_unit(E, u, 0);
+        trace_end(TRACE_TID_COMPUTE);
     }
+    trace_begin(TRACE_TID_COMPUTE, gpt2_unit_root(), "root");
     floatX* groot = zero_unit_grads(E, gpt2_unit_root());
     backend_memset_zero(m->dres, BT * C * x);
     floatX* last = m->residual3 + (size_t)(L - 1) * BT * C;
     layernorm_backward(m->dres, gpt2_tp(m, groot, T_LNFW), gpt2_tp(m, groot, T_LNFB), m->dlnf, last,
                        gpt2_tp(m, root, T_LNFW), m->lnf_mean, m->lnf_rstd, (int)BT, C);
     zero_unit_grads_done(E, gpt2_unit_root());
+    trace_end(TRACE_TID_COMPUTE);
     for (int l = L - 1; l >= 0; l--) {
         int u = gpt2_unit_block(y, l);
         floatX* w = zero_unit_params(E, u);
         floatX* g = zero_unit_grads(E, u);
+        trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         int b0 = gpt2_block_tensor(y, l, 0);
         floatX* xin = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
         floatX* ln1 = m->ln1 + (size_t)l * BT * C;
@@ -828,8 +880,12 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
                            gpt2_tp(m, w, b0 + B_LN1W), ln1m, ln1r, (int)BT, C);
         zero_unit_grads_done(E, u);
         zero_release_unit(E, u, 0);
+        trace_end(TRACE_TID_COMPUTE);
     }
+    trace_begin(TRACE_TID_COMPUTE, -1, "embedding");
     gpt2_embedding_backward(m, B, T);
+    trace_end(TRACE_TID_COMPUTE);
+    trace_end(TRACE_TID_COMPUTE);
 }
 
 /* After the last micro-step of an optimizer step: every rank's own shard of
@@ -837,10 +893,12 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
    reduce-scatter the full grads, add the embedding gradient (after the LM
    head's part, as stages 2-3 do: the same sums in the same order), and at
    stage 0 all-gather the result (stage 0's all-reduce). Stages 2-3: wait
-   for the reduce-scatters still running. */
+   for the reduce-scatters still running. HSDP: the group's sums are then
+   all-reduced across the replica groups. */
 static inline void gpt2_reduce_grads(GPT2* m) {
     const ZeroPlan* P = &m->plan;
     ZeroEngine* E = &m->engine;
+    trace_begin(TRACE_TID_COMPUTE, -1, "reduce grads");
     zero_reduce_scatter_grads(E);
     if (P->zero_stage <= 1) {
         if (m->emb_pending) {
@@ -853,8 +911,10 @@ static inline void gpt2_reduce_grads(GPT2* m) {
                 backend_add(E->grads + zero_index(P, ZB_GRADS, u, lo), m->emb_acc + m->emb_acc_off[u], hi - lo);
             }
         }
-        zero_all_gather_grads(E);
     }
+    zero_all_reduce_replicas(E);
+    zero_all_gather_grads(E);
+    trace_end(TRACE_TID_COMPUTE);
 }
 
 /* Start of an optimizer step: zero the gradient accumulators. */
@@ -897,7 +957,7 @@ static inline void gpt2_free(GPT2* m) {
     zero_engine_free(&m->engine);
     zero_plan_free(&m->plan);
     free(m->host_losses); free(m->host_tokens); free(m->emb_tokens); free(m->emb_positions);
-    free(m->emb_order_tok); free(m->emb_order_pos); free(m->emb_acc_off);
+    free(m->emb_order_tok); free(m->emb_order_pos); free(m->emb_seg); free(m->emb_seg_key); free(m->emb_acc_off);
     free(m->sched_train); free(m->sched_chunks);
 }
 

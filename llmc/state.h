@@ -191,7 +191,7 @@ static inline int state_load(GPT2* m, const char* path, TrainState* s, char* err
         zero_held_range(P, ZB_OPT, u, &lo, &hi);
         size_t n = zero_tensor_overlap(P, t, lo, hi, &x);
         if (!n) continue;
-        size_t first = x - P->tensors[t].offset, io = zero_index(P, ZB_OPT, u, x);
+        size_t first = x - P->tensors[t].offset;
         for (int which = 0; which < 2 && !rc; which++) {
             long long off = offs[t] + which * psi4 + 4LL * (long long)first;
             if (state_pread_all(fd, buf, n * sizeof(float), off)) {
@@ -205,7 +205,7 @@ static inline int state_load(GPT2* m, const char* path, TrainState* s, char* err
                                  P->tensors[t].name, first + i, (double)buf[i], which ? " and >= 0" : "");
                     break;
                 }
-            if (!rc) backend_to_device((which ? m->engine.adam_v : m->engine.adam_m) + io, buf, n * sizeof(float));
+            if (!rc) zero_opt_set(&m->engine, which ? ZO_V : ZO_M, u, x, buf, n);
         }
     }
     for (int t = 0; t < P->num_tensors && !rc && s->has_master; t++) {
@@ -274,7 +274,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
             fflush(stderr);
             _exit(3);
         }
-        for (int t = 0; t < P->num_tensors && cfile_ok(&f); t++) {
+        for (int t = 0; t < P->num_tensors && cfile_ok(&f) && c->replica_rank == 0; t++) {  /* HSDP: one group writes */
             int u = P->tensors[t].unit;
             size_t lo_, hi_, x, first = 0, n;
             if (which < 2) {
@@ -282,7 +282,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
                 n = zero_tensor_overlap(P, t, lo_, hi_, &x);
                 if (!n) continue;
                 first = x - P->tensors[t].offset;
-                backend_to_host(buf, (which ? m->engine.adam_v : m->engine.adam_m) + zero_index(P, ZB_OPT, u, x), n * sizeof(float));
+                zero_opt_get(&m->engine, which ? ZO_V : ZO_M, u, x, buf, n);
             } else {
                 n = gpt2_get_own(m, t, buf, &first);
                 if (!n) continue;

@@ -1,36 +1,73 @@
 #!/usr/bin/env bash
-# run_multinode.sh: train across several nodes with mpirun and a hostfile,
-# one rank per GPU (8 per node), NCCL over InfiniBand/RoCE or sockets.
-#   HOSTFILE=hosts.txt NODES=4 ZERO=3 bash scripts/run_multinode.sh -e d48 -o /shared/out
+# run_multinode.sh: train across several nodes with mpirun and a hostfile.
+#   GPU (default): one rank per GPU, NCCL over InfiniBand/RoCE or sockets
+#     HOSTFILE=hosts.txt NODES=4 ZERO=3 bash scripts/run_multinode.sh -e d48 -o /shared/out
+#   CPU (CPU=1): ./train_gpt_cpu, PER_NODE ranks per node, each with
+#     cores / PER_NODE OpenMP threads (or OMP_NUM_THREADS when set)
+#     HOSTFILE=hosts.txt CPU=1 NODES=2 PER_NODE=2 ZERO=1 bash scripts/run_multinode.sh -e d4
 # hosts.txt, one node per line:   node01 slots=8
-# The repository (with ./train_gpt built) and the data must be at the same
+# The repository (with the program built) and the data must be at the same
 # path on every node (a shared file system): checkpoints are written by all
 # ranks into one file.
 #
+# To try it on one machine, on simulated nodes (scripts/cluster.sh):
+#   scripts/cluster.sh up 2 --rate 1gbit
+#   eval "$(scripts/cluster.sh env)"   # Open MPI's rsh agent, interfaces, binding
+#   HOSTFILE=$(scripts/cluster.sh hostfile) CPU=1 NODES=2 PER_NODE=2 bash scripts/run_multinode.sh -e d2 -x 5
+#
 # The flags that shape the parallel run (environment -> trainer flag):
-#   NODES=2, GPUS=8   ranks = NODES*GPUS; rank r runs on GPU (its local rank)
+#   NODES=2      nodes; ranks = NODES*PER_NODE, placed PER_NODE per node
+#   PER_NODE     ranks per node: GPU default 8 (one per GPU, rank r uses the
+#                GPU of its local rank; GPUS=8 is the same variable's old
+#                name), CPU default 1 (all cores of a node to one rank)
 #   ZERO=3       -z: ZeRO stage; 0 DDP, 1 optimizer states sharded, 2 + grads,
 #                3 + params (for models that do not fit otherwise)
-#   B=8          -b: micro-batch per rank (sequences)
-#   T=1024       -t: sequence length
-#   TOTAL=524288 -d: tokens per optimizer step over all ranks; a multiple of
-#                B*T*NODES*GPUS (the quotient = grad-accumulation micro-steps)
-#   STEPS=5000   -x: optimizer steps
-# NCCL environment (set what your cluster needs; exported to every rank):
+#   B            -b: micro-batch per rank (sequences); GPU 8, CPU 8
+#   T            -t: sequence length; GPU 1024, CPU 128
+#   TOTAL        -d: tokens per optimizer step over all ranks; a multiple of
+#                B*T*NODES*PER_NODE (the quotient = grad-accumulation
+#                micro-steps); GPU 524288, CPU unset (= B*T*ranks, no accumulation)
+#   STEPS        -x: optimizer steps; GPU 5000, CPU 500
+#   MPIRUN=mpirun   the launcher (as root, --allow-run-as-root is added)
+#   DRYRUN=1     print the command instead of running it
+# NCCL environment (GPU; set what your cluster needs; exported to every rank):
 #   NCCL_SOCKET_IFNAME  interface for NCCL's bootstrap/socket traffic, e.g. eth0 or ib0
 #                       (also used as Open MPI's TCP interface below)
 #   NCCL_IB_HCA         InfiniBand HCAs to use, e.g. mlx5_0,mlx5_1 (unset: all)
 #   NCCL_DEBUG=WARN     INFO to see the chosen transport/rings at start-up
 # LLMC_GPU_TIMEOUT (seconds, default 900): a rank waiting longer than this
 # for the GPU (e.g. a collective whose peer died) aborts the whole job.
+# Every rank's node, local rank and threads are printed at start (placement).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HOSTFILE=${HOSTFILE:?set HOSTFILE to an Open MPI hostfile (node slots=8 per line)}
-NODES=${NODES:-2}; GPUS=${GPUS:-8}; NP=$((NODES * GPUS))
-ZERO=${ZERO:-3}; B=${B:-8}; T=${T:-1024}; TOTAL=${TOTAL:-524288}; STEPS=${STEPS:-5000}
-export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-envs=(-x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH -x LLMC_GPU_TIMEOUT=${LLMC_GPU_TIMEOUT:-900})
-[ -n "${NCCL_SOCKET_IFNAME:-}" ] && envs+=(-x NCCL_SOCKET_IFNAME --mca btl_tcp_if_include "$NCCL_SOCKET_IFNAME" --mca oob_tcp_if_include "$NCCL_SOCKET_IFNAME")
-[ -n "${NCCL_IB_HCA:-}" ] && envs+=(-x NCCL_IB_HCA)
-exec mpirun -np "$NP" --hostfile "$HOSTFILE" --map-by ppr:"$GPUS":node --bind-to none "${envs[@]}" \
-  ./train_gpt -z "$ZERO" -b "$B" -t "$T" -d "$TOTAL" -x "$STEPS" "$@"
+HOSTFILE=${HOSTFILE:?set HOSTFILE to an Open MPI hostfile (node slots=N per line)}
+CPU=${CPU:-0}
+if [ "$CPU" = 1 ]; then
+  PROG=./train_gpt_cpu; PER_NODE=${PER_NODE:-${GPUS:-1}}
+  B=${B:-8}; T=${T:-128}; TOTAL=${TOTAL:-}; STEPS=${STEPS:-500}
+else
+  PROG=./train_gpt; PER_NODE=${PER_NODE:-${GPUS:-8}}
+  B=${B:-8}; T=${T:-1024}; TOTAL=${TOTAL:-524288}; STEPS=${STEPS:-5000}
+fi
+NODES=${NODES:-2}; NP=$((NODES * PER_NODE)); ZERO=${ZERO:-3}
+MPIRUN=${MPIRUN:-mpirun}
+launcher=("$MPIRUN")
+[ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
+# --bind-to none: GPU ranks drive a GPU; CPU ranks spread their OpenMP threads over the node's cores
+launcher+=(-np "$NP" --hostfile "$HOSTFILE" --map-by "ppr:$PER_NODE:node" --bind-to none)
+if [ "$CPU" = 1 ]; then
+  [ -n "${OMP_NUM_THREADS:-}" ] && launcher+=(-x OMP_NUM_THREADS)
+else
+  export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+  launcher+=(-x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH -x "LLMC_GPU_TIMEOUT=${LLMC_GPU_TIMEOUT:-900}")
+  [ -n "${NCCL_IB_HCA:-}" ] && launcher+=(-x NCCL_IB_HCA)
+fi
+[ -n "${NCCL_SOCKET_IFNAME:-}" ] && launcher+=(-x NCCL_SOCKET_IFNAME --mca btl_tcp_if_include "$NCCL_SOCKET_IFNAME" --mca oob_tcp_if_include "$NCCL_SOCKET_IFNAME")
+train=("$PROG" -z "$ZERO" -b "$B" -t "$T")
+[ -n "$TOTAL" ] && train+=(-d "$TOTAL")
+train+=(-x "$STEPS" "$@")
+if [ "${DRYRUN:-0}" = 1 ]; then printf '%q ' "${launcher[@]}" "${train[@]}" | sed 's/ $//'; echo; exit 0; fi
+if [ ! -x "$PROG" ]; then
+  if [ "$CPU" = 1 ]; then make train_gpt_cpu; else make -f cuda.mk cuda; fi
+fi
+exec "${launcher[@]}" "${train[@]}"

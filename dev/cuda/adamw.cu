@@ -2,7 +2,9 @@
  dev/cuda/adamw.cu: the optimizer-side kernels of llmc/cuda against the CPU:
  AdamW (fp32 master and moments, bf16 params written with round-to-nearest-
  even, checked bit for bit against the host conversion of the CPU's master)
- and sum_squares (double accumulation; the grad norm).
+ and sum_squares (double accumulation; the grad norm); and the host twin of
+ the AdamW kernel (adamw_host_update, the offloaded optimizer) bit for bit
+ against the device.
  ./dev/cuda/adamw
 */
 #include "dev/cuda/common.h"
@@ -42,6 +44,23 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < n; i++) if (p[i] != host_bf16_bits_to_float(host_float_to_bf16_bits(gm[i]))) bad++;
     printf("  %-34s %s  (%zu mismatches)\n", "params == RNE(master)", bad ? "FAIL" : "OK  ", bad);
     if (bad) dev_failures++;
+    /* the offloaded optimizer's host twin (--offload-optimizer host/disk):
+       adamw_host_update on the same inputs must give the device's bits */
+    {
+        std::vector<float> hm = m, hv = v, hw = master;
+        std::vector<floatX> hg(n), hp(n);
+        for (size_t i = 0; i < n; i++) { uint16_t b = host_float_to_bf16_bits(g[i]); memcpy((void*)&hg[i], &b, 2); }
+        adamw_host_update(hp.data(), hw.data(), hg.data(), hm.data(), hv.data(), n, lr, b1, b2, b1c, b2c, eps, wd, scale);
+        auto dm = from_device_f32(d_m, n), dv = from_device_f32(d_v, n);
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t pb;
+            memcpy(&pb, (const void*)&hp[i], 2);
+            if (memcmp(&hw[i], &gm[i], 4) || memcmp(&hm[i], &dm[i], 4) || memcmp(&hv[i], &dv[i], 4) || host_bf16_bits_to_float(pb) != p[i]) diff++;
+        }
+        printf("  %-34s %s  (%zu elements differ in master, m, v or params)\n", "host twin == device, bit for bit", diff ? "FAIL" : "OK  ", diff);
+        if (diff) dev_failures++;
+    }
     float ms = time_ms([&]() { adamw_update(d_p, d_master, d_g, d_m, d_v, n, lr, b1, b2, b1c, b2c, eps, wd, scale); }, 10);
     printf("  %.4f ms, %.0f GB/s\n", ms, 30.0 * n / ms / 1e6);
 

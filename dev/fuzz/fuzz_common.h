@@ -67,8 +67,11 @@ static inline void fuzz_models_init(void) {
         FuzzModel* f = &fuzz_models[i];
         memset(&f->comm, 0, sizeof(f->comm));
         f->comm.world_size = ranks[i]; f->comm.rank = rank[i];
+        f->comm.group_size = ranks[i]; f->comm.group_rank = rank[i]; f->comm.replica_size = 1;
         char err[ERRLEN] = "";
-        if (gpt2_init(&f->model, &fuzz_tiny_config, &f->comm, stage[i], 1, 1, 1, 1, 4, err, ERRLEN)) {
+        GPT2Options o = gpt2_default_options();
+        o.zero_stage = stage[i];
+        if (gpt2_init(&f->model, &fuzz_tiny_config, &f->comm, &o, 1, 4, err, ERRLEN)) {
             fprintf(stderr, "fuzz: tiny model: %s\n", err);
             abort();
         }

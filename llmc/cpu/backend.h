@@ -9,16 +9,21 @@
 
  Collectives of the ZeRO engine (sizes in elements; each reports to the
  Comm counters; each returns a fence, 0 = already complete, to be passed to
- backend_wait_comm before the buffers are touched again):
-   backend_reduce_scatter_start(c, buf, s, acc)    in place over N*s elements of buf: the
-                                                   sum over ranks (rank order, fp32, one
+ backend_wait_comm before the buffers are touched again). G = ranks of the
+ shard group (c->group_comm), r = this rank in it; R = replicas (HSDP):
+   backend_reduce_scatter_start(c, buf, s, acc)    in place over G*s elements of buf: the
+                                                   sum over the group (rank order, fp32, one
                                                    rounding) of shard r lands at buf + r*s on
                                                    rank r (acc == NULL; the rest of buf is
                                                    undefined: NCCL's in-place convention), or
                                                    is added into acc[0..s) (acc != NULL)
    backend_all_gather_start(c, buf, s)             in place: rank r's s elements sit at
                                                    buf + r*s; afterwards every rank has all
- The reduce-scatter receives into c->rs_scratch (N*s elements; the engine
+   backend_all_reduce_replicas_start(c, buf, n)    buf[0..n) summed over the R replicas of
+                                                   this shard (HSDP; n a multiple of R)
+ They run on the communication thread (comm_thread.h) when c->overlap is
+ set and MPI provides MPI_THREAD_MULTIPLE, else at once. The reduce-scatter
+ and all-reduce receive into c->rs_scratch (one full unit; the engine
  allocates it through the ledger as "comm scratch": BACKEND_RS_SCRATCH).
 */
 #ifndef LLMC_CPU_BACKEND_H
@@ -30,6 +35,7 @@
 #include "../utils.h"
 #include "../comm.h"
 #include "kernels.h"
+#include "comm_thread.h"
 
 #ifdef LLMC_BF16
 #define BACKEND_NAME "cpu-bf16"
@@ -54,9 +60,9 @@ static inline void backend_init(Comm* c) {
         int t = omp_get_num_procs() / (c->local_size > 0 ? c->local_size : 1);
         omp_set_num_threads(t > 0 ? t : 1);
     }
-#else
-    (void)c;
 #endif
+    cpu_ct.comm = c;
+    if (c->overlap && c->thread_multiple) ct_start(c);
 }
 
 /* Host memory, 64-byte aligned; NULL on failure. */
@@ -66,6 +72,8 @@ static inline void* backend_malloc(size_t bytes) {
 }
 static inline void backend_free(void* p) { free(p); }
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+/* all bits set: a NaN in fp32 and in bf16 (debug poisoning) */
+static inline void backend_memset_nan(void* p, size_t bytes) { memset(p, 0xFF, bytes); }
 static inline void backend_memcpy(void* dst, const void* src, size_t bytes) { memmove(dst, src, bytes); }
 /* Host <-> "device" copies: the same memory on the CPU. */
 static inline void backend_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
@@ -95,24 +103,41 @@ static inline void backend_check_count(Comm* c, const char* what, size_t shard) 
 
 static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* buf, size_t shard, floatX* acc) {
     backend_check_count(c, "reduce-scatter", shard);
-    size_t need = shard * (size_t)c->world_size * sizeof(floatX);
+    size_t need = shard * (size_t)c->group_size * sizeof(floatX);
     if (c->rs_scratch_bytes < need) comm_fatal(c, "reduce-scatter of %zu bytes but the comm scratch holds %zu (a plan bug)", need, c->rs_scratch_bytes);
-    hostcoll_reduce_scatter(MPI_COMM_WORLD, buf, shard, FLOATX_BYTES, c->rs_scratch, acc, 1);
-    comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
-    return 0;
+    unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
+    comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
+    CtOp op = {CT_REDUCE_SCATTER, c->group_comm, buf, shard, acc, FLOATX_BYTES, COLL_REDUCE_SCATTER, c->cur_unit, bytes};
+    return ct_submit(&op);
 }
 
 static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
     backend_check_count(c, "all-gather", shard);
-    hostcoll_all_gather(MPI_COMM_WORLD, buf, shard, FLOATX_BYTES);
-    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
-    return 0;
+    unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
+    int kind = c->purpose_embedding ? COLL_EMB_GATHER : COLL_ALL_GATHER;
+    comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
+    CtOp op = {CT_ALL_GATHER, c->group_comm, buf, shard, NULL, FLOATX_BYTES, kind, c->cur_unit, bytes};
+    return ct_submit(&op);
 }
 
-/* Overlap hooks (the CUDA backend runs collectives on their own stream):
-   here a collective is complete when it returns, so the fence is 0 and
-   waiting is a no-op. */
-static inline void backend_wait_comm(unsigned long long fence) { (void)fence; }
+static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floatX* buf, size_t n) {
+    backend_check_count(c, "all-reduce", n);
+    if (c->rs_scratch_bytes < n * sizeof(floatX)) comm_fatal(c, "all-reduce of %zu elements but the comm scratch holds %zu bytes (a plan bug)", n, c->rs_scratch_bytes);
+    unsigned long long bytes = (unsigned long long)n * sizeof(floatX);
+    comm_count(c, COLL_ALL_REDUCE, bytes, c->replica_size);
+    CtOp op = {CT_ALL_REDUCE, c->replica_comm, buf, n, NULL, FLOATX_BYTES, COLL_ALL_REDUCE, c->cur_unit, bytes};
+    return ct_submit(&op);
+}
+
+/* Wait until the collectives up to `fence` are complete (0: nothing). */
+static inline void backend_wait_comm(unsigned long long fence) { ct_wait(fence); }
+
+/* Seconds the collectives took and seconds callers were blocked waiting
+   for them, since the start (the communication thread's busy time and the
+   exposed part of it; without the thread both are the collectives' time). */
+static inline void backend_comm_seconds(double* busy, double* waited) {
+    *busy = cpu_ct.busy_s; *waited = cpu_ct.wait_s;
+}
 
 /* dst[i] = round(dst[i] + src[i]), i < n */
 static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
@@ -120,8 +145,9 @@ static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
     for (long i = 0; i < (long)n; i++) dst[i] = stx(ldx(dst[i]) + ldx(src[i]));
 }
 
-/* Shutdown hook before comm_finalize (the CUDA backend destroys NCCL). */
-static inline void backend_finalize(Comm* c) { (void)c; }
+/* Shutdown hook before comm_finalize: drains and joins the communication
+   thread (the CUDA backend destroys NCCL). */
+static inline void backend_finalize(Comm* c) { (void)c; ct_stop(); }
 
 /* Bytes the backend allocated for itself outside the ledger: none in the
    fp32 program; in the bf16 program the matmul scratch (matmul.h: oneDNN's

@@ -139,38 +139,24 @@ static inline void encoder_forward_rows(floatX* out, const int* inp, const float
 /* The embedding gradient of a range of one table (gpt.h): the table is
    (R, C) row-major (wte or wpe); the caller holds its elements [lo, hi) at
    dst[0 .. hi-lo). rows (n, C) are d(embedding output) rows of every rank
-   (all-gathered), keys (n) the table row each came from (its token id, or
-   its position t), order (n) the row indices sorted by (key, index). For
-   every table row k with elements in [lo, hi) and at least one row keyed
-   k: s = the sum of those rows in `order` (fp32), then
-     dst[x] = round(dst[x] + round(s[x]))   for the elements x of row k in [lo, hi)
+   of the shard group (all-gathered); order lists row indices sorted by
+   (table row, index), and the nseg segments order[seg[s] .. seg[s+1]) are
+   the rows keyed to table row seg_key[s] (ascending, each with elements in
+   [lo, hi); gpt2_embedding_segments makes them). For every segment: s =
+   the sum of its rows in order (fp32), then
+     dst[x] = round(dst[x] + round(s[x]))   for the elements x of row seg_key in [lo, hi)
    (two roundings to floatX, none in fp32), so the result does not depend on
    how the rows were split among ranks or on which rank holds the range.
-   Distinct rows are independent: threads split them. */
-static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* keys,
-                                            const int* order, int n, int C) {
-    if (hi <= lo || n <= 0) return;
-    long r_first = (long)(lo / (size_t)C), r_last = (long)((hi - 1) / (size_t)C);
-    /* first position in order with key >= r_first */
-    int a = 0, b = n;
-    while (a < b) { int mid = (a + b) / 2; if (keys[order[mid]] < r_first) a = mid + 1; else b = mid; }
-    int* seg = (int*)malloc((size_t)(n + 1) * sizeof(int));
-    if (!seg) { fprintf(stderr, "error: out of host memory in embedding_backward_range\n"); exit(1); }
-    int nseg = 0, i = a;
-    while (i < n && keys[order[i]] <= r_last) {
-        seg[nseg++] = i;
-        int k = keys[order[i]];
-        while (i < n && keys[order[i]] == k) i++;
-    }
-    seg[nseg] = i;
+   Distinct table rows are independent: threads split the segments. */
+static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* order,
+                                            const int* seg, const int* seg_key, int nseg, int C) {
 #pragma omp parallel
     {
         float* acc = (float*)malloc((size_t)C * sizeof(float));
         if (!acc) { fprintf(stderr, "error: out of host memory in embedding_backward_range\n"); exit(1); }
 #pragma omp for schedule(dynamic, 4)
         for (int s = 0; s < nseg; s++) {
-            long k = keys[order[seg[s]]];
-            size_t row_lo = (size_t)k * (size_t)C, row_hi = row_lo + (size_t)C;
+            size_t row_lo = (size_t)seg_key[s] * (size_t)C, row_hi = row_lo + (size_t)C;
             size_t e0 = row_lo > lo ? row_lo : lo, e1 = row_hi < hi ? row_hi : hi;
             int c0 = (int)(e0 - row_lo), c1 = (int)(e1 - row_lo);
             for (int c = c0; c < c1; c++) acc[c] = 0.0f;
@@ -185,7 +171,6 @@ static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, c
         }
         free(acc);
     }
-    free(seg);
 }
 
 #endif /* LLMC_CPU_ENCODER_H */

@@ -29,11 +29,11 @@
 #include "matmul.cuh"
 
 /* rows = B*NH*T; row r is query t = r % T of its (b,h) */
-__global__ void causal_softmax_kernel(floatX* att, const floatX* preatt, int rows, int T) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+__global__ void causal_softmax_kernel(floatX* att, const floatX* preatt, size_t rows, int T) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    int t = row % T;
+    int t = (int)(row % (size_t)T);
     const floatX* p = preatt + (size_t)row * T;
     floatX* a = att + (size_t)row * T;
     float mx = -INFINITY;
@@ -46,11 +46,11 @@ __global__ void causal_softmax_kernel(floatX* att, const floatX* preatt, int row
 }
 
 __global__ void causal_softmax_backward_kernel(floatX* dpreatt, const floatX* datt, const floatX* att,
-                                               int rows, int T, float scale) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+                                               size_t rows, int T, float scale) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= rows) return;
-    int t = row % T;
+    int t = (int)(row % (size_t)T);
     const floatX* a = att + (size_t)row * T;
     const floatX* da = datt + (size_t)row * T;
     floatX* dp = dpreatt + (size_t)row * T;
@@ -73,8 +73,8 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att, c
         /* column-major: pre_h (s,t) = sum_i K_h(i,s) Q_h(i,t): A = K^T, B = Q */
         gemm_bf16(1, 0, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, pre, T, TT, NH, NULL);
     }
-    int rows = B * NH * T;
-    causal_softmax_kernel<<<cdiv_u((size_t)rows, 8), 256, 0, cuda_ctx.stream>>>(att, preatt, rows, T);
+    size_t rows = (size_t)B * NH * T;
+    causal_softmax_kernel<<<cdiv_u(rows, 8), 256, 0, cuda_ctx.stream>>>(att, preatt, rows, T);
     cudaCheckLaunch("causal_softmax_kernel");
     for (int b = 0; b < B; b++) {
         const floatX* v = qkv + (size_t)b * T * C3 + 2 * C;
@@ -99,8 +99,8 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt, floatX* dat
         /* datt_h (s,t) = sum_i V_h(i,s) dO_h(i,t) */
         gemm_bf16(1, 0, T, T, hs, 1.0f, v, C3, hs, d, C, hs, 0.0f, da, T, TT, NH, NULL);
     }
-    int rows = B * NH * T;
-    causal_softmax_backward_kernel<<<cdiv_u((size_t)rows, 8), 256, 0, cuda_ctx.stream>>>(dpreatt, datt, att, rows, T, scale);
+    size_t rows = (size_t)B * NH * T;
+    causal_softmax_backward_kernel<<<cdiv_u(rows, 8), 256, 0, cuda_ctx.stream>>>(dpreatt, datt, att, rows, T, scale);
     cudaCheckLaunch("causal_softmax_backward_kernel");
     for (int b = 0; b < B; b++) {
         const floatX* q = qkv + (size_t)b * T * C3;

@@ -1,29 +1,35 @@
 /*
  cuda/backend.cuh: the CUDA backend of the trainer: bf16 storage (floatX =
  __nv_bfloat16), fp32 master weights and Adam moments, device memory, NCCL
- collectives, and the kernels of the other headers in this directory. It
- offers exactly the functions of llmc/cpu/backend.h and llmc/cpu/kernels.h,
- with the same names and signatures, plus backend_init(Comm*) (GPU, streams,
- NCCL; call it right after comm_init), backend_all_gather_start /
- backend_wait_comm (overlap, see comm_nccl.cuh) and backend_finalize.
+ or host-staged collectives, and the kernels of the other headers in this
+ directory. It offers exactly the functions of llmc/cpu/backend.h and the
+ CPU kernel headers, with the same names and signatures, plus
+ backend_init(Comm*) (GPU, streams, NCCL or host-staged collectives; call it
+ right after comm_init) and backend_finalize (before comm_finalize).
 
  Execution model (what gpt.h and zero.h can rely on):
    - every kernel, memset and device copy runs on ONE compute stream, in
      program order; the calls return before the GPU is done (asynchronous);
-   - collectives run on a comm stream, ordered against the compute stream by
-     events (comm_nccl.cuh); no device-wide synchronisation inside a step;
+   - NCCL collectives run on a comm stream, ordered against the compute
+     stream by events (comm_nccl.cuh); no device-wide synchronisation inside
+     a step. Host-staged collectives (ranks sharing a GPU) wait for the
+     compute stream, sum on the host and return complete (fence 0);
    - the host waits for the GPU only in: backend_to_host, backend_floatX_to_
      floats, backend_floats_to_floatX, sum_squares (the grad norm),
-     backend_synchronize, backend_free (cudaFree) and backend_malloc
-     (cudaMalloc may synchronise). gpt2_forward with targets therefore
-     waits once per micro-step (the losses), zero_grad_norm once per tensor.
+     backend_synchronize, backend_free (cudaFree), backend_malloc
+     (cudaMalloc may synchronise), backend_to_device (only until an earlier
+     upload has left its pinned staging buffer, see there) and the
+     host-staged collectives. gpt2_forward with targets therefore waits once
+     per micro-step (the losses), zero_grad_norm once per tensor.
    - all int* token arrays given to kernels are device memory.
 
  Memory: backend_malloc = cudaMalloc (NULL on failure; 256-byte aligned).
  Outside the ledger, and seen only by backend_peak_process_bytes(): the CUDA
  context, the 32 MiB cuBLAS workspace, NCCL's buffers, the stream-ordered
  scratch of some kernels (column-sum partials, the token sort) and pinned
- host staging buffers (host memory, not counted).
+ host staging buffers (host memory, not counted: 2 x 4 MiB for uploads, a
+ grow-only one for the bf16 conversions, three grow-only ones for the
+ host-staged collectives).
 */
 #ifndef LLMC_CUDA_BACKEND_CUH
 #define LLMC_CUDA_BACKEND_CUH
@@ -95,24 +101,52 @@ static inline void backend_free(void* p) {
 static inline void backend_memset_zero(void* p, size_t bytes) {
     if (bytes) cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_ctx.stream));
 }
+/* all bits set: a NaN in bf16 (debug poisoning), async on the compute stream */
+static inline void backend_memset_nan(void* p, size_t bytes) {
+    if (bytes) cudaCheck(cudaMemsetAsync(p, 0xFF, bytes, cuda_ctx.stream));
+}
 /* device to device, async on the compute stream; regions must not overlap */
 static inline void backend_memcpy(void* dst, const void* src, size_t bytes) {
     if (bytes && dst != src) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
 }
 
-/* Host -> device, ordered on the compute stream. The host buffer may be
-   reused as soon as this returns: for pageable memory (malloc) the driver
-   has staged it before cudaMemcpyAsync returns; for page-locked memory we
-   wait for the copy. */
+/* Host -> device uploads are staged through two pinned buffers of
+   CUDA_UPLOAD_CHUNK bytes, used in turn: each chunk is copied (memcpy) into
+   the next staging buffer, then cudaMemcpyAsync'd from there on the compute
+   stream, and an event marks when that copy has read it. So the caller's
+   buffer may be refilled as soon as this returns, whatever memory it is
+   (CUDA only says a copy from pageable memory "might be synchronous"), and
+   the host waits only when a staging buffer is still being read by the
+   copy issued two chunks earlier (large uploads: a pipeline; small ones,
+   such as the tokens of each micro-step: no wait on work queued after that
+   copy). */
+#define CUDA_UPLOAD_CHUNK ((size_t)4 << 20)
+static struct {
+    void* buf[2];
+    cudaEvent_t done[2];
+    int pending[2];  /* an event was recorded after the last copy from buf[k] */
+    int next;
+} cuda_upload;
+
+/* Host -> device, ordered on the compute stream (see above); dst device
+   memory, src any host memory, reusable on return. */
 static inline void backend_to_device(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
-    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_ctx.stream));
-    cudaPointerAttributes at;
-    if (cudaPointerGetAttributes(&at, src) == cudaSuccess) {
-        if (at.type == cudaMemoryTypeHost) cuda_wait_compute();
-    } else {
-        (void)cudaGetLastError();
-        cuda_wait_compute();
+    if (!cuda_upload.buf[0]) {
+        for (int k = 0; k < 2; k++) {
+            cudaCheck(cudaMallocHost(&cuda_upload.buf[k], CUDA_UPLOAD_CHUNK));
+            cudaCheck(cudaEventCreateWithFlags(&cuda_upload.done[k], cudaEventDisableTiming));
+        }
+    }
+    for (size_t off = 0; off < bytes; off += CUDA_UPLOAD_CHUNK) {
+        size_t n = bytes - off < CUDA_UPLOAD_CHUNK ? bytes - off : CUDA_UPLOAD_CHUNK;
+        int k = cuda_upload.next;
+        cuda_upload.next ^= 1;
+        if (cuda_upload.pending[k]) cuda_wait_event(cuda_upload.done[k]);
+        memcpy(cuda_upload.buf[k], (const char*)src + off, n);
+        cudaCheck(cudaMemcpyAsync((char*)dst + off, cuda_upload.buf[k], n, cudaMemcpyHostToDevice, cuda_ctx.stream));
+        cudaCheck(cudaEventRecord(cuda_upload.done[k], cuda_ctx.stream));
+        cuda_upload.pending[k] = 1;
     }
 }
 

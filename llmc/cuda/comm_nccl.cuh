@@ -1,57 +1,74 @@
 /*
  cuda/comm_nccl.cuh: the CUDA build's process group on the GPUs: device
- selection, the NCCL communicator (bootstrapped over MPI), the compute and
- communication streams, and the collectives of the ZeRO engine on bf16
- device buffers (ncclBfloat16, ncclSum; NCCL reduces in fp32 internally and
- rounds to bf16 per hop).
+ selection, the compute and communication streams, and the collectives of
+ the ZeRO engine on bf16 device buffers, in one of two modes:
+
+   NCCL        (every rank has its own GPU) ncclReduceScatter / ncclAllGather
+               on the comm stream (ncclBfloat16, ncclSum: fp32 inside,
+               rounded to bf16 per hop), ordered with events (below).
+   host-staged (several ranks share one GPU, which NCCL cannot do) device ->
+               host copy, the deterministic MPI collectives of comm.h that
+               the CPU build uses (rank-order fp32 sum, one rounding), host
+               -> device copy; synchronous (fence 0). Bitwise the CPU bf16
+               program's reductions, at the price of the copies: a test and
+               development mode (stages 1-3 with N > 1 on one GPU).
+ LLMC_COLLECTIVES=nccl|host|auto selects it (default auto: host-staged when
+ two ranks see the same GPU, by UUID, else NCCL). The banner says which.
 
  backend_init(c), right after comm_init:
    - GPU: local_rank on a node with >= local_size visible GPUs; device 0 when
      each rank sees exactly one GPU (slurm --gpus-per-task=1 or
-     CUDA_VISIBLE_DEVICES set per rank); otherwise a clear error.
-   - rank 0 calls ncclGetUniqueId, MPI_Bcast gives the id to every rank,
-     ncclCommInitRank(world_size, id, rank).
+     CUDA_VISIBLE_DEVICES set per rank); in host-staged mode local_rank %
+     GPUs; otherwise a clear error.
+   - NCCL mode: rank 0 calls ncclGetUniqueId, MPI_Bcast gives the id to every
+     rank, ncclCommInitRank(world_size, id, rank). Host-staged: no NCCL.
    - streams: compute (all kernels, copies, memsets) and comm (collectives,
      highest priority), both non-blocking with respect to the legacy stream.
 
- Ordering of a collective (sizes in elements, as the CPU backend):
+ Ordering of an NCCL collective (sizes in elements, as the CPU backend):
    1. an event recorded on the compute stream; the comm stream waits on it,
       so the collective sees everything computed before the call and never
       overwrites a buffer a queued kernel still reads;
    2. the NCCL call on the comm stream;
    3. an event recorded on the comm stream (its "fence", a sequence number).
- backend_all_reduce_sum, backend_reduce_scatter_sum and backend_all_gather
- then make the compute stream wait on that fence at once (safe for every
- caller, no host synchronisation). backend_all_gather_start returns the
- fence WITHOUT waiting: the caller must call backend_wait_comm(fence) before
- any kernel uses the gathered buffer, which lets a prefetched all-gather run
- while the compute stream works on the current unit. Nothing in a step
- synchronises the device; host waits happen only in backend_to_host,
- backend_floatX_to_floats / floats_to_floatX, sum_squares and
- backend_synchronize, and they poll: an asynchronous NCCL error or a wait
+ backend_reduce_scatter_start, backend_all_gather_start (both over the shard
+ group: all ranks unless HSDP) and backend_all_reduce_replicas_start (HSDP:
+ across the replica groups) return the fence
+ WITHOUT waiting: the caller calls backend_wait_comm(fence) before any
+ kernel touches the buffers, which lets a prefetched all-gather run while
+ the compute stream works on the current unit. Nothing in a step
+ synchronises the device in NCCL mode; host waits happen only in
+ backend_to_host, backend_floatX_to_floats / floats_to_floatX, sum_squares
+ and backend_synchronize, and they poll: an asynchronous NCCL error or a wait
  longer than LLMC_GPU_TIMEOUT seconds (default 900, 0 = forever) ends every
  rank through comm_fatal instead of hanging.
 
  Traffic: each collective calls comm_count() once with the same byte counts
- as the CPU backend (full-buffer bytes, see comm.h).
+ as the CPU backend (full-buffer bytes, see traffic.h).
 */
 #ifndef LLMC_CUDA_COMM_NCCL_CUH
 #define LLMC_CUDA_COMM_NCCL_CUH
 
-#include <sched.h>
-#include <time.h>
 #include <mpi.h>
 #include <nccl.h>
 #include "common.cuh"
 #include "matmul.cuh"
+#include "gelu.cuh"
 #include "../comm.h"
+#include "../trace.h"
 
-#define NCCL_FENCES 64   /* ring of comm-stream events (fence n uses n % NCCL_FENCES) */
+/* ring of comm-stream events (fence n uses n % NCCL_FENCES); a test may
+   define it smaller before including the backend, so that the ring wraps */
+#ifndef NCCL_FENCES
+#define NCCL_FENCES 64
+#endif
 
 typedef struct {
-    int ready;
+    int ready;                            /* backend_init done (streams, events) */
+    int host;                             /* 1: host-staged collectives, no NCCL */
     Comm* comm;
-    ncclComm_t nccl;
+    ncclComm_t nccl;                      /* the shard group (all ranks unless HSDP); NULL host-staged */
+    ncclComm_t nccl_rep;                  /* the replica group (HSDP), NULL when R = 1 or host-staged */
     cudaStream_t comm_stream;
     cudaEvent_t compute_mark;             /* recorded on compute before each collective */
     cudaEvent_t fences[NCCL_FENCES];      /* recorded on comm after each collective */
@@ -60,6 +77,39 @@ typedef struct {
     double timeout_s;
 } NcclState;
 static NcclState nccl_state;
+
+/* ------------------------------------------------------------------------ */
+/* trace marks on the device (trace.h): a pool of cudaEvents recorded on the
+   stream of the event's track, resolved against a base event after the
+   traced steps */
+#define CUDA_TRACE_EVENTS 65536
+static cudaEvent_t cuda_trace_ev[CUDA_TRACE_EVENTS];
+static int cuda_trace_n = 0, cuda_trace_based = 0;
+static cudaEvent_t cuda_trace_base;
+static double cuda_trace_base_s = 0.0;
+
+static int cuda_trace_record(int tid) {
+    if (!cuda_trace_based) {
+        cudaCheck(cudaEventCreate(&cuda_trace_base));
+        cudaCheck(cudaEventRecord(cuda_trace_base, cuda_ctx.stream));
+        cudaCheck(cudaEventSynchronize(cuda_trace_base));
+        cuda_trace_base_s = wall_seconds() - tracer.t0;
+        cuda_trace_based = 1;
+    }
+    if (cuda_trace_n >= CUDA_TRACE_EVENTS) return -1;
+    cudaEvent_t* e = &cuda_trace_ev[cuda_trace_n];
+    if (!*e) cudaCheck(cudaEventCreate(e));
+    cudaCheck(cudaEventRecord(*e, tid == TRACE_TID_COMM ? nccl_state.comm_stream : cuda_ctx.stream));
+    return cuda_trace_n++;
+}
+
+static double cuda_trace_resolve(int h) {
+    float ms = 0.0f;
+    cudaCheck(cudaEventSynchronize(cuda_trace_ev[h]));
+    cudaCheck(cudaEventElapsedTime(&ms, cuda_trace_base, cuda_trace_ev[h]));
+    return cuda_trace_base_s + 1e-3 * (double)ms;
+}
+
 
 static void nccl_check_(ncclResult_t r, const char* call, const char* file, int line) {
     if (r != ncclSuccess)
@@ -73,66 +123,88 @@ static void nccl_fatal_hook(const char* msg) {
     comm_fatal(nccl_state.comm, "%s", msg);
 }
 
-/* Host wait on a stream by polling: checks NCCL's asynchronous error state
-   and the timeout while the GPU works. */
-static void nccl_sync_hook(cudaStream_t s) {
-    double t0 = wall_seconds();
-    for (unsigned long spins = 1;; spins++) {
-        cudaError_t e = cudaStreamQuery(s);
-        if (e == cudaSuccess) return;
-        if (e != cudaErrorNotReady) cuda_check_(e, "cudaStreamQuery (waiting for the GPU)", __FILE__, __LINE__);
-        (void)cudaGetLastError(); /* NotReady is not an error */
-        if (spins % 256 == 0) {
-            if (nccl_state.ready) {
-                ncclResult_t ar = ncclSuccess;
-                ncclCheck(ncclCommGetAsyncError(nccl_state.nccl, &ar));
-                if (ar != ncclSuccess) {
-                    ncclCommAbort(nccl_state.nccl);
-                    nccl_state.nccl = NULL;
-                    cuda_fatal("NCCL asynchronous error %s (a collective failed; another rank may have died)",
-                               ncclGetErrorString(ar));
-                }
-            }
-            if (nccl_state.timeout_s > 0 && wall_seconds() - t0 > nccl_state.timeout_s) {
-                if (nccl_state.ready) { ncclCommAbort(nccl_state.nccl); nccl_state.nccl = NULL; }
-                cuda_fatal("waited more than %.0f s for the GPU (a collective may be waiting for a rank that is "
-                           "gone; set LLMC_GPU_TIMEOUT to change the limit)", nccl_state.timeout_s);
-            }
+/* Called by every polling host wait (common.cuh) every 256 polls: ends the
+   run on NCCL's asynchronous error state (a collective failed, e.g. a peer
+   died) or once the wait exceeds LLMC_GPU_TIMEOUT seconds. */
+static void nccl_poll_hook(double waited) {
+    if (nccl_state.nccl) {
+        ncclResult_t ar = ncclSuccess;
+        ncclCheck(ncclCommGetAsyncError(nccl_state.nccl, &ar));
+        if (ar == ncclSuccess && nccl_state.nccl_rep) ncclCheck(ncclCommGetAsyncError(nccl_state.nccl_rep, &ar));
+        if (ar != ncclSuccess) {
+            ncclCommAbort(nccl_state.nccl);
+            nccl_state.nccl = NULL;
+            if (nccl_state.nccl_rep) { ncclCommAbort(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
+            cuda_fatal("NCCL asynchronous error %s (a collective failed; another rank may have died)",
+                       ncclGetErrorString(ar));
         }
-        if (spins > 2000) {
-            struct timespec ts = {0, 20000}; /* 20 us */
-            nanosleep(&ts, NULL);
-        } else {
-            sched_yield();
-        }
+    }
+    if (nccl_state.timeout_s > 0 && waited > nccl_state.timeout_s) {
+        if (nccl_state.nccl) { ncclCommAbort(nccl_state.nccl); nccl_state.nccl = NULL; }
+        if (nccl_state.nccl_rep) { ncclCommAbort(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
+        cuda_fatal("waited more than %.0f s for the GPU (a collective may be waiting for a rank that is "
+                   "gone; set LLMC_GPU_TIMEOUT to change the limit)", nccl_state.timeout_s);
     }
 }
 
-/* Pick the GPU, create streams, cuBLAS(Lt) and the NCCL communicator.
-   Collective: every rank must call it (after comm_init). Errors end every
-   rank with one line. */
+/* The collectives' mode from LLMC_COLLECTIVES: 0 NCCL, 1 host-staged, -1 auto. */
+static int nccl_mode_from_env(char* err, size_t errlen) {
+    const char* m = getenv("LLMC_COLLECTIVES");
+    if (!m || !m[0] || !strcmp(m, "auto")) return -1;
+    if (!strcmp(m, "nccl")) return 0;
+    if (!strcmp(m, "host")) return 1;
+    snprintf(err, errlen, "LLMC_COLLECTIVES=%s: must be nccl, host or auto", m);
+    return -1;
+}
+
+/* Pick the GPU, create streams, cuBLAS(Lt) and, in NCCL mode, the NCCL
+   communicator. Collective: every rank must call it (after comm_init).
+   Errors end every rank with one line. */
 static void backend_init(Comm* c) {
     nccl_state.comm = c;
     cuda_fatal_hook = nccl_fatal_hook;
-    int ndev = 0;
+    /* the set-up errors every rank meets alike (no GPU, a bad setting):
+       one line from the lowest failing rank, exit 1 everywhere (comm_check_all) */
+    char err[256] = "";
+    int mode = nccl_mode_from_env(err, sizeof(err));
+    int ndev = 0, dev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0)
-        cuda_fatal("no usable CUDA device on this rank (cudaGetDeviceCount: %s)",
-                   e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    int dev;
-    if (ndev >= c->local_size) dev = c->local_rank;
-    else if (ndev == 1) dev = 0;
-    else {
-        cuda_fatal("%d ranks on this node but %d visible GPUs: run at most %d ranks per node "
-                   "(or give each rank one GPU with CUDA_VISIBLE_DEVICES / --gpus-per-task=1)",
-                   c->local_size, ndev, ndev);
-        dev = 0;
+    if (!err[0] && (e != cudaSuccess || ndev == 0))
+        snprintf(err, sizeof(err), "no usable CUDA device (cudaGetDeviceCount: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    (void)cudaGetLastError();
+    if (!err[0]) {
+        if (ndev >= c->local_size) dev = c->local_rank;
+        else if (ndev == 1) dev = 0;
+        else if (mode == 1) dev = c->local_rank % ndev;
+        else snprintf(err, sizeof(err), "%d ranks on this node but %d visible GPUs: run at most %d ranks per node "
+                      "(or give each rank one GPU with CUDA_VISIBLE_DEVICES / --gpus-per-task=1, "
+                      "or share GPUs with LLMC_COLLECTIVES=host)", c->local_size, ndev, ndev);
     }
+    comm_check_all(c, err);
     cudaCheck(cudaSetDevice(dev));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dev));
     cuda_ctx.device = dev;
     cuda_ctx.num_sms = prop.multiProcessorCount;
+
+    /* does any other rank drive the same GPU? (NCCL needs one GPU per rank) */
+    unsigned char* uuids = (unsigned char*)malloc((size_t)16 * c->world_size);
+    if (!uuids) cuda_fatal("out of host memory");
+    MPI_Allgather(prop.uuid.bytes, 16, MPI_BYTE, uuids, 16, MPI_BYTE, MPI_COMM_WORLD);
+    int share_with = -1;
+    for (int q = 0; q < c->world_size && share_with < 0; q++)
+        if (q != c->rank && !memcmp(uuids + 16 * (size_t)q, uuids + 16 * (size_t)c->rank, 16)) share_with = q;
+    int any_share = share_with >= 0 ? 1 : 0, all_share = 0;
+    MPI_Allreduce(&any_share, &all_share, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    free(uuids);
+    if (mode == -1) mode = all_share ? 1 : 0;
+    if (mode == 0 && all_share)
+        snprintf(err, sizeof(err), "LLMC_COLLECTIVES=nccl but ranks share a GPU: NCCL needs one GPU per rank; "
+                 "use LLMC_COLLECTIVES=host (or auto) to share");
+    comm_check_all(c, err);
+    nccl_state.host = mode;
+
     int least = 0, greatest = 0;
     cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaCheck(cudaStreamCreateWithFlags(&cuda_ctx.stream, cudaStreamNonBlocking));
@@ -143,21 +215,43 @@ static void backend_init(Comm* c) {
     cublasCheck(cublasSetStream(gemm_state.blas, cuda_ctx.stream));
     const char* to = getenv("LLMC_GPU_TIMEOUT");
     nccl_state.timeout_s = to ? atof(to) : 900.0;
-    cuda_sync_hook = nccl_sync_hook;
+    cuda_poll_hook = nccl_poll_hook;
 
-    ncclUniqueId id;
-    memset(&id, 0, sizeof(id));
-    if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    ncclCheck(ncclCommInitRank(&nccl_state.nccl, c->world_size, id, c->rank));
+    nccl_state.nccl_rep = NULL;
+    if (!nccl_state.host) {
+        /* one NCCL communicator per shard group (its rank 0 makes the id, the
+           group's MPI communicator carries it), and per replica group (HSDP) */
+        ncclUniqueId id;
+        memset(&id, 0, sizeof(id));
+        if (c->group_rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->group_host);
+        ncclCheck(ncclCommInitRank(&nccl_state.nccl, c->group_size, id, c->group_rank));
+        if (c->replica_size > 1) {
+            memset(&id, 0, sizeof(id));
+            if (c->replica_rank == 0) ncclCheck(ncclGetUniqueId(&id));
+            MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->replica_comm);
+            ncclCheck(ncclCommInitRank(&nccl_state.nccl_rep, c->replica_size, id, c->replica_rank));
+        }
+    }
     nccl_state.ready = 1;
     c->backend = &nccl_state;
+    tracer.dev_record = cuda_trace_record;
+    tracer.dev_resolve = cuda_trace_resolve;
     if (c->rank == 0) {
         int v = 0;
         ncclGetVersion(&v);
-        printf("backend cuda-bf16: %d rank(s), rank 0 on GPU %d of %d (%s, %d SMs, %.1f GiB), NCCL %d\n",
+        char how[128];
+        if (nccl_state.host) snprintf(how, sizeof(how), "collectives host-staged over MPI (deterministic, rank order)");
+        else snprintf(how, sizeof(how), "collectives NCCL %d", v);
+        printf("backend cuda-bf16: %d rank(s), rank 0 on GPU %d of %d (%s, %d SMs, %.1f GiB), %s%s\n",
                c->world_size, dev, ndev, prop.name, prop.multiProcessorCount,
-               (double)prop.totalGlobalMem / (1 << 30), v);
+               (double)prop.totalGlobalMem / (1 << 30), how,
+#ifdef LLMC_MPI_STUB
+               ", built without MPI (one rank only)"
+#else
+               ""
+#endif
+        );
         fflush(stdout);
     }
 }
@@ -169,8 +263,9 @@ static void backend_finalize(Comm* c) {
     if (!nccl_state.ready) return;
     cuda_wait_stream(cuda_ctx.stream);
     cuda_wait_stream(nccl_state.comm_stream);
-    ncclCommDestroy(nccl_state.nccl);
+    if (nccl_state.nccl) ncclCommDestroy(nccl_state.nccl);
     nccl_state.nccl = NULL;
+    if (nccl_state.nccl_rep) { ncclCommDestroy(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
     nccl_state.ready = 0;
 }
 
@@ -185,8 +280,14 @@ static void nccl_begin(void) {
     cudaCheck(cudaStreamWaitEvent(nccl_state.comm_stream, nccl_state.compute_mark, 0));
 }
 
+/* the trace event of the collective about to be enqueued */
+static void nccl_trace(Comm* c, int kind, unsigned long long bytes) {
+    trace_begin_coll(c->cur_unit, bytes, coll_name(c->purpose_embedding && kind == COLL_ALL_GATHER ? COLL_EMB_GATHER : kind));
+}
+
 /* step 3: the fence of the collective just enqueued */
 static unsigned long long nccl_end(void) {
+    trace_end(TRACE_TID_COMM);
     unsigned long long f = ++nccl_state.issued;
     cudaCheck(cudaEventRecord(nccl_state.fences[f % NCCL_FENCES], nccl_state.comm_stream));
     return f;
@@ -202,8 +303,79 @@ static inline void backend_wait_comm(unsigned long long fence) {
     nccl_state.waited = fence;
 }
 
-/* NCCL's reduce-scatter is in place: no receive area (see zero.h). */
+/* NCCL's reduce-scatter is in place: no receive area on the device (see
+   zero.h); the host-staged mode's receive area is pinned host memory. */
 #define BACKEND_RS_SCRATCH 0
+
+/* ---- host-staged collectives: pinned staging buffers (grow-only, host
+   memory, outside the device ledger) */
+static struct {
+    uint16_t* p[3];     /* 0: the N*shard buffer, 1: all-to-all receive area, 2: acc */
+    size_t elems[3];
+} host_stage;
+static uint16_t* host_stage_get(int k, size_t n) {
+    if (n > host_stage.elems[k]) {
+        if (host_stage.p[k]) {
+            cuda_wait_compute(); /* an upload queued from it may still be pending */
+            cudaCheck(cudaFreeHost(host_stage.p[k]));
+        }
+        size_t m = n + n / 4;
+        cudaCheck(cudaMallocHost((void**)&host_stage.p[k], m * sizeof(uint16_t)));
+        host_stage.elems[k] = m;
+    }
+    return host_stage.p[k];
+}
+static void host_stage_check(Comm* c, const char* what, size_t shard) {
+    if (shard > (size_t)0x7fffffff) comm_fatal(c, "%s of %zu elements per rank exceeds the MPI int count", what, shard);
+}
+
+/* Host-staged reduce-scatter (see backend_reduce_scatter_start): the whole
+   buffer (and acc) to the host after every kernel queued before, comm.h's
+   hostcoll_reduce_scatter (all-to-all, rank-order fp32 sum, one rounding),
+   the result back. The uploads are queued on the compute stream, so later
+   kernels see them; the next collective's download, queued behind them,
+   cannot overwrite the staging buffers early. Fence 0 (complete). */
+static unsigned long long host_reduce_scatter(Comm* c, floatX* buf, size_t shard, floatX* acc) {
+    host_stage_check(c, "reduce-scatter", shard);
+    size_t n = shard * (size_t)c->group_size;
+    uint16_t* h = host_stage_get(0, n);
+    uint16_t* scratch = host_stage_get(1, n);
+    uint16_t* ha = acc ? host_stage_get(2, shard) : NULL;
+    cudaCheck(cudaMemcpyAsync(h, buf, n * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    if (acc) cudaCheck(cudaMemcpyAsync(ha, acc, shard * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_wait_compute();
+    hostcoll_reduce_scatter(c->group_comm, h, shard, 2, scratch, ha, 1);
+    if (acc) cudaCheck(cudaMemcpyAsync(acc, ha, shard * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
+    else cudaCheck(cudaMemcpyAsync(buf + (size_t)c->group_rank * shard, h + (size_t)c->group_rank * shard,
+                                   shard * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
+    return 0;
+}
+
+/* Host-staged all-gather: this rank's shard to the host, comm.h's
+   hostcoll_all_gather (MPI_Allgather in place), the whole buffer back. */
+static unsigned long long host_all_gather(Comm* c, floatX* buf, size_t shard) {
+    host_stage_check(c, "all-gather", shard);
+    size_t n = shard * (size_t)c->group_size, off = (size_t)c->group_rank * shard;
+    uint16_t* h = host_stage_get(0, n);
+    cudaCheck(cudaMemcpyAsync(h + off, buf + off, shard * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_wait_compute();
+    hostcoll_all_gather(c->group_comm, h, shard, 2, 0);
+    cudaCheck(cudaMemcpyAsync(buf, h, n * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
+    return 0;
+}
+
+/* Host-staged all-reduce over the replica groups (HSDP): comm.h's
+   hostcoll_all_reduce (reduce-scatter + all-gather, rank-order sums). */
+static unsigned long long host_all_reduce_replicas(Comm* c, floatX* buf, size_t n) {
+    host_stage_check(c, "all-reduce", n);
+    uint16_t* h = host_stage_get(0, n);
+    uint16_t* scratch = host_stage_get(1, n);
+    cudaCheck(cudaMemcpyAsync(h, buf, n * sizeof(floatX), cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_wait_compute();
+    hostcoll_all_reduce(c->replica_comm, h, n, 2, scratch, 1);
+    cudaCheck(cudaMemcpyAsync(buf, h, n * sizeof(floatX), cudaMemcpyHostToDevice, cuda_ctx.stream));
+    return 0;
+}
 
 /* In place over N*shard elements: the sum over ranks of shard r (NCCL,
    ncclBfloat16, fp32 inside, rounded per hop) lands at buf + r*shard on rank
@@ -211,26 +383,72 @@ static inline void backend_wait_comm(unsigned long long fence) {
    rank*recvcount), or is then added into acc[0..shard) (acc != NULL; an fp32
    add with one rounding, on the comm stream, covered by the fence). Returns
    the fence; the caller waits with backend_wait_comm before touching buf or
-   acc. */
+   acc. Host-staged: comm.h's deterministic sum, acc[i] = round(acc[i] + sum)
+   with ONE rounding (as the CPU build), fence 0. */
 static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* buf, size_t shard, floatX* acc) {
+    unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
+    if (nccl_state.host) {
+        nccl_require();
+        nccl_trace(c, COLL_REDUCE_SCATTER, bytes);
+        unsigned long long f = host_reduce_scatter(c, buf, shard, acc);
+        trace_end(TRACE_TID_COMM);
+        comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
+        return f;
+    }
     nccl_begin();
-    floatX* mine = buf + (size_t)c->rank * shard;
+    nccl_trace(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX));
+    floatX* mine = buf + (size_t)c->group_rank * shard;
     ncclCheck(ncclReduceScatter(buf, mine, shard, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
     if (acc) elementwise_launch<2>(acc, acc, mine, shard, "reduce-scatter accumulate", nccl_state.comm_stream);
     unsigned long long f = nccl_end();
-    comm_count(c, COLL_REDUCE_SCATTER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
     return f;
 }
+
+/* HSDP: buf[0..n) summed over the replica groups, in place (NCCL on the comm
+   stream, or host-staged: comm.h's deterministic all-reduce, n a multiple of
+   the replica count); returns the fence. */
+static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floatX* buf, size_t n) {
+    if (c->replica_size <= 1) return 0;
+    unsigned long long f;
+    if (nccl_state.host) {
+        nccl_require();
+        nccl_trace(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
+        f = host_all_reduce_replicas(c, buf, n);
+        trace_end(TRACE_TID_COMM);
+    } else {
+        nccl_begin();
+        nccl_trace(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
+        ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, nccl_state.nccl_rep, nccl_state.comm_stream));
+        f = nccl_end();
+    }
+    comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX), c->replica_size);
+    return f;
+}
+
+/* Seconds of communication and of waiting for it: not measured on the GPU
+   (the comm stream runs asynchronously; a trace would need CUDA events). */
+static inline void backend_comm_seconds(double* busy, double* waited) { *busy = 0.0; *waited = 0.0; }
 
 /* In place: rank r's shard elements sit at buf + r*shard; afterwards every
    rank has all. Returns the fence; the caller waits with backend_wait_comm
    before using buf (see the header comment). */
 static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, size_t shard) {
+    unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
+    if (nccl_state.host) {
+        nccl_require();
+        nccl_trace(c, COLL_ALL_GATHER, bytes);
+        unsigned long long f = host_all_gather(c, buf, shard);
+        trace_end(TRACE_TID_COMM);
+        comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
+        return f;
+    }
     nccl_begin();
-    ncclCheck(ncclAllGather(buf + (size_t)c->rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
+    nccl_trace(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX));
+    ncclCheck(ncclAllGather(buf + (size_t)c->group_rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
                             nccl_state.comm_stream));
     unsigned long long f = nccl_end();
-    comm_count(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->world_size * sizeof(floatX));
+    comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
     return f;
 }
 

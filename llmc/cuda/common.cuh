@@ -35,6 +35,8 @@
 #include <stdarg.h>
 #include <string.h>
 #include <math.h>
+#include <sched.h>
+#include <time.h>
 
 #ifndef FLOATX_DEFINED
 #define FLOATX_DEFINED
@@ -112,15 +114,51 @@ static void* cuda_scratch(int slot, size_t bytes) {
     return p;
 }
 
-/* Host waits until every operation queued on stream s is complete. The
-   trainer's backend installs a hook that polls instead of blocking, so that
-   an asynchronous NCCL error (a peer that died) ends the run instead of
-   hanging it; without the hook: cudaStreamSynchronize. */
-typedef void (*cuda_sync_hook_t)(cudaStream_t s);
-static cuda_sync_hook_t cuda_sync_hook = NULL;
+/* Host waits for the GPU. Without a hook (the dev/cuda programs) they block
+   in cudaStreamSynchronize / cudaEventSynchronize. The trainer's backend
+   installs cuda_poll_hook: the waits then poll (cudaStreamQuery /
+   cudaEventQuery, yielding, then sleeping 20 us between polls) and call the
+   hook every 256 polls with the seconds waited so far; the hook ends the run
+   on an asynchronous NCCL error (a peer that died) or a timeout instead of
+   letting it hang. */
+typedef void (*cuda_poll_hook_t)(double waited_seconds);
+static cuda_poll_hook_t cuda_poll_hook = NULL;
+
+static double cuda_host_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* polls until query() says done; stream or event */
+static void cuda_poll_wait(cudaStream_t s, cudaEvent_t ev) {
+    double t0 = cuda_host_seconds();
+    for (unsigned long spins = 1;; spins++) {
+        cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(s);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady)
+            cuda_check_(e, ev ? "cudaEventQuery (waiting for the GPU)" : "cudaStreamQuery (waiting for the GPU)",
+                        __FILE__, __LINE__);
+        (void)cudaGetLastError(); /* NotReady is not an error */
+        if (spins % 256 == 0) cuda_poll_hook(cuda_host_seconds() - t0);
+        if (spins > 2000) {
+            struct timespec ts = {0, 20000}; /* 20 us */
+            nanosleep(&ts, NULL);
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+/* Host waits until every operation queued on stream s is complete. */
 static void cuda_wait_stream(cudaStream_t s) {
-    if (cuda_sync_hook) cuda_sync_hook(s);
+    if (cuda_poll_hook) cuda_poll_wait(s, NULL);
     else cudaCheck(cudaStreamSynchronize(s));
+}
+/* Host waits until the work before event ev's record is complete. */
+static void cuda_wait_event(cudaEvent_t ev) {
+    if (cuda_poll_hook) cuda_poll_wait(NULL, ev);
+    else cudaCheck(cudaEventSynchronize(ev));
 }
 static void cuda_wait_compute(void) { cuda_wait_stream(cuda_ctx.stream); }
 

@@ -178,13 +178,11 @@ static inline void encoder_forward_rows(floatX* out, const int* inp, const float
 }
 
 /* The embedding gradient of a range [lo, hi) of one (R, C) table held at
-   dst[0 .. hi-lo) (gpt.h, twin of the CPU kernel): for every table row k
-   with elements in the range that some gathered row is keyed to, the sum
-   in `order` (fp32) of those rows, rounded to bf16, added to dst with one
-   more rounding. rows (n, C) DEVICE; keys, order (n) HOST arrays (sorted by
-   (key, index) on the host). One block per distinct row, threads over its
-   channels in the range, each summing its channel over the segment in
-   order: deterministic, no atomics. */
+   dst[0 .. hi-lo) (gpt.h, twin of the CPU kernel, same arguments): rows
+   (n, C) DEVICE; order, seg (nseg + 1), seg_key (nseg) HOST arrays (made by
+   gpt2_embedding_segments), uploaded here. One block per segment (distinct
+   table row), threads over its channels in the range, each summing its
+   channel over the segment in order: deterministic, no atomics. */
 __global__ void embedding_backward_range_kernel(floatX* dst, size_t lo, size_t hi, const floatX* rows,
                                                 const int* seg, const int* seg_key, const int* order, int C) {
     int s = blockIdx.x;
@@ -198,32 +196,16 @@ __global__ void embedding_backward_range_kernel(floatX* dst, size_t lo, size_t h
     }
 }
 
-static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* keys,
-                                            const int* order, int n, int C) {
-    if (hi <= lo || n <= 0) return;
-    long r_first = (long)(lo / (size_t)C), r_last = (long)((hi - 1) / (size_t)C);
-    int a = 0, b = n;
-    while (a < b) { int mid = (a + b) / 2; if (keys[order[mid]] < r_first) a = mid + 1; else b = mid; }
-    /* host: segment starts (nseg + 1), their keys (nseg), then order (n), one upload */
-    int* h = (int*)malloc((size_t)(2 * n + 2) * sizeof(int));
-    if (!h) cuda_fatal("out of host memory in embedding_backward_range");
-    int* seg = h;
-    int nseg = 0, i = a;
-    while (i < n && keys[order[i]] <= r_last) {
-        seg[nseg++] = i;
-        int k = keys[order[i]];
-        while (i < n && keys[order[i]] == k) i++;
-    }
-    seg[nseg] = i;
-    if (nseg == 0) { free(h); return; }
-    int* seg_key = seg + nseg + 1;
-    for (int q = 0; q < nseg; q++) seg_key[q] = keys[order[seg[q]]];
+static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* order,
+                                            const int* seg, const int* seg_key, int nseg, int C) {
+    if (nseg <= 0) return;
+    int n = seg[nseg];   /* the segments use order[0 .. n) at most */
     size_t head = (size_t)(2 * nseg + 1);
     int* d = (int*)cuda_scratch(SCRATCH_SORT_KEYS, (head + (size_t)n) * sizeof(int));
-    cuda_wait_compute(); /* the scratch may still feed a queued kernel */
-    cudaCheck(cudaMemcpy(d, h, head * sizeof(int), cudaMemcpyHostToDevice));
+    cuda_wait_compute(); /* the scratch may still feed a queued kernel; the host arrays are pageable */
+    cudaCheck(cudaMemcpy(d, seg, (size_t)(nseg + 1) * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d + nseg + 1, seg_key, (size_t)nseg * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d + head, order, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
-    free(h);
     embedding_backward_range_kernel<<<(unsigned)nseg, 128, 0, cuda_ctx.stream>>>(dst, lo, hi, rows, d, d + nseg + 1,
                                                                                   d + head, C);
     cudaCheckLaunch("embedding_backward_range_kernel");

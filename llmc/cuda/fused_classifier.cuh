@@ -82,29 +82,34 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     }
 }
 
-/* logits (N,Vp) bf16, losses (N) fp32 device or NULL, targets (N) device. */
-static inline void fused_classifier(floatX* logits, float* losses, const int* targets, int N, int V, int Vp,
+/* logits (N,Vp) bf16, losses (N) fp32 device or NULL, targets (N) device;
+   N rows (B*T: size_t), launched in pieces of at most 2^30 rows (blocks). */
+static inline void fused_classifier(floatX* logits, float* losses, const int* targets, size_t N, int V, int Vp,
                                     float dloss) {
-    if (N <= 0) return;
+    const size_t max_rows = (size_t)1 << 30;
     int vec = Vp % 8 == 0 && aligned16(logits);
-    fused_classifier_kernel<<<(unsigned)N, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(logits, losses, targets, V, Vp,
-                                                                                     dloss, vec);
-    cudaCheckLaunch("fused_classifier_kernel");
+    for (size_t r0 = 0; r0 < N; r0 += max_rows) {
+        unsigned int rows = (unsigned int)(N - r0 < max_rows ? N - r0 : max_rows);
+        fused_classifier_kernel<<<rows, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(
+            logits + r0 * (size_t)Vp, losses ? losses + r0 : NULL, targets + r0, V, Vp, dloss, vec);
+        cudaCheckLaunch("fused_classifier_kernel");
+    }
 }
 
 /* The classifier over vocabulary chunks (gpt.h; twins of the CPU kernels,
-   see llmc/cpu/fused_classifier.h for the math): online-softmax statistics
+   see llmc/cpu/fused_classifier.h for the math; N rows = B*T, size_t as in
+   fused_classifier, one block per row): online-softmax statistics
    per row (running max mx, running sum of exponentials in fp64, the
    target's logit tl), the losses from them, and each chunk's dlogits in
    place. One block per row; block reductions in a fixed order. */
-__global__ void classifier_stats_init_kernel(float* mx, double* sum, float* tl, int N) {
-    int n = blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void classifier_stats_init_kernel(float* mx, double* sum, float* tl, size_t N) {
+    size_t n = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n < N) { mx[n] = -INFINITY; sum[n] = 0.0; tl[n] = 0.0f; }
 }
 
-static inline void classifier_stats_init(float* mx, double* sum, float* tl, int N) {
-    if (N <= 0) return;
-    classifier_stats_init_kernel<<<cdiv_u((size_t)N, 256), 256, 0, cuda_ctx.stream>>>(mx, sum, tl, N);
+static inline void classifier_stats_init(float* mx, double* sum, float* tl, size_t N) {
+    if (N == 0) return;
+    classifier_stats_init_kernel<<<cdiv_u(N, 256), 256, 0, cuda_ctx.stream>>>(mx, sum, tl, N);
     cudaCheckLaunch("classifier_stats_init_kernel");
 }
 
@@ -134,22 +139,22 @@ __global__ void classifier_chunk_stats_kernel(const floatX* logits, int ncols, i
     }
 }
 
-static inline void classifier_chunk_stats(const floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+static inline void classifier_chunk_stats(const floatX* logits, size_t N, int col0, int ncols, int V, const int* targets,
                                           float* mx, double* sum, float* tl) {
     int valid = V - col0 < ncols ? V - col0 : ncols;
-    if (valid <= 0 || N <= 0) return;
+    if (valid <= 0 || N == 0) return;
     classifier_chunk_stats_kernel<<<(unsigned)N, 256, 0, cuda_ctx.stream>>>(logits, ncols, valid, col0, targets, mx, sum, tl);
     cudaCheckLaunch("classifier_chunk_stats_kernel");
 }
 
-__global__ void classifier_losses_kernel(float* losses, const float* mx, const double* sum, const float* tl, int N) {
-    int n = blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void classifier_losses_kernel(float* losses, const float* mx, const double* sum, const float* tl, size_t N) {
+    size_t n = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n < N) losses[n] = (float)(log(sum[n]) - ((double)tl[n] - (double)mx[n]));
 }
 
-static inline void classifier_losses(float* losses, const float* mx, const double* sum, const float* tl, int N) {
-    if (N <= 0) return;
-    classifier_losses_kernel<<<cdiv_u((size_t)N, 256), 256, 0, cuda_ctx.stream>>>(losses, mx, sum, tl, N);
+static inline void classifier_losses(float* losses, const float* mx, const double* sum, const float* tl, size_t N) {
+    if (N == 0) return;
+    classifier_losses_kernel<<<cdiv_u(N, 256), 256, 0, cuda_ctx.stream>>>(losses, mx, sum, tl, N);
     cudaCheckLaunch("classifier_losses_kernel");
 }
 
@@ -164,10 +169,10 @@ __global__ void classifier_chunk_grad_kernel(floatX* logits, int ncols, int vali
         l[j] = tobf(j < valid ? expf(bf(l[j]) - m) * f - (j == t ? dloss : 0.0f) : 0.0f);
 }
 
-static inline void classifier_chunk_grad(floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+static inline void classifier_chunk_grad(floatX* logits, size_t N, int col0, int ncols, int V, const int* targets,
                                          const float* mx, const double* sum, float dloss) {
     int valid = V - col0 < ncols ? (V - col0 > 0 ? V - col0 : 0) : ncols;
-    if (N <= 0) return;
+    if (N == 0) return;
     classifier_chunk_grad_kernel<<<(unsigned)N, 256, 0, cuda_ctx.stream>>>(logits, ncols, valid, col0, targets, mx, sum, dloss);
     cudaCheckLaunch("classifier_chunk_grad_kernel");
 }

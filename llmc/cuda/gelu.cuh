@@ -63,20 +63,23 @@ static inline void elementwise_launch(floatX* out, const floatX* a, const floatX
     cudaCheckLaunch(name);
 }
 
+/* Element counts are size_t: the callers pass products such as B*T*4*C,
+   which exceed 2^31 for shapes a GPU run uses (B=64, T=1024, C=8192). */
+
 /* out (N) = gelu(inp). Writes out. */
-static inline void gelu_forward(floatX* out, const floatX* inp, int N) {
-    elementwise_launch<0>(out, inp, NULL, (size_t)N, "gelu_forward");
+static inline void gelu_forward(floatX* out, const floatX* inp, size_t N) {
+    elementwise_launch<0>(out, inp, NULL, N, "gelu_forward");
 }
 
 /* dinp (N) += gelu'(inp) * dout */
-static inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, int N) {
-    elementwise_launch<1>(dinp, inp, dout, (size_t)N, "gelu_backward");
+static inline void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t N) {
+    elementwise_launch<1>(dinp, inp, dout, N, "gelu_backward");
 }
 
 /* out (N) = inp1 + inp2 (out may alias an input: each element is read
    before it is written, by the same thread). */
-static inline void residual_forward(floatX* out, const floatX* inp1, const floatX* inp2, int N) {
-    elementwise_launch<2>(out, inp1, inp2, (size_t)N, "residual_forward");
+static inline void residual_forward(floatX* out, const floatX* inp1, const floatX* inp2, size_t N) {
+    elementwise_launch<2>(out, inp1, inp2, N, "residual_forward");
 }
 
 /* dst (n) += src (n), fp32 add, one rounding: the ZeRO engine's shard

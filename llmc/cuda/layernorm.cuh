@@ -22,8 +22,8 @@
 #define LN_ROWS 64
 
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, const floatX* inp,
-                                         const floatX* weight, const floatX* bias, int N, int C, int vec) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+                                         const floatX* weight, const floatX* bias, size_t N, int C, int vec) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
     const floatX* x = inp + (size_t)row * C;
@@ -71,12 +71,14 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     }
 }
 
-/* (N,C) out = LayerNorm(inp) * weight + bias; mean, rstd (N) may be NULL. */
+/* (N,C) out = LayerNorm(inp) * weight + bias; mean, rstd (N) may be NULL.
+   N rows (B*T: size_t), C channels. */
 static inline void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp,
-                                     const floatX* weight, const floatX* bias, int N, int C) {
+                                     const floatX* weight, const floatX* bias, size_t N, int C) {
+    if (N == 0) return;
     int vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias);
     int rows_per_block = 8;
-    layernorm_forward_kernel<<<cdiv_u((size_t)N, rows_per_block), 32 * rows_per_block, 0, cuda_ctx.stream>>>(
+    layernorm_forward_kernel<<<cdiv_u(N, rows_per_block), 32 * rows_per_block, 0, cuda_ctx.stream>>>(
         out, mean, rstd, inp, weight, bias, N, C, vec);
     cudaCheckLaunch("layernorm_forward_kernel");
 }
@@ -84,8 +86,8 @@ static inline void layernorm_forward(floatX* out, float* mean, float* rstd, cons
 /* dinp rows: one warp per row */
 __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
                                                const floatX* weight, const float* mean, const float* rstd,
-                                               int N, int C, int vec) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+                                               size_t N, int C, int vec) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
     const floatX* x = inp + (size_t)row * C;
@@ -123,12 +125,12 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
 /* partials[chunk][0..C) = sum dout*xhat, partials[chunk][C..2C) = sum dout
    over the LN_ROWS rows of the chunk; grid (chunks, cdiv(C, blockDim)) */
 __global__ void layernorm_backward_partials_kernel(float* partials, const floatX* dout, const floatX* inp,
-                                                   const float* mean, const float* rstd, int N, int C) {
+                                                   const float* mean, const float* rstd, size_t N, int C) {
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    int r0 = blockIdx.x * LN_ROWS, r1 = min(N, r0 + LN_ROWS);
+    size_t r0 = (size_t)blockIdx.x * LN_ROWS, r1 = r0 + LN_ROWS < N ? r0 + LN_ROWS : N;
     float aw = 0.0f, ab = 0.0f;
-    for (int r = r0; r < r1; r++) {
+    for (size_t r = r0; r < r1; r++) {
         float d = bf(dout[(size_t)r * C + c]);
         float xh = (bf(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
         aw += d * xh;
@@ -153,17 +155,18 @@ __global__ void layernorm_backward_finish_kernel(floatX* dweight, floatX* dbias,
 }
 
 /* Backward of layernorm_forward; ACCUMULATES into dinp (N,C), dweight (C),
-   dbias (C). mean, rstd (N) from the forward. Deterministic. */
+   dbias (C). mean, rstd (N) from the forward. N rows (size_t). Deterministic. */
 static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
                                       const floatX* inp, const floatX* weight, const float* mean,
-                                      const float* rstd, int N, int C) {
+                                      const float* rstd, size_t N, int C) {
+    if (N == 0) return;
     cudaStream_t st = cuda_ctx.stream;
     int vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     int rows_per_block = 8;
-    layernorm_backward_dinp_kernel<<<cdiv_u((size_t)N, rows_per_block), 32 * rows_per_block, 0, st>>>(
+    layernorm_backward_dinp_kernel<<<cdiv_u(N, rows_per_block), 32 * rows_per_block, 0, st>>>(
         dinp, dout, inp, weight, mean, rstd, N, C, vec);
     cudaCheckLaunch("layernorm_backward_dinp_kernel");
-    int chunks = (int)cdiv_u((size_t)N, LN_ROWS);
+    int chunks = (int)cdiv_u(N, LN_ROWS);
     float* part = (float*)cuda_scratch(SCRATCH_PARTIALS, (size_t)chunks * 2 * C * sizeof(float));
     dim3 grid((unsigned)chunks, cdiv_u((size_t)C, 128));
     layernorm_backward_partials_kernel<<<grid, 128, 0, st>>>(part, dout, inp, mean, rstd, N, C);

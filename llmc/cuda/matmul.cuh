@@ -214,12 +214,12 @@ static void gemm_bf16(int ta, int tb, int m, int n, int k, float alpha,
 
 /* partials[chunk * OC + c] = sum of dout[r, c] over rows r of the chunk
    (fp32, rows in order); grid (chunks, cdiv(OC, blockDim)) */
-__global__ void colsum_partials_kernel(float* partials, const floatX* dout, int N, int OC) {
+__global__ void colsum_partials_kernel(float* partials, const floatX* dout, size_t N, int OC) {
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= OC) return;
-    int r0 = blockIdx.x * COLSUM_ROWS, r1 = min(N, r0 + COLSUM_ROWS);
+    size_t r0 = (size_t)blockIdx.x * COLSUM_ROWS, r1 = r0 + COLSUM_ROWS < N ? r0 + COLSUM_ROWS : N;
     float s = 0.0f;
-    for (int r = r0; r < r1; r++) s += bf(dout[(size_t)r * OC + c]);
+    for (size_t r = r0; r < r1; r++) s += bf(dout[r * OC + c]);
     partials[(size_t)blockIdx.x * OC + c] = s;
 }
 
@@ -233,8 +233,9 @@ __global__ void colsum_finish_kernel(floatX* out, const float* partials, int chu
 }
 
 /* dbias (OC) += column sums of dout (N, OC). Deterministic (no atomics). */
-static void bias_backward(floatX* dbias, const floatX* dout, int N, int OC) {
-    int chunks = (int)cdiv_u((size_t)N, COLSUM_ROWS);
+static void bias_backward(floatX* dbias, const floatX* dout, size_t N, int OC) {
+    if (N == 0) return;
+    int chunks = (int)cdiv_u(N, COLSUM_ROWS);
     float* part = (float*)cuda_scratch(SCRATCH_PARTIALS, (size_t)chunks * OC * sizeof(float));
     dim3 grid((unsigned)chunks, cdiv_u((size_t)OC, 128));
     colsum_partials_kernel<<<grid, 128, 0, cuda_ctx.stream>>>(part, dout, N, OC);
@@ -246,12 +247,19 @@ static void bias_backward(floatX* dbias, const floatX* dout, int N, int OC) {
 /* ------------------------------------------------------------------------ */
 /* the linear layer                                                         */
 
+/* Rows per GEMM call: cuBLAS takes int dimensions, the row count N (B*T)
+   is size_t; larger N is done in blocks of rows (never in practice). */
+#define GEMM_MAX_ROWS ((size_t)1 << 30)
+
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
    Writes out. Column-major: out^T (OC,N) = weight^T... i.e. transa = T on
    the stored (C,OC) weight, B = inp as (C,N); bias in the epilogue. */
 static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                                  int N, int C, int OC) {
-    gemm_bf16(1, 0, OC, N, C, 1.0f, weight, C, 0, inp, C, 0, 0.0f, out, OC, 0, 1, bias);
+                                  size_t N, int C, int OC) {
+    for (size_t r0 = 0; r0 < N; r0 += GEMM_MAX_ROWS) {
+        int n = (int)(N - r0 < GEMM_MAX_ROWS ? N - r0 : GEMM_MAX_ROWS);
+        gemm_bf16(1, 0, OC, n, C, 1.0f, weight, C, 0, inp + r0 * C, C, 0, 0.0f, out + r0 * OC, OC, 0, 1, bias);
+    }
 }
 
 /* Backward of matmul_forward; all three ACCUMULATE (beta = 1):
@@ -259,9 +267,12 @@ static inline void matmul_forward(floatX* out, const floatX* inp, const floatX* 
      dweight (OC,C) += dout^T @ inp
      dbias (OC)     += column sums of dout               (skipped if NULL) */
 static inline void matmul_backward(floatX* dinp, floatX* dweight, floatX* dbias, const floatX* dout,
-                                   const floatX* inp, const floatX* weight, int N, int C, int OC) {
-    if (dinp) gemm_bf16(0, 0, C, N, OC, 1.0f, weight, C, 0, dout, OC, 0, 1.0f, dinp, C, 0, 1, NULL);
-    gemm_bf16(0, 1, C, OC, N, 1.0f, inp, C, 0, dout, OC, 0, 1.0f, dweight, C, 0, 1, NULL);
+                                   const floatX* inp, const floatX* weight, size_t N, int C, int OC) {
+    for (size_t r0 = 0; r0 < N; r0 += GEMM_MAX_ROWS) {
+        int n = (int)(N - r0 < GEMM_MAX_ROWS ? N - r0 : GEMM_MAX_ROWS);
+        if (dinp) gemm_bf16(0, 0, C, n, OC, 1.0f, weight, C, 0, dout + r0 * OC, OC, 0, 1.0f, dinp + r0 * C, C, 0, 1, NULL);
+        gemm_bf16(0, 1, C, OC, n, 1.0f, inp + r0 * C, C, 0, dout + r0 * OC, OC, 0, 1.0f, dweight, C, 0, 1, NULL);
+    }
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 

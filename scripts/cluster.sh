@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# cluster.sh: a cluster of K "nodes" on one Linux machine, to run and test
+# multi-node MPI jobs for real. Each node is a network namespace with its
+# own interface (eth0, an address in a private /24), joined to the other
+# nodes by a bridge through a veth pair whose rate can be limited (tc tbf,
+# both directions), its own hostname (a UTS namespace per launch) and its
+# own TMPDIR (Open MPI's session directories must not collide). Open MPI
+# starts its daemons inside the nodes through an rsh agent (this script),
+# so ranks on one node talk through shared memory (vader) and ranks on
+# different nodes through TCP over the limited link. The file system is the
+# machine's, so every node sees the working directory, as on a cluster with
+# a shared file system. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+#
+#   scripts/cluster.sh up K [--rate R] [--cpus split|all] [--slots S]
+#                          make K nodes (again: idempotent; a crashed `up` is cleaned first)
+#   scripts/cluster.sh run [mpirun args] -- program args
+#                          mpirun across the nodes, e.g. run -np 4 --map-by ppr:2:node -- ./train_gpt_cpu -z 3
+#   scripts/cluster.sh rate R        change the link rate of the running cluster
+#   scripts/cluster.sh status        nodes, addresses, cpus, rates, byte counters (exit 1 when not up)
+#   scripts/cluster.sh down          remove everything `up` made, and only that
+#   scripts/cluster.sh env           print `export OMPI_MCA_...` lines: `eval "$(scripts/cluster.sh env)"`
+#                                    makes any plain mpirun (or scripts/run_multinode.sh) use the cluster
+#   scripts/cluster.sh hostfile      print the path of the Open MPI hostfile (node slots=S per line)
+#   scripts/cluster.sh exec NODE cmd...   run a command on a node (e.g. exec llmc-node1 nproc)
+#   scripts/cluster.sh counters      per node: bytes into and out of the node over its link
+#                                    (the bridge-side veth's tx_bytes and rx_bytes, Ethernet frames)
+#
+# Options before the command: --name NAME (or LLMC_CLUSTER=NAME; default
+# llmc) runs several clusters side by side: nodes are NAME-node0..K-1.
+#
+# R: a tc rate, NUMBER followed by bit, kbit, mbit, gbit (e.g. 100mbit, 1gbit,
+# 10gbit; decimal units, as tc counts them), or none for no limit. It limits
+# every node's link in each direction (full duplex, like a NIC): what leaves
+# node i through its eth0 and what the bridge sends into node i. The rate
+# counts whole Ethernet frames (TCP/IP headers included: with MTU 1500 the
+# payload is about 95.6% of R). On this kind of machine an unlimited veth
+# moves about 11 Gbit/s between two nodes, so 10gbit is close to the CPU's
+# own limit there.
+# --cpus split (default, when the machine has at least K cpus): node i gets
+# its own contiguous share of the cpus (taskset), as real nodes have their
+# own cores, so `nproc` and OpenMP's default inside a node see that share;
+# --cpus all: every node sees every cpu. --slots S: Open MPI slots per node
+# in the hostfile (default: the node's cpu count, at least 2).
+#
+# Addresses: 10.213.S.0/24 with the first S in 1..254 that no other cluster
+# of this script and no interface or route of the machine uses; node i is
+# 10.213.S.(i+1), the bridge 10.213.S.254. Names: bridge lzSbr, veth lzSnI
+# (bridge side), namespace and hostname NAME-nodeI, /etc/hosts lines marked
+# "# llmc-cluster NAME". State: /run/llmc-cluster/NAME/ (what was created is
+# recorded there before it is created, so `down` after a crash removes
+# exactly that); node temp dirs: /tmp/llmc-cluster-NAME/NODE.
+set -euo pipefail
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+STATE_ROOT=/run/llmc-cluster
+NAME=${LLMC_CLUSTER:-llmc}
+
+die() { echo "error: cluster.sh: $*" >&2; exit 1; }
+usage() { sed -n '2,/^set -euo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --name) [ $# -ge 2 ] || die "--name needs a value"; NAME=$2; shift 2 ;;
+    --name=*) NAME=${1#--name=}; shift ;;
+    -h|--help|help) usage; exit 0 ;;
+    *) break ;;
+  esac
+done
+[[ "$NAME" =~ ^[a-z][a-z0-9]{0,9}$ ]] || die "--name $NAME: must be 1-10 characters, a lowercase letter then letters or digits"
+CMD=${1:-}; [ -n "$CMD" ] || { usage >&2; exit 1; }; shift
+DIR=$STATE_ROOT/$NAME
+TMPBASE=/tmp/llmc-cluster-$NAME
+
+need_root() {
+  [ "$(id -u)" = 0 ] || die "$CMD: must run as root (network namespaces, links and tc need CAP_NET_ADMIN; try sudo)"
+}
+need_tools() {
+  local t
+  for t in ip tc unshare taskset flock; do
+    command -v "$t" >/dev/null 2>&1 || die "$CMD: '$t' not found (apt-get install iproute2 util-linux)"
+  done
+}
+need_netns() {
+  local msg
+  msg=$(unshare --net --uts true 2>&1) || die "$CMD: network/UTS namespaces are not available here (unshare --net --uts: ${msg:-failed})"
+}
+lock() { mkdir -p "$STATE_ROOT"; exec 9>"$STATE_ROOT/.lock"; flock 9; }
+
+# --- state: $DIR/state holds key=value lines; $DIR/created one resource a line
+st() { sed -n "s/^$1=//p" "$DIR/state" 2>/dev/null | tail -1; }
+st_set() { # key value
+  touch "$DIR/state"
+  grep -v "^$1=" "$DIR/state" > "$DIR/state.new" || true
+  echo "$1=$2" >> "$DIR/state.new"; mv "$DIR/state.new" "$DIR/state"
+}
+record() { echo "$*" >> "$DIR/created"; }
+is_up() { [ "$(st complete)" = 1 ]; }
+
+# --- rates: tc syntax -> bits per second ("" for none)
+rate_bps() {
+  local r=${1,,}
+  case "$r" in none|off|0|unlimited) echo ""; return 0 ;; esac
+  [[ "$r" =~ ^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit|tbit)$ ]] || return 1
+  local n=${BASH_REMATCH[1]} u=${BASH_REMATCH[3]} m=1
+  case "$u" in kbit) m=1e3 ;; mbit) m=1e6 ;; gbit) m=1e9 ;; tbit) m=1e12 ;; esac
+  awk -v n="$n" -v m="$m" 'BEGIN { v = n * m; if (v < 8000) exit 1; printf "%.0f\n", v }'
+}
+apply_rate() { # rate string
+  local bps burst i node veth K
+  bps=$(rate_bps "$1") || die "rate $1: expected a tc rate such as 100mbit, 1gbit, 10gbit (at least 8kbit), or none"
+  K=$(st nodes)
+  for ((i = 0; i < K; i++)); do
+    node=$NAME-node$i; veth=$(st "veth$i")
+    if [ -z "$bps" ]; then
+      tc -n "$node" qdisc del dev eth0 root 2>/dev/null || true
+      tc qdisc del dev "$veth" root 2>/dev/null || true
+    else
+      # burst: 2 ms of traffic, at least 64 KiB (a GSO packet); queue: 50 ms
+      burst=$(awk -v b="$bps" 'BEGIN { x = b / 8 * 0.002; if (x < 65536) x = 65536; printf "%.0f\n", x }')
+      tc -n "$node" qdisc replace dev eth0 root tbf rate "$bps"bit burst "$burst" latency 50ms \
+        || die "rate $1: tc tbf failed on $node eth0 (is the sch_tbf qdisc available?)"
+      tc qdisc replace dev "$veth" root tbf rate "$bps"bit burst "$burst" latency 50ms \
+        || die "rate $1: tc tbf failed on $veth"
+    fi
+  done
+  st_set rate "${1,,}"
+}
+
+# --- cpus: the machine's allowed cpus as a list, and node i's share
+cpu_list() { # expand e.g. 0-3,6 into "0 1 2 3 6"
+  local spec part a b
+  spec=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  for part in ${spec//,/ }; do
+    a=${part%-*}; b=${part#*-}
+    seq "$a" "$b"
+  done | tr '\n' ' '
+}
+assign_cpus() { # mode
+  local mode=$1 K cpus n per i
+  K=$(st nodes); read -r -a cpus <<< "$(cpu_list)"; n=${#cpus[@]}
+  if [ "$mode" = split ] && [ "$n" -lt "$K" ]; then
+    echo "note: $n cpus for $K nodes: nodes share all cpus (--cpus all)" >&2; mode=all
+  fi
+  per=$((n / K))
+  for ((i = 0; i < K; i++)); do
+    if [ "$mode" = all ]; then st_set "cpus$i" "$(IFS=,; echo "${cpus[*]}")"
+    else st_set "cpus$i" "$(IFS=,; echo "${cpus[*]:$((i * per)):$per}")"; fi
+  done
+  st_set cpumode "$mode"
+}
+write_hostfile() {
+  local K slots i c
+  K=$(st nodes); : > "$DIR/hostfile"
+  for ((i = 0; i < K; i++)); do
+    slots=$(st slots)
+    if [ -z "$slots" ]; then c=$(st "cpus$i" | tr ',' '\n' | wc -l); slots=$((c < 2 ? 2 : c)); fi
+    echo "$NAME-node$i slots=$slots" >> "$DIR/hostfile"
+  done
+}
+
+# --- /etc/hosts: our lines end with the marker; rewritten in place (the
+# file may be a bind mount, so no rename)
+HOSTS_MARK() { echo "# llmc-cluster $NAME"; }
+hosts_remove() {
+  [ -f /etc/hosts ] || return 0
+  local mark; mark=$(HOSTS_MARK)
+  grep -qF -- "$mark" /etc/hosts || return 0
+  local tmp; tmp=$(mktemp)
+  awk -v m="$mark" '{ if (length($0) >= length(m) && substr($0, length($0) - length(m) + 1) == m) next; print }' /etc/hosts > "$tmp"
+  cat "$tmp" > /etc/hosts; rm -f "$tmp"
+}
+
+# --- teardown of whatever $DIR/created lists, newest first
+do_down() {
+  [ -d "$DIR" ] || return 0
+  local kind what pid
+  if [ -f "$DIR/created" ]; then
+    while read -r kind what; do
+      case "$kind" in
+        netns)
+          # processes still running on the node (a hung rank or daemon) were started through this cluster
+          for pid in $(ip netns pids "$what" 2>/dev/null); do kill -TERM "$pid" 2>/dev/null || true; done
+          for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(ip netns pids "$what" 2>/dev/null)" ] && break; sleep 0.2; done
+          for pid in $(ip netns pids "$what" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+          ip netns del "$what" 2>/dev/null || true ;;
+        link) ip link del "$what" 2>/dev/null || true ;;
+        hosts) hosts_remove ;;
+        dir) case "$what" in /tmp/llmc-cluster-*) rm -rf -- "$what" ;; esac ;;
+      esac
+    done < <(tac "$DIR/created")
+  fi
+  rm -rf -- "$DIR"
+}
+
+pick_subnet() {
+  local used s d
+  used=" "
+  for d in "$STATE_ROOT"/*/; do
+    [ -f "$d/state" ] && used+="$(sed -n 's/^subnet=//p' "$d/state") "
+  done
+  local addrs; addrs=$(ip -4 addr show; ip -4 route show table all 2>/dev/null || true)
+  for ((s = 1; s <= 254; s++)); do
+    case "$used" in *" $s "*) continue ;; esac
+    grep -q "10\.213\.$s\." <<< "$addrs" && continue
+    ip link show "lz${s}br" >/dev/null 2>&1 && continue
+    echo "$s"; return 0
+  done
+  return 1
+}
+
+cmd_up() {
+  local K="" rate="" cpumode="" slots=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --rate) [ $# -ge 2 ] || die "up: --rate needs a value"; rate=$2; shift 2 ;;
+      --cpus) [ $# -ge 2 ] || die "up: --cpus needs split or all"; cpumode=$2; shift 2 ;;
+      --slots) [ $# -ge 2 ] || die "up: --slots needs a value"; slots=$2; shift 2 ;;
+      *) [ -z "$K" ] || die "up: unexpected argument '$1'"; K=$1; shift ;;
+    esac
+  done
+  [[ "$K" =~ ^[0-9]+$ ]] && [ "$K" -ge 1 ] && [ "$K" -le 200 ] || die "up ${K:-}: the node count K must be a number in 1..200"
+  [ -z "$rate" ] || rate_bps "$rate" >/dev/null || die "--rate $rate: expected a tc rate such as 100mbit, 1gbit, 10gbit (at least 8kbit), or none"
+  case "$cpumode" in ""|split|all) ;; *) die "--cpus $cpumode: must be split or all" ;; esac
+  [ -z "$slots" ] || [[ "$slots" =~ ^[1-9][0-9]*$ ]] || die "--slots $slots: must be a positive number"
+  need_root; need_tools; need_netns; lock
+  if is_up; then
+    [ "$(st nodes)" = "$K" ] || die "up $K: cluster $NAME is already up with $(st nodes) nodes (run '$0 --name $NAME down' first, or use another --name)"
+    [ -n "$rate" ] && apply_rate "$rate"
+    [ -n "$slots" ] && st_set slots "$slots"
+    [ -n "$cpumode" ] && assign_cpus "$cpumode"
+    write_hostfile
+    echo "cluster $NAME: already up, $K nodes on 10.213.$(st subnet).0/24, rate $(st rate), cpus $(st cpumode)"
+    return 0
+  fi
+  [ -d "$DIR" ] && { echo "cluster $NAME: removing the remains of an incomplete 'up'" >&2; do_down; }
+  # refuse to touch anything with our names that we did not record
+  local i node
+  for ((i = 0; i < K; i++)); do
+    node=$NAME-node$i
+    [ ! -e "/run/netns/$node" ] || die "up: network namespace $node exists but cluster $NAME did not record it (remove it yourself, or use another --name)"
+  done
+  local S; S=$(pick_subnet) || die "up: no free subnet 10.213.S.0/24 (S in 1..254)"
+  mkdir -p "$DIR"; : > "$DIR/created"
+  UP_DONE=0
+  trap '[ "$UP_DONE" = 1 ] || { echo "error: cluster.sh: up failed; removing what it made" >&2; do_down; }' EXIT
+  st_set subnet "$S"; st_set nodes "$K"; st_set rate none; st_set slots "$slots"
+  local br=lz${S}br
+  record link "$br"
+  ip link add "$br" type bridge
+  ip addr add "10.213.$S.254/24" dev "$br"
+  sysctl -qw "net.ipv6.conf.$br.disable_ipv6=1" 2>/dev/null || true
+  ip link set "$br" up
+  record dir "$TMPBASE"; mkdir -p "$TMPBASE"
+  record hosts /etc/hosts
+  local hosts_lines="" veth peer
+  for ((i = 0; i < K; i++)); do
+    node=$NAME-node$i; veth=lz${S}n$i; peer=lz${S}p$i
+    record netns "$node"; ip netns add "$node"
+    record link "$veth"; ip link add "$veth" type veth peer name "$peer"
+    ip link set "$peer" netns "$node"
+    ip -n "$node" link set "$peer" name eth0
+    ip netns exec "$node" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+    ip -n "$node" addr add "10.213.$S.$((i + 1))/24" dev eth0
+    ip -n "$node" link set lo up
+    ip -n "$node" link set eth0 up
+    sysctl -qw "net.ipv6.conf.$veth.disable_ipv6=1" 2>/dev/null || true
+    ip link set "$veth" master "$br"
+    ip link set "$veth" up
+    st_set "veth$i" "$veth"
+    mkdir -p "$TMPBASE/$node"
+    hosts_lines+="10.213.$S.$((i + 1)) $node $(HOSTS_MARK)"$'\n'
+  done
+  hosts_remove
+  [ ! -s /etc/hosts ] || [ -z "$(tail -c1 /etc/hosts)" ] || echo >> /etc/hosts
+  printf '%s' "$hosts_lines" >> /etc/hosts
+  assign_cpus "${cpumode:-split}"
+  write_hostfile
+  printf '#!/bin/sh\nexec bash %s --name %s agent "$@"\n' "$SELF" "$NAME" > "$DIR/agent"; chmod +x "$DIR/agent"
+  apply_rate "${rate:-none}"
+  st_set complete 1
+  UP_DONE=1
+  echo "cluster $NAME: up, $K nodes ($NAME-node0..$((K - 1))) on 10.213.$S.0/24, rate $(st rate), cpus $(st cpumode); hostfile $DIR/hostfile"
+}
+
+cmd_down() {
+  need_root; lock
+  if [ ! -d "$DIR" ]; then echo "cluster $NAME: not up (nothing to remove)"; return 0; fi
+  do_down
+  echo "cluster $NAME: down (namespaces, links, bridge, /etc/hosts lines and temp dirs removed)"
+}
+
+need_up() { is_up || die "$CMD: cluster $NAME is not up (run: $0${NAME:+ --name $NAME} up K)"; }
+
+cmd_env() {
+  need_up
+  local S; S=$(st subnet)
+  cat <<EOF
+export OMPI_MCA_plm_rsh_agent=$DIR/agent
+export OMPI_MCA_plm_rsh_no_tree_spawn=1
+export OMPI_MCA_orte_default_hostfile=$DIR/hostfile
+export OMPI_MCA_btl=self,vader,tcp
+export OMPI_MCA_btl_tcp_if_include=10.213.$S.0/24
+export OMPI_MCA_oob_tcp_if_include=10.213.$S.0/24
+export OMPI_MCA_hwloc_base_binding_policy=none
+EOF
+}
+
+cmd_run() {
+  need_root; need_up
+  local margs=() have_sep=0
+  while [ $# -gt 0 ]; do
+    if [ "$1" = -- ]; then have_sep=1; shift; break; fi
+    margs+=("$1"); shift
+  done
+  [ $have_sep = 1 ] && [ $# -ge 1 ] || die "run: usage: $0 run [mpirun args] -- program args"
+  eval "$(cmd_env)"
+  exec mpirun --allow-run-as-root "${margs[@]}" "$@"
+}
+
+# Open MPI's plm_rsh_agent: `agent HOST remote-command...`, as ssh would run
+# it: the words joined and run by a shell, here inside HOST's namespace
+# with its own hostname, TMPDIR and cpus.
+cmd_agent() {
+  local node=${1:-}; shift || true
+  [ -n "$node" ] && [ $# -ge 1 ] || die "agent: usage: agent NODE command..."
+  need_up
+  local i=${node##*-node}
+  [ "$node" = "$NAME-node$i" ] && [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -lt "$(st nodes)" ] || die "agent: $node is not a node of cluster $NAME"
+  local cpus; cpus=$(st "cpus$i")
+  mkdir -p "$TMPBASE/$node"
+  exec ip netns exec "$node" unshare --uts -- env TMPDIR="$TMPBASE/$node" taskset -c "$cpus" \
+    sh -c 'hostname "$1" || exit 1; shift; eval "$*"' sh "$node" "$@"
+}
+
+cmd_exec() {
+  need_root
+  [ $# -ge 2 ] || die "exec: usage: $0 exec NODE command..."
+  local node=$1; shift
+  local q; q=$(printf '%q ' "$@")
+  cmd_agent "$node" "$q"
+}
+
+cmd_rate() {
+  [ $# = 1 ] || die "rate: usage: $0 rate R (e.g. 100mbit, 1gbit, none)"
+  need_root; lock; need_up
+  apply_rate "$1"
+  echo "cluster $NAME: rate $(st rate) on every node's link"
+}
+
+cmd_counters() {
+  need_up
+  local K i; K=$(st nodes)
+  for ((i = 0; i < K; i++)); do
+    local v; v=$(st "veth$i")
+    echo "$NAME-node$i $(cat "/sys/class/net/$v/statistics/tx_bytes") $(cat "/sys/class/net/$v/statistics/rx_bytes")"
+  done
+}
+
+cmd_status() {
+  if ! is_up; then echo "cluster $NAME: not up"; return 1; fi
+  local K S i; K=$(st nodes); S=$(st subnet)
+  echo "cluster $NAME: $K nodes on 10.213.$S.0/24 (bridge lz${S}br 10.213.$S.254), rate $(st rate), cpus $(st cpumode)"
+  echo "  hostfile $DIR/hostfile; state $DIR; node temp dirs $TMPBASE/"
+  printf '  %-16s %-14s %-8s %-10s %-14s %16s %16s\n' node address cpus link qdisc "bytes in" "bytes out"
+  while read -r node inb outb; do
+    i=${node##*-node}
+    local q; q=$(tc qdisc show dev "$(st "veth$i")" root 2>/dev/null | awk '/tbf/ { for (j = 1; j <= NF; j++) if ($j == "rate") print $(j + 1) }')
+    printf '  %-16s %-14s %-8s %-10s %-14s %16s %16s\n' "$node" "10.213.$S.$((i + 1))" "$(st "cpus$i")" "$(st "veth$i")" \
+      "$([ -n "$q" ] && echo "tbf $q" || echo none)" "$inb" "$outb"
+  done < <(cmd_counters)
+  [ "$(id -u)" = 0 ] || return 0
+  for ((i = 0; i < K; i++)); do
+    ip netns pids "$NAME-node$i" >/dev/null 2>&1 || echo "  warning: namespace $NAME-node$i is missing (run down, then up)"
+  done
+}
+
+case "$CMD" in
+  up) cmd_up "$@" ;;
+  down) cmd_down ;;
+  run) cmd_run "$@" ;;
+  rate) cmd_rate "$@" ;;
+  status) cmd_status ;;
+  env) cmd_env ;;
+  hostfile) need_up; echo "$DIR/hostfile" ;;
+  exec) cmd_exec "$@" ;;
+  counters) cmd_counters ;;
+  agent) cmd_agent "$@" ;;
+  *) die "$CMD: unknown command (up, run, rate, status, down, env, hostfile, exec, counters; -h for help)" ;;
+esac
