@@ -643,8 +643,9 @@ static void test_classifier_chunks(int N, int V, int Vp, int chunk, double lscal
 
 /* encoder_forward_rows over row chunks of wte == encoder_forward; the
    embedding gradient of a range of a table (embedding_backward_range) from
-   rows keyed by token: dst = round(dst + round(sum of the rows of each
-   key, in `order`)) (two roundings by design, see encoder.h; RB models them) */
+   rows keyed by token, the range cutting the first and last rows: dst =
+   round(dst + round(sum of the rows of each key, in `order`)) (two
+   roundings by design, see encoder.h; RB models them) */
 static void test_embedding_rows(int B, int T, int C, int V, int chunk) {
     char name[96];
     int n = B * T;
@@ -684,8 +685,21 @@ static void test_embedding_rows(int B, int T, int C, int V, int chunk) {
     for (int i = 0; i < n; i++) seen[inp[i]] = 1;
     for (size_t e = lo; e < hi; e++)
         if (seen[e / C]) rdst[e - lo] = RB(rdst[e - lo] + RB(acc[e]));
+    /* the segments: runs of equal token in order, for table rows with
+       elements in [lo, hi) (as gpt.h's gpt2_embedding_segments makes them) */
+    int *seg = (int*)malloc(sizeof(int) * (n + 1)), *seg_key = (int*)malloc(sizeof(int) * n), nseg = 0;
+    int r_first = (int)(lo / C), r_last = (int)((hi - 1) / C), i = 0;
+    while (i < n && inp[order[i]] < r_first) i++;
+    while (i < n && inp[order[i]] <= r_last) {
+        seg[nseg] = i;
+        seg_key[nseg++] = inp[order[i]];
+        int k = inp[order[i]];
+        while (i < n && inp[order[i]] == k) i++;
+    }
+    seg[nseg] = i;
     floatX *xdst = TX(dst, hi - lo), *xrows = TX(rows, (size_t)n * C);
-    embedding_backward_range(xdst, lo, hi, xrows, inp, order, n, C);
+    embedding_backward_range(xdst, lo, hi, xrows, order, seg, seg_key, nseg, C);
+    free(seg); free(seg_key);
     FX(dst, xdst, hi - lo); DX(xrows);
     snprintf(name, sizeof name, "embedding_backward_range n%d C%d V%d", n, C, V);
     check(name, dst, rdst, hi - lo, TOL);
