@@ -7,7 +7,7 @@
  * twin of the CUDA kernel header of the same name in llmc/cuda/.
  *
  * Conventions (all kernels):
- *   - row-major; N = B*T rows; floatX is float in this build.
+ *   - row-major; N = B*T rows; floatX: float, or bf16 with -DLLMC_BF16 (below).
  *   - every backward ACCUMULATES (+=) into every gradient it outputs; the
  *     caller zeroes gradient buffers. Pointers documented "may be NULL" mean
  *     that output is skipped.

@@ -9,7 +9,7 @@
 
 #ifdef LLMC_BF16
 /* ------------------------------------------------------------------------ */
-/* bf16 program: oneDNN's matmul primitive                                  */
+/* bf16 program: matmuls on oneDNN (bf16 primitive, or fp32 on copies)    */
 
 /* cpu_gemm_bf16() is the one entry point of the bf16 program's linear
    layers: row-major C (M,N) = op(A) (M,K) op(B) (K,N) [+ bias (N), broadcast
@@ -20,8 +20,8 @@
    beta = 1 and the bias epilogue). Two implementations, chosen once:
    - "primitive" (when oneDNN dispatches to AMX, avx512_core_amx): oneDNN's
      bf16 matmul primitive (brg:avx512_core_amx), bias in the primitive, the
-     old C through the sum post-op. Primitives are created once per (shape,
-     transposes, leading dimensions, bias, accumulate) and cached; oneDNN
+     old C through the sum post-op. Primitives are created once per (batch,
+     shape, strides, bias, accumulate, scale) and cached; oneDNN
      threads them with its own OpenMP threads. User-managed scratchpad: one
      buffer shared by all primitives (the calls are serial).
    - "fp32" (every other CPU): the same product on exact fp32 copies of the
