@@ -18,6 +18,12 @@ BLAS_CFLAGS ?=
 BLAS_LIBS ?= -lopenblas
 endif
 LIBS = $(BLAS_LIBS) -lm
+# The bf16 programs (-DLLMC_BF16: bf16 params, grads and activations, fp32
+# master weights and Adam moments, matmuls on oneDNN's bf16 matmul
+# primitive) need oneDNN's headers (Debian: libdnnl-dev).
+DNNL_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
+CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
+LIBS_BF16 = -ldnnl -lm
 HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h)
 PY = /usr/bin/python3
 MPIRUN = mpirun --allow-run-as-root --oversubscribe
@@ -26,19 +32,28 @@ NP ?= 2
 ZERO ?= 1
 STEPS ?= 500
 ARGS ?=
+# precision of `make train` (fp32 or bf16); `make bench` runs both unless
+# PRECISION is given
+PRECISION ?= fp32
+ifeq ($(filter fp32 bf16,$(PRECISION)),)
+$(error PRECISION=$(PRECISION): must be fp32 or bf16)
+endif
+TRAIN_PROGRAM = $(if $(filter bf16,$(PRECISION)),train_gpt_cpu_bf16,train_gpt_cpu)
+BENCH_PRECISIONS = $(if $(filter command line environment environment override,$(origin PRECISION)),$(PRECISION),fp32 bf16)
+
 TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench plots clean sanitize fuzz
+.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench plots clean sanitize fuzz dnnl-headers
 
-all: train_gpt_cpu test_gpt_cpu
+all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16
 
 help:
 	@echo "targets:"
 	@echo "  make train       train the default GPT on the CPU (installs packages, prepares the Brown corpus, builds)"
 	@echo "  make test        every check a CPU machine can run (what CI runs); last line 'N passed, M failed'"
-	@echo "  make all         ./train_gpt_cpu ./test_gpt_cpu (the default target)"
+	@echo "  make all         the four CPU programs: ./train_gpt_cpu ./test_gpt_cpu (fp32), ./train_gpt_cpu_bf16 ./test_gpt_cpu_bf16 (the default target)"
 	@echo "  make zero-table  the ZeRO stage table of the README: memory, wire bytes, ms/step per stage on 2 and 4 ranks"
 	@echo "  make bench       CPU speed figures (a benchmark, not a test)"
 	@echo "  make cluster-bench   ZeRO stages x link rates on a simulated 2-node cluster (root; scripts/cluster.sh)"
@@ -74,6 +89,17 @@ train_gpt_cpu: train_gpt.cu $(HEADERS)
 test_gpt_cpu: test_gpt.cu $(HEADERS)
 	$(MPICC) $(CFLAGS_ALL) -x c test_gpt.cu -o $@ $(LIBS)
 
+train_gpt_cpu_bf16: train_gpt.cu $(HEADERS) | dnnl-headers
+	$(MPICC) $(CFLAGS_BF16) -x c train_gpt.cu -o $@ $(LIBS_BF16)
+
+test_gpt_cpu_bf16: test_gpt.cu $(HEADERS) | dnnl-headers
+	$(MPICC) $(CFLAGS_BF16) -x c test_gpt.cu -o $@ $(LIBS_BF16)
+
+dnnl-headers:
+ifeq ($(DNNL_HEADER),)
+	@echo "error: the bf16 programs need oneDNN's headers (/usr/include/oneapi/dnnl/dnnl.h): apt-get install libdnnl-dev, or make deps" >&2; exit 1
+endif
+
 # Debian packages and npm packages, installed only when missing.
 deps:
 	@bash scripts/install_deps.sh
@@ -88,17 +114,17 @@ ref: deps
 
 # (sub-makes: the BLAS choice above must see what `deps` installed)
 train: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
-	$(MPIRUN) -np $(NP) ./train_gpt_cpu -z $(ZERO) -x $(STEPS) $(ARGS)
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
+	$(MPIRUN) -np $(NP) ./$(TRAIN_PROGRAM) -z $(ZERO) -x $(STEPS) $(ARGS)
 
 test: deps data ref
 	@$(MAKE) --no-print-directory all
 	bash dev/run_tests.sh
 
 bench: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
+	@$(MAKE) --no-print-directory $(if $(filter fp32,$(BENCH_PRECISIONS)),train_gpt_cpu) $(if $(filter bf16,$(BENCH_PRECISIONS)),train_gpt_cpu_bf16)
 	@mkdir -p build
-	BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
+	PRECISIONS="$(BENCH_PRECISIONS)" BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
 
 # the ZeRO table of the README (dev/zero_table.sh): a benchmark, not a test
 zero-table: deps data
@@ -140,5 +166,5 @@ fuzz:
 	bash dev/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
-	rm -f train_gpt_cpu test_gpt_cpu train_gpt test_gpt
+	rm -f train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 train_gpt test_gpt
 	rm -rf build/san build/fuzz

@@ -31,12 +31,48 @@
 #endif
 #include "llmc/gpt.h"
 
-#ifdef __CUDACC__
-/* bf16 storage (8 bits of mantissa, relative rounding 2^-9 = 0.2%) with fp32
-   accumulation: tolerances well inside llm.c's CUDA test (loss 0.05). */
+#if defined(__CUDACC__) || defined(LLMC_BF16)
+/* The bf16 programs (CUDA, and the CPU program built with -DLLMC_BF16, which
+   rounds at the same points, see the llmc/cpu headers) against the float64
+   reference. bf16 keeps 8 significant bits: unit roundoff u = 2^-8 = 3.9e-3
+   (round to nearest even). Every parameter is rounded once when loaded and
+   every activation and gradient once when stored; sums are fp32. Expected
+   errors:
+   - logits: |l| u for the stored logit plus the propagated storage errors
+     of lnf and wte (sqrt(C) terms of relative size u): a few u |l|, with
+     |l| <= ~3 here: ~1e-2. Measured 5.9e-3 (small), 6.7e-3 (odd), 8.6e-4
+     (tiny), absolute.
+   - mean loss: the per-token errors average out: measured 7.6e-6, 3.0e-5,
+     1.5e-5.
+   - gradients (max error / max |reference| per tensor): each is a sum over
+     B*T tokens of products of stored values; where the sum cancels (|sum| <<
+     sum of |terms|) the relative error is u times that ratio. small and odd
+     (C = 64, 96): 1.4e-2 and 1.2e-2. tiny (C = 2, V = 5): 7.7e-2
+     (fcw), 5.4e-2 (wte): LayerNorm over 2 channels has an exactly
+     degenerate backward (removing the mean and the xhat direction from a
+     2-vector leaves only the eps term), so the residual-stream gradient and
+     every block gradient is an O(eps) remainder of O(1) terms (block grads
+     of 1e-7..3e-4), and with 5 classes the LM-head gradient sum_t (p - y)
+     lnf cancels too: u is amplified ~20x. Hence TOL_GRAD 1e-1 (it was 5e-2,
+     which tiny fails; the CUDA program rounds at the same points, so the
+     same holds for it).
+   - losses of 10 AdamW steps (fp32 master weights and moments, bf16 params
+     rounded after each step): measured 2.6e-4, 2.0e-3, 2.1e-5.
+   Measured with ./test_gpt_cpu_bf16 on data/ref/{small,odd,tiny}, 1 rank,
+   stages 0-3 (identical at one rank), 2 OpenMP threads, matmuls in the
+   "fp32" implementation (llmc/cpu/matmul.h); with LLMC_BF16_MATMUL=primitive
+   (oneDNN's bf16 primitive, the AMX path) the same except odd's loss
+   3.6e-5 and the steps' 3.5e-4 (small) and 2.2e-3 (odd).
+   Cross-check: dev/bf16_emulation.py runs the model in float64 rounding to
+   bf16 exactly where the programs store; its errors against the reference
+   are the same: logits 5.850e-3, 6.669e-3, 8.630e-4 (identical), loss
+   8.0e-6, 2.9e-5, 1.5e-5, worst gradient 1.7e-2, 1.4e-2, 7.7e-2; tiny's
+   gradient errors agree tensor by tensor to 4 digits, odd's within 1.3x
+   (fp32 vs float64 sums, rounding ties). So these errors are bf16
+   storage's, not a kernel's, and tiny's 7.7e-2 is intrinsic. */
 #define TOL_LOGITS 2.5e-2
 #define TOL_LOSS 1e-2
-#define TOL_GRAD 5e-2
+#define TOL_GRAD 1e-1
 #define TOL_STEP_LOSS 2e-2
 #else
 /* fp32 against a float64 reference: 100x tighter than llm.c's CPU test. */

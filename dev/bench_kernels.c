@@ -1,14 +1,24 @@
 /*
- * dev/bench_kernels.c -- speed of the CPU kernels (llmc/cpu/kernels.h):
- *   1. sgemm GFLOP/s for every matrix shape of GPT-2's forward and backward
- *      (d6: C=384; 124M: C=768), through cpu_sgemm_par as the kernels call
- *      it, best of several runs;
- *   2. a whole fp32 GPT-2 training step built from the kernels alone
- *      (forward, fused classifier, backward, grad norm, AdamW) on random
- *      tokens, timed per kernel group; prints tokens/s, achieved GFLOP/s
- *      (model FLOPs: 6 * params_in_matmuls + attention, per token) and the
- *      loss of each step (it must fall: the batch is repeated).
- * usage: bench_kernels [gemm] [step L NH C B T [steps]]  (default: all)
+ * dev/bench_kernels.c -- speed of the CPU kernels (llmc/cpu/kernels.h), in
+ * the precision it is built for (fp32; or bf16 with -DLLMC_BF16 ... -ldnnl):
+ *   0. the machine's peaks: fp32 (AVX-512 FMA register loop), bf16 (AVX512-
+ *      BF16 vdpbf16ps register loop, when the CPU has it) and, in the bf16
+ *      build, the best of oneDNN's bf16 matmul primitive on large products
+ *      and the ISA oneDNN dispatches to (AMX when the OS exposes it);
+ *   1. matmul GFLOP/s for every matrix shape of GPT-2's forward and backward
+ *      (d6: C=384; 124M: C=768) as the kernels call them (fp32:
+ *      cpu_sgemm_par; bf16: cpu_gemm_bf16, oneDNN's matmul primitive), best
+ *      of several runs;
+ *   2. a whole GPT-2 training step built from the kernels alone (forward,
+ *      fused classifier, backward, grad norm, AdamW; bf16: fp32 master
+ *      weights) on random tokens, timed per kernel group; prints tokens/s,
+ *      achieved GFLOP/s (model FLOPs: 6 * params_in_matmuls + attention, per
+ *      token) and the loss of each step (it must fall: the batch is
+ *      repeated).
+ * usage: bench_kernels [peak] [gemm] [elem] [step L NH C B T [steps]]  (default: all)
+ *   elem: the non-matmul kernels one at a time at d6 sizes
+ *   peak prints "peak fp32 X" / "peak bf16 Y" lines (GFLOP/s) for dev/bench.sh
+ *   BENCH_CPUTIME=1: time with the process CPU clock (see now_s)
  *
  * builds (the BLAS is whichever the command line links):
  *  OpenBLAS (Debian default, pthread):
@@ -41,9 +51,15 @@
 
 #include "llmc/cpu/kernels.h"
 
+/* wall clock; with BENCH_CPUTIME=1 the process CPU time instead (for
+   comparisons on a shared machine with OMP_NUM_THREADS=1: other processes
+   then barely change the figures; with more threads, idle threads spinning
+   at barriers count too) */
 static double now_s(void) {
+    static int cpu = -1;
+    if (cpu < 0) cpu = getenv("BENCH_CPUTIME") && getenv("BENCH_CPUTIME")[0] == '1';
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 static float* falloc(size_t n) {
@@ -51,16 +67,26 @@ static float* falloc(size_t n) {
     if (!p) { fprintf(stderr, "out of memory (%zu floats)\n", n); exit(1); }
     return p;
 }
+static floatX* xalloc(size_t n) {
+    floatX* p = (floatX*)aligned_alloc(64, (n * sizeof(floatX) + 63) / 64 * 64);
+    if (!p) { fprintf(stderr, "out of memory (%zu elements)\n", n); exit(1); }
+    return p;
+}
 static unsigned long long rs = 88172645463325252ULL;
 static float frnd(void) { /* uniform [-1,1) */
     rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
     return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
-static void fill(float* p, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++) p[i] = scale * frnd();
+static void fill(floatX* p, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) p[i] = stx(scale * frnd());
 }
+#ifdef LLMC_BF16
+#define PRECISION "bf16"
+#else
+#define PRECISION "fp32"
+#endif
 
-/* ---- 0. the machine's fp32 peak ------------------------------------------- */
+/* ---- 0. the machine's peaks ------------------------------------------------ */
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -93,10 +119,33 @@ __attribute__((target("avx512f"))) static double fma_peak_avx512(long iters) {
     (void)sink;
     return 16.0 * 32.0 * iters / dt * 1e-9;
 }
+/* the same with AVX512-BF16 dot products: vdpbf16ps adds 16 lanes x 2 bf16
+   products (64 flops per instruction) into fp32 accumulators */
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16_peak(long iters) {
+    __m512 c[16];
+    for (int i = 0; i < 16; i++) c[i] = _mm512_set1_ps(0.1f * i);
+    const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+    double t0 = now_s();
+    for (long it = 0; it < iters; it++) {
+#define DP16(x) x = _mm512_dpbf16_ps(x, a, b)
+        DP16(c[0]); DP16(c[1]); DP16(c[2]); DP16(c[3]); DP16(c[4]); DP16(c[5]); DP16(c[6]);
+        DP16(c[7]); DP16(c[8]); DP16(c[9]); DP16(c[10]); DP16(c[11]); DP16(c[12]); DP16(c[13]);
+        DP16(c[14]); DP16(c[15]);
+#undef DP16
+    }
+    double dt = now_s() - t0;
+    __m512 s = c[0];
+    for (int i = 1; i < 16; i++) s = _mm512_add_ps(s, c[i]);
+    float lanes[16];
+    _mm512_storeu_ps(lanes, s);
+    volatile float sink = lanes[0] + lanes[15];
+    (void)sink;
+    return 16.0 * 64.0 * iters / dt * 1e-9;
+}
 #endif
 
 /* fp32 peak GFLOP/s of all OpenMP threads together (register-only FMA
-   loop); 0 if the CPU has no AVX-512 */
+   loop, best of 5); 0 if the CPU has no AVX-512 */
 static double machine_peak(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (!__builtin_cpu_supports("avx512f")) return 0.0;
@@ -112,22 +161,44 @@ static double machine_peak(void) {
     return 0.0;
 #endif
 }
-static double g_peak = 0;
+/* bf16 instruction peak (vdpbf16ps loop, all threads, best of 5); 0 if the
+   CPU has no AVX512-BF16 */
+static double machine_peak_bf16(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+    double best = 0;
+    for (int r = 0; r < 5; r++) {
+        double tot = 0;
+#pragma omp parallel reduction(+ : tot)
+        tot += dpbf16_peak(6000000);
+        if (tot > best) best = tot;
+    }
+    return best;
+#else
+    return 0.0;
+#endif
+}
+static double g_peak = 0; /* the peak of this build's precision */
 
-/* ---- 1. sgemm shapes ---------------------------------------------------- */
+/* ---- 1. matmul shapes ----------------------------------------------------- */
 
-/* times cpu_sgemm_par on one product; best of >= 3 runs and >= 0.3 s */
-static double gemm_gflops(int ta, int tb, int M, int N, int K, float beta) {
+/* C (M,N) = op(A) op(B) (+ C if acc), as the kernels call it; best of >= 3
+   runs and >= 0.3 s; GFLOP/s */
+static double gemm_gflops(int ta, int tb, int M, int N, int K, int acc) {
     int lda = ta ? M : K, ldb = tb ? K : N;
-    float* A = falloc((size_t)M * K);
-    float* B = falloc((size_t)K * N);
-    float* Cm = falloc((size_t)M * N);
+    floatX* A = xalloc((size_t)M * K);
+    floatX* B = xalloc((size_t)K * N);
+    floatX* Cm = xalloc((size_t)M * N);
     fill(A, (size_t)M * K, 1); fill(B, (size_t)K * N, 1); fill(Cm, (size_t)M * N, 1);
     double best = 1e30, t0 = now_s();
     int reps = 0;
     do {
         double t1 = now_s();
-        cpu_sgemm_par(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, Cm, N);
+#ifdef LLMC_BF16
+        cpu_gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, acc, Cm, N, NULL);
+#else
+        cpu_sgemm_par(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, Cm, N);
+#endif
         double dt = now_s() - t1;
         if (dt < best) best = dt;
         reps++;
@@ -136,21 +207,60 @@ static double gemm_gflops(int ta, int tb, int M, int N, int K, float beta) {
     return 2.0 * M * N * K / best * 1e-9;
 }
 
+/* peaks as lines dev/bench.sh reads: "peak <what> <GFLOP/s> (...)". The
+   peak a program's share is measured against ("peak fp32-program", "peak
+   bf16-program"): the rate of the instructions its matmuls run on: fp32
+   FMAs for the fp32 program and for the bf16 program's fp32 matmul path
+   (matmul.h); for the bf16 primitive path (AMX) the best the primitive
+   reached on large products. */
+static void bench_peak(void) {
+    double p32 = machine_peak(), p16 = machine_peak_bf16();
+    printf("peak fp32 %.1f GFLOP/s (AVX-512 FMA register loop, %d threads)\n", p32, cpu_num_threads());
+    if (p16 > 0) printf("peak bf16 %.1f GFLOP/s (AVX512-BF16 vdpbf16ps register loop, %d threads)\n", p16, cpu_num_threads());
+    else printf("peak bf16 0 (the CPU has no AVX512-BF16)\n");
+#ifdef LLMC_BF16
+    double best = 0;
+    int sq[][3] = {{2048, 2048, 2048}, {1024, 1536, 384}, {1024, 384, 1536}};
+    cpu_gemm_init();
+    int def = cpu_gemm_state.use_fp32;
+    cpu_gemm_state.use_fp32 = 0;
+    for (int i = 0; i < 3; i++) {
+        double g = gemm_gflops(0, 1, sq[i][0], sq[i][1], sq[i][2], 0);
+        if (g > best) best = g;
+    }
+    cpu_gemm_state.use_fp32 = def;
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    printf("peak bf16-primitive %.1f GFLOP/s (oneDNN bf16 matmul primitive, best of 2048^3 and two d6 "
+           "shapes; oneDNN ISA %s%s; implementation %s)\n", best,
+           isa == dnnl_cpu_isa_avx512_core_amx ? "avx512_core_amx" :
+           isa == dnnl_cpu_isa_avx512_core_bf16 ? "avx512_core_bf16" : "other",
+           isa == dnnl_cpu_isa_avx512_core_amx ? "" : ", no AMX: the OS or VM does not expose it",
+           cpu_gemm_state.impl ? cpu_gemm_state.impl : "?");
+    g_peak = def ? p32 : best;
+    printf("peak bf16-program %.1f GFLOP/s (matmul implementation in use: %s%s)\n", g_peak,
+           cpu_gemm_mode(), def ? ", fp32 FMAs on exact fp32 copies: the fp32 peak" : ": the primitive's best");
+#else
+    g_peak = p32;
+    printf("peak fp32-program %.1f GFLOP/s (the fp32 peak)\n", g_peak);
+#endif
+    fflush(stdout);
+}
+
 static void bench_gemm(void) {
-    printf("== sgemm through cpu_sgemm_par, %d OpenMP threads (GFLOP/s, best of runs)\n",
-           cpu_num_threads());
+    printf("== %s matmuls as the kernels call them, %d OpenMP threads (GFLOP/s, best of runs)\n",
+           PRECISION, cpu_num_threads());
     printf("%-30s %9s %9s %9s\n", "shape N x C -> OC", "fwd", "dinp", "dweight");
     fflush(stdout);
     int shapes[][3] = {{1024, 384, 1152}, {1024, 384, 384},  {1024, 384, 1536},
-                       {1024, 1536, 384}, {1024, 384, 50304}, {256, 768, 2304},
+                       {1024, 1536, 384}, {1024, 384, 8192}, {1024, 384, 50304}, {256, 768, 2304},
                        {256, 768, 3072},  {256, 3072, 768},  {256, 768, 50304}};
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         int N = shapes[i][0], C = shapes[i][1], OC = shapes[i][2];
         /* fwd: out(N,OC) = inp(N,C) W(OC,C)^T; dinp(N,C) += dout(N,OC) W;
            dweight(OC,C) += dout^T inp */
-        double f = gemm_gflops(0, 1, N, OC, C, 0.0f);
-        double di = gemm_gflops(0, 0, N, C, OC, 1.0f);
-        double dw = gemm_gflops(1, 0, OC, C, N, 1.0f);
+        double f = gemm_gflops(0, 1, N, OC, C, 0);
+        double di = gemm_gflops(0, 0, N, C, OC, 1);
+        double dw = gemm_gflops(1, 0, OC, C, N, 1);
         char name[64];
         snprintf(name, sizeof name, "%5d x %4d -> %5d", N, C, OC);
         printf("%-30s %9.1f %9.1f %9.1f\n", name, f, di, dw);
@@ -159,13 +269,14 @@ static void bench_gemm(void) {
     /* attention, one (b,h) per thread: preatt = q k^T as the kernel does */
     {
         int B = 4, T = 256, C = 384, NH = 6;
-        float* qkv = falloc((size_t)B * T * 3 * C);
-        float* out = falloc((size_t)B * T * C);
-        float* pre = falloc((size_t)B * NH * T * T);
-        float* att = falloc((size_t)B * NH * T * T);
-        float* dq = falloc((size_t)B * T * 3 * C);
+        floatX* qkv = xalloc((size_t)B * T * 3 * C);
+        floatX* out = xalloc((size_t)B * T * C);
+        floatX* pre = xalloc((size_t)B * NH * T * T);
+        floatX* att = xalloc((size_t)B * NH * T * T);
+        floatX* dq = xalloc((size_t)B * T * 3 * C);
         fill(qkv, (size_t)B * T * 3 * C, 1);
         fill(out, (size_t)B * T * C, 1);
+        fill(dq, (size_t)B * T * 3 * C, 1);
         double bf = 1e30, bb = 1e30;
         for (int r = 0; r < 10; r++) {
             double t0 = now_s();
@@ -185,6 +296,49 @@ static void bench_gemm(void) {
     }
 }
 
+/* ---- 1b. the other kernels, one at a time (d6 sizes) ------------------------ */
+
+#define BEST_OF(reps, stmt) ({ double b_ = 1e30; for (int r_ = 0; r_ < (reps); r_++) { \
+    double t_ = now_s(); stmt; t_ = now_s() - t_; if (t_ < b_) b_ = t_; } b_ * 1e3; })
+
+static void bench_elem(void) {
+    const int B = 4, T = 256, C = 384, NH = 6, N = B * T, V = 50257, Vp = 50304;
+    const size_t NC = (size_t)N * C;
+    floatX *x = xalloc(4 * NC), *y = xalloc(4 * NC), *z = xalloc(4 * NC), *w = xalloc(C), *b = xalloc(C);
+    floatX *dw = xalloc(C), *db = xalloc(C), *qkv = xalloc(3 * NC), *dqkv = xalloc(3 * NC);
+    floatX *att = xalloc((size_t)B * NH * T * T), *pre = xalloc((size_t)B * NH * T * T);
+    floatX* logits = xalloc((size_t)N * Vp);
+    float *mean = falloc(N), *rstd = falloc(N), *losses = falloc(N);
+    size_t P = 10u << 20; /* AdamW on 10M parameters */
+    floatX *par = xalloc(P), *grd = xalloc(P);
+    float *m = falloc(P), *v = falloc(P), *master = falloc(P);
+    int* tgt = (int*)malloc(sizeof(int) * N);
+    fill(x, 4 * NC, 1); fill(y, 4 * NC, 1); fill(z, 4 * NC, 1); fill(w, C, 1); fill(b, C, 1);
+    fill(dw, C, 1); fill(db, C, 1); fill(qkv, 3 * NC, 1); fill(dqkv, 3 * NC, 1); fill(par, P, 1); fill(grd, P, 0.01f);
+    for (size_t i = 0; i < P; i++) { m[i] = 0; v[i] = 0; master[i] = ldx(par[i]); }
+    for (int i = 0; i < N; i++) tgt[i] = (i * 7919) % V;
+    printf("== %s kernels one at a time, d6 sizes (B4 T256 C384 NH6), %d threads, ms (best of 5)\n", PRECISION,
+           cpu_num_threads());
+    printf("   %-34s %8.2f\n", "layernorm_forward (N,C)", BEST_OF(5, layernorm_forward(y, mean, rstd, x, w, b, N, C)));
+    printf("   %-34s %8.2f\n", "layernorm_backward (N,C)", BEST_OF(5, layernorm_backward(z, dw, db, y, x, w, mean, rstd, N, C)));
+    printf("   %-34s %8.2f\n", "gelu_forward (N,4C)", BEST_OF(5, gelu_forward(y, x, 4 * NC)));
+    printf("   %-34s %8.2f\n", "gelu_backward (N,4C)", BEST_OF(5, gelu_backward(z, x, y, 4 * NC)));
+    printf("   %-34s %8.2f\n", "residual_forward (N,C)", BEST_OF(5, residual_forward(z, x, y, NC)));
+    printf("   %-34s %8.2f\n", "attention_forward", BEST_OF(5, attention_forward(y, pre, att, qkv, B, T, C, NH)));
+    printf("   %-34s %8.2f\n", "attention_backward", BEST_OF(5, attention_backward(dqkv, pre, pre, y, qkv, att, B, T, C, NH)));
+    fill(logits, (size_t)N * Vp, 2);
+    printf("   %-34s %8.2f\n", "fused_classifier (N,Vp) no grad", BEST_OF(3, fused_classifier(logits, losses, tgt, N, V, Vp, 0.0f)));
+    printf("   %-34s %8.2f\n", "fused_classifier (N,Vp) with grad", BEST_OF(1, fused_classifier(logits, losses, tgt, N, V, Vp, 1.0f / N)));
+    printf("   %-34s %8.2f\n", "sum_squares (10M)", BEST_OF(5, sum_squares(grd, P)));
+#ifdef LLMC_BF16
+    printf("   %-34s %8.2f\n", "adamw_update (10M, fp32 master)", BEST_OF(5, adamw_update(par, master, grd, m, v, P, 1e-3f, 0.9f, 0.95f, 0.5f, 0.5f, 1e-8f, 0.1f, 1.0f)));
+#else
+    printf("   %-34s %8.2f\n", "adamw_update (10M)", BEST_OF(5, adamw_update(par, NULL, grd, m, v, P, 1e-3f, 0.9f, 0.95f, 0.5f, 0.5f, 1e-8f, 0.1f, 1.0f)));
+#endif
+    free(x); free(y); free(z); free(w); free(b); free(dw); free(db); free(qkv); free(dqkv); free(att); free(pre);
+    free(logits); free(mean); free(rstd); free(losses); free(par); free(grd); free(m); free(v); free(master); free(tgt);
+}
+
 /* ---- 2. a whole training step -------------------------------------------- */
 
 enum { G_MATMUL, G_ATTN, G_LN, G_GELU_RES, G_CLS, G_ENC, G_OPT, G_ZERO, G_N };
@@ -195,21 +349,21 @@ static double tmark;
 static void tick(int g) { double t = now_s(); gtime[g] += t - tmark; tmark = t; }
 
 typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
+    floatX *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb,
         *fcprojw, *fcprojb;
 } Layer;
 typedef struct {
-    float *ln1, *ln1m, *ln1r, *qkv, *atty, *preatt, *att, *attproj, *res2, *ln2, *ln2m,
-        *ln2r, *fch, *fchg, *fcproj, *res3;
+    floatX *ln1, *qkv, *atty, *preatt, *att, *attproj, *res2, *ln2, *fch, *fchg, *fcproj, *res3;
+    float *ln1m, *ln1r, *ln2m, *ln2r;
 } Acts;
 
 /* lays out the parameters of one block (or counts them if base is NULL) */
-static size_t layer_map(Layer* L, float* base, int C) {
+static size_t layer_map(Layer* L, floatX* base, int C) {
     size_t sz[12] = {(size_t)C, (size_t)C, (size_t)3 * C * C, (size_t)3 * C, (size_t)C * C,
                      (size_t)C, (size_t)C, (size_t)C, (size_t)4 * C * C, (size_t)4 * C,
                      (size_t)4 * C * C, (size_t)C};
-    float** f[12] = {&L->ln1w, &L->ln1b, &L->qkvw, &L->qkvb, &L->attprojw, &L->attprojb,
-                     &L->ln2w, &L->ln2b, &L->fcw, &L->fcb, &L->fcprojw, &L->fcprojb};
+    floatX** f[12] = {&L->ln1w, &L->ln1b, &L->qkvw, &L->qkvb, &L->attprojw, &L->attprojb,
+                      &L->ln2w, &L->ln2b, &L->fcw, &L->fcb, &L->fcprojw, &L->fcprojb};
     size_t off = 0;
     for (int i = 0; i < 12; i++) {
         if (base) *f[i] = base + off;
@@ -217,55 +371,67 @@ static size_t layer_map(Layer* L, float* base, int C) {
     }
     return off;
 }
+static void set_const(floatX* p, size_t n, float v) {
+    for (size_t i = 0; i < n; i++) p[i] = stx(v);
+}
 
 static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
     const int V = 50257, Vp = 50304, maxT = T, N = B * T;
     size_t root = (size_t)Vp * C + (size_t)maxT * C + 2 * (size_t)C;
     size_t per = layer_map(NULL, NULL, C);
     size_t P = root + per * NL;
-    float *params = falloc(P), *grads = falloc(P), *m = falloc(P), *v = falloc(P);
-    for (size_t i = 0; i < P; i++) params[i] = 0.02f * frnd();
+    floatX *params = xalloc(P), *grads = xalloc(P);
+    float *m = falloc(P), *v = falloc(P);
+    fill(params, P, 0.02f);
     memset(m, 0, P * sizeof(float));
     memset(v, 0, P * sizeof(float));
     Layer* Lp = (Layer*)malloc(sizeof(Layer) * NL);
     Layer* Lg = (Layer*)malloc(sizeof(Layer) * NL);
-    float *wte = params, *wpe = wte + (size_t)Vp * C, *lnfw = wpe + (size_t)maxT * C,
-          *lnfb = lnfw + C;
-    float *dwte = grads, *dwpe = dwte + (size_t)Vp * C, *dlnfw = dwpe + (size_t)maxT * C,
-          *dlnfb = dlnfw + C;
+    floatX *wte = params, *wpe = wte + (size_t)Vp * C, *lnfw = wpe + (size_t)maxT * C,
+           *lnfb = lnfw + C;
+    floatX *dwte = grads, *dwpe = dwte + (size_t)Vp * C, *dlnfw = dwpe + (size_t)maxT * C,
+           *dlnfb = dlnfw + C;
     for (int l = 0; l < NL; l++) {
         layer_map(&Lp[l], params + root + per * l, C);
         layer_map(&Lg[l], grads + root + per * l, C);
-        for (int i = 0; i < C; i++) Lp[l].ln1w[i] = Lp[l].ln2w[i] = 1.0f;
-        memset(Lp[l].ln1b, 0, C * sizeof(float));
-        memset(Lp[l].ln2b, 0, C * sizeof(float));
+        set_const(Lp[l].ln1w, C, 1.0f); set_const(Lp[l].ln2w, C, 1.0f);
+        set_const(Lp[l].ln1b, C, 0.0f); set_const(Lp[l].ln2b, C, 0.0f);
     }
-    for (int i = 0; i < C; i++) { lnfw[i] = 1.0f; lnfb[i] = 0.0f; }
+    set_const(lnfw, C, 1.0f); set_const(lnfb, C, 0.0f);
+    /* mixed precision: fp32 master weights (the bf16 program's 2+2+12) */
+    float* master = NULL;
+#ifdef LLMC_BF16
+    master = falloc(P);
+    for (size_t i = 0; i < P; i++) master[i] = ldx(params[i]);
+#endif
     Acts* A = (Acts*)malloc(sizeof(Acts) * NL);
     size_t NC = (size_t)N * C, att_sz = (size_t)B * NH * T * T;
     for (int l = 0; l < NL; l++) {
-        A[l].ln1 = falloc(NC); A[l].ln1m = falloc(N); A[l].ln1r = falloc(N);
-        A[l].qkv = falloc(3 * NC); A[l].atty = falloc(NC); A[l].preatt = falloc(att_sz);
-        A[l].att = falloc(att_sz); A[l].attproj = falloc(NC); A[l].res2 = falloc(NC);
-        A[l].ln2 = falloc(NC); A[l].ln2m = falloc(N); A[l].ln2r = falloc(N);
-        A[l].fch = falloc(4 * NC); A[l].fchg = falloc(4 * NC); A[l].fcproj = falloc(NC);
-        A[l].res3 = falloc(NC);
+        A[l].ln1 = xalloc(NC); A[l].ln1m = falloc(N); A[l].ln1r = falloc(N);
+        A[l].qkv = xalloc(3 * NC); A[l].atty = xalloc(NC); A[l].preatt = xalloc(att_sz);
+        A[l].att = xalloc(att_sz); A[l].attproj = xalloc(NC); A[l].res2 = xalloc(NC);
+        A[l].ln2 = xalloc(NC); A[l].ln2m = falloc(N); A[l].ln2r = falloc(N);
+        A[l].fch = xalloc(4 * NC); A[l].fchg = xalloc(4 * NC); A[l].fcproj = xalloc(NC);
+        A[l].res3 = xalloc(NC);
     }
-    float *x0 = falloc(NC), *lnf = falloc(NC), *lnfm = falloc(N), *lnfr = falloc(N);
-    float *logits = falloc((size_t)N * Vp), *losses = falloc(N);
-    float *dres = falloc(NC), *dln = falloc(NC), *dqkv = falloc(3 * NC), *datty = falloc(NC);
-    float *dfch = falloc(4 * NC), *dfchg = falloc(4 * NC);
-    float *dpre = falloc(att_sz), *datt = falloc(att_sz);
+    floatX *x0 = xalloc(NC), *lnf = xalloc(NC);
+    float *lnfm = falloc(N), *lnfr = falloc(N);
+    floatX* logits = xalloc((size_t)N * Vp);
+    float* losses = falloc(N);
+    floatX *dres = xalloc(NC), *dln = xalloc(NC), *dqkv = xalloc(3 * NC), *datty = xalloc(NC);
+    floatX *dfch = xalloc(4 * NC), *dfchg = xalloc(4 * NC);
+    floatX *dpre = xalloc(att_sz), *datt = xalloc(att_sz);
     int *inp = (int*)malloc(sizeof(int) * N), *tgt = (int*)malloc(sizeof(int) * N);
     for (int i = 0; i < N; i++) inp[i] = (int)((frnd() + 1) * 0.5f * V) % V;
     for (int i = 0; i < N; i++) tgt[i] = i + 1 < N ? inp[i + 1] : 0;
+    const size_t X = sizeof(floatX);
 
     /* model FLOPs per token: 6 per matmul weight (fwd 2, bwd 4) plus
        attention's two T x T products, counted causal (half): 6*T*C per layer */
     double mm_params = (double)Vp * C + (double)NL * 12 * C * C;
     double flops_tok = 6.0 * mm_params + (double)NL * 6.0 * T * C;
-    printf("== training step L%d NH%d C%d B%d T%d: %.2fM params, %.1f MFLOP/token, "
-           "%d threads\n", NL, NH, C, B, T, P / 1e6, flops_tok / 1e6, cpu_num_threads());
+    printf("== %s training step L%d NH%d C%d B%d T%d: %.2fM params, %.1f MFLOP/token, "
+           "%d threads\n", PRECISION, NL, NH, C, B, T, P / 1e6, flops_tok / 1e6, cpu_num_threads());
     double best = 1e30, total = 0;
     double gbest[G_N], gmin[G_N];
     for (int g = 0; g < G_N; g++) gmin[g] = 1e30;
@@ -277,19 +443,19 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         encoder_forward(x0, inp, wte, wpe, B, T, C); tick(G_ENC);
         for (int l = 0; l < NL; l++) {
             Layer* w = &Lp[l]; Acts* a = &A[l];
-            float* res = l == 0 ? x0 : A[l - 1].res3;
+            floatX* res = l == 0 ? x0 : A[l - 1].res3;
             layernorm_forward(a->ln1, a->ln1m, a->ln1r, res, w->ln1w, w->ln1b, N, C); tick(G_LN);
             matmul_forward(a->qkv, a->ln1, w->qkvw, w->qkvb, N, C, 3 * C); tick(G_MATMUL);
             attention_forward(a->atty, a->preatt, a->att, a->qkv, B, T, C, NH); tick(G_ATTN);
             matmul_forward(a->attproj, a->atty, w->attprojw, w->attprojb, N, C, C); tick(G_MATMUL);
-            residual_forward(a->res2, res, a->attproj, (int)NC); tick(G_GELU_RES);
+            residual_forward(a->res2, res, a->attproj, NC); tick(G_GELU_RES);
             layernorm_forward(a->ln2, a->ln2m, a->ln2r, a->res2, w->ln2w, w->ln2b, N, C); tick(G_LN);
             matmul_forward(a->fch, a->ln2, w->fcw, w->fcb, N, C, 4 * C); tick(G_MATMUL);
-            gelu_forward(a->fchg, a->fch, (int)(4 * NC)); tick(G_GELU_RES);
+            gelu_forward(a->fchg, a->fch, 4 * NC); tick(G_GELU_RES);
             matmul_forward(a->fcproj, a->fchg, w->fcprojw, w->fcprojb, N, 4 * C, C); tick(G_MATMUL);
-            residual_forward(a->res3, a->res2, a->fcproj, (int)NC); tick(G_GELU_RES);
+            residual_forward(a->res3, a->res2, a->fcproj, NC); tick(G_GELU_RES);
         }
-        float* resL = A[NL - 1].res3;
+        floatX* resL = A[NL - 1].res3;
         layernorm_forward(lnf, lnfm, lnfr, resL, lnfw, lnfb, N, C); tick(G_LN);
         matmul_forward(logits, lnf, wte, NULL, N, C, Vp); tick(G_MATMUL);
         fused_classifier(logits, losses, tgt, N, V, Vp, 1.0f / N); tick(G_CLS);
@@ -297,24 +463,24 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         for (int i = 0; i < N; i++) loss += losses[i];
         loss /= N;
         /* backward */
-        memset(grads, 0, P * sizeof(float));
-        memset(dres, 0, NC * sizeof(float));
-        memset(dln, 0, NC * sizeof(float)); tick(G_ZERO);
+        memset(grads, 0, P * X);
+        memset(dres, 0, NC * X);
+        memset(dln, 0, NC * X); tick(G_ZERO);
         matmul_backward(dln, dwte, NULL, logits, lnf, wte, N, C, Vp); tick(G_MATMUL);
         layernorm_backward(dres, dlnfw, dlnfb, dln, resL, lnfw, lnfm, lnfr, N, C); tick(G_LN);
         for (int l = NL - 1; l >= 0; l--) {
             Layer* w = &Lp[l]; Layer* g = &Lg[l]; Acts* a = &A[l];
-            float* res = l == 0 ? x0 : A[l - 1].res3;
-            memset(dfchg, 0, 4 * NC * sizeof(float)); memset(dfch, 0, 4 * NC * sizeof(float));
-            memset(dln, 0, NC * sizeof(float)); memset(datty, 0, NC * sizeof(float));
-            memset(dqkv, 0, 3 * NC * sizeof(float)); tick(G_ZERO);
+            floatX* res = l == 0 ? x0 : A[l - 1].res3;
+            memset(dfchg, 0, 4 * NC * X); memset(dfch, 0, 4 * NC * X);
+            memset(dln, 0, NC * X); memset(datty, 0, NC * X);
+            memset(dqkv, 0, 3 * NC * X); tick(G_ZERO);
             matmul_backward(dfchg, g->fcprojw, g->fcprojb, dres, a->fchg, w->fcprojw, N, 4 * C, C); tick(G_MATMUL);
-            gelu_backward(dfch, a->fch, dfchg, (int)(4 * NC)); tick(G_GELU_RES);
+            gelu_backward(dfch, a->fch, dfchg, 4 * NC); tick(G_GELU_RES);
             matmul_backward(dln, g->fcw, g->fcb, dfch, a->ln2, w->fcw, N, C, 4 * C); tick(G_MATMUL);
             layernorm_backward(dres, g->ln2w, g->ln2b, dln, a->res2, w->ln2w, a->ln2m, a->ln2r, N, C); tick(G_LN);
             matmul_backward(datty, g->attprojw, g->attprojb, dres, a->atty, w->attprojw, N, C, C); tick(G_MATMUL);
             attention_backward(dqkv, dpre, datt, datty, a->qkv, a->att, B, T, C, NH); tick(G_ATTN);
-            memset(dln, 0, NC * sizeof(float)); tick(G_ZERO);
+            memset(dln, 0, NC * X); tick(G_ZERO);
             matmul_backward(dln, g->qkvw, g->qkvb, dqkv, a->ln1, w->qkvw, N, C, 3 * C); tick(G_MATMUL);
             layernorm_backward(dres, g->ln1w, g->ln1b, dln, res, w->ln1w, a->ln1m, a->ln1r, N, C); tick(G_LN);
         }
@@ -323,7 +489,7 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         double norm = sqrt(sum_squares(grads, P));
         float gs = norm > 1.0 ? (float)(1.0 / norm) : 1.0f;
         float b1 = 0.9f, b2 = 0.95f;
-        adamw_update(params, NULL, grads, m, v, P, 1e-3f, b1, b2, 1.0f - powf(b1, s + 1),
+        adamw_update(params, master, grads, m, v, P, 1e-3f, b1, b2, 1.0f - powf(b1, s + 1),
                      1.0f - powf(b2, s + 1), 1e-8f, 0.0f, gs); tick(G_OPT);
         double dt = now_s() - t0;
         printf("step %d: loss %.4f  grad norm %.3f  %.1f ms  %.0f tok/s\n", s, loss, norm,
@@ -339,7 +505,7 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         double gf = flops_tok * N / best * 1e-9;
         printf("best step %.1f ms = %.0f tokens/s, %.1f GFLOP/s model FLOPs", best * 1e3,
                N / best, gf);
-        if (g_peak > 0) printf(" = %.0f%% of peak", 100 * gf / g_peak);
+        if (g_peak > 0) printf(" = %.0f%% of the %s peak", 100 * gf / g_peak, PRECISION);
         printf("; mean %.0f tok/s\n", N * steps / total);
         /* on a shared machine other processes slow random parts of random
            steps: the sum over kernel groups of each group's fastest time is
@@ -348,19 +514,19 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         for (int g = 0; g < G_N; g++) smin += gmin[g];
         printf("sum of per-group minima %.1f ms = %.0f tokens/s, %.1f GFLOP/s", smin * 1e3,
                N / smin, flops_tok * N / smin * 1e-9);
-        if (g_peak > 0) printf(" = %.0f%% of peak", 100 * flops_tok * N / smin * 1e-9 / g_peak);
+        if (g_peak > 0) printf(" = %.0f%% of the %s peak", 100 * flops_tok * N / smin * 1e-9 / g_peak, PRECISION);
         printf("\n   %-15s %10s %8s %10s\n", "group", "best step", "", "group min");
         for (int g = 0; g < G_N; g++)
             printf("   %-15s %8.1f ms  %5.1f%%  %8.1f ms\n", gname[g], gbest[g] * 1e3,
                    100 * gbest[g] / best, gmin[g] * 1e3);
     }
     for (int l = 0; l < NL; l++) {
-        float* f[16] = {A[l].ln1, A[l].ln1m, A[l].ln1r, A[l].qkv, A[l].atty, A[l].preatt,
-                        A[l].att, A[l].attproj, A[l].res2, A[l].ln2, A[l].ln2m, A[l].ln2r,
-                        A[l].fch, A[l].fchg, A[l].fcproj, A[l].res3};
-        for (int i = 0; i < 16; i++) free(f[i]);
+        floatX* f[12] = {A[l].ln1, A[l].qkv, A[l].atty, A[l].preatt, A[l].att, A[l].attproj,
+                         A[l].res2, A[l].ln2, A[l].fch, A[l].fchg, A[l].fcproj, A[l].res3};
+        for (int i = 0; i < 12; i++) free(f[i]);
+        free(A[l].ln1m); free(A[l].ln1r); free(A[l].ln2m); free(A[l].ln2r);
     }
-    free(A); free(Lp); free(Lg); free(params); free(grads); free(m); free(v);
+    free(A); free(Lp); free(Lg); free(params); free(grads); free(m); free(v); free(master);
     free(x0); free(lnf); free(lnfm); free(lnfr); free(logits); free(losses); free(dres);
     free(dln); free(dqkv); free(datty); free(dfch); free(dfchg); free(dpre); free(datt);
     free(inp); free(tgt);
@@ -368,23 +534,28 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
 
 int main(int argc, char** argv) {
     cpu_blas_fast_path(argv); /* OpenBLAS: re-exec with OPENBLAS_CORETYPE if needed */
-#if !defined(LLMC_USE_DNNL) && defined(OPENBLAS_THREAD)
+#ifdef LLMC_BF16
+    printf("build: bf16 (matmuls: cpu_gemm_bf16, implementation %s; attention: oneDNN dnnl_sgemm on "
+           "fp32 tiles)\n", cpu_gemm_mode());
+#elif !defined(LLMC_USE_DNNL) && defined(OPENBLAS_THREAD)
     printf("BLAS: %s (corename %s)\n", openblas_get_config(), openblas_get_corename());
 #elif defined(LLMC_USE_DNNL)
     printf("BLAS: oneDNN dnnl_sgemm\n");
 #else
     printf("BLAS: CBLAS (not OpenBLAS)\n");
 #endif
+#if !defined(LLMC_BF16)
 #ifdef LLMC_BLAS_THREADED
     printf("mode: big products threaded by the BLAS (LLMC_BLAS_THREADED)\n");
 #else
     printf("mode: big products split over OpenMP threads, BLAS single-threaded\n");
 #endif
-    g_peak = machine_peak();
-    printf("fp32 peak (AVX-512 FMA loop, %d threads): %.1f GFLOP/s\n", cpu_num_threads(),
-           g_peak);
+#endif
     int all = argc < 2;
+    bench_peak();
+    if (argc >= 2 && strcmp(argv[1], "peak") == 0) return 0;
     if (all || strcmp(argv[1], "gemm") == 0) bench_gemm();
+    if (all || strcmp(argv[1], "elem") == 0) bench_elem();
     if (argc >= 7 && strcmp(argv[1], "step") == 0) {
         bench_step(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),
                    argc >= 8 ? atoi(argv[7]) : 3);

@@ -34,9 +34,11 @@ if [ -f dev/test_zero.c ]; then
 fi
 if [ -f dev/test_kernels.c ]; then
   suite "cpu kernels" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp dev/test_kernels.c -o build/test_kernels -lopenblas -lm && ./build/test_kernels"
+  suite "cpu kernels bf16" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_BF16 dev/test_kernels.c -o build/test_kernels_bf16 -ldnnl -lm && ./build/test_kernels_bf16"
 fi
 [ -f dev/test_estimator.sh ] && suite "estimator" bash dev/test_estimator.sh
 suite "zero sweep" bash dev/test_zero_sweep.sh
+[ -f dev/test_bf16.sh ] && suite "bf16 reference" bash dev/test_bf16.sh
 suite "overlap and hsdp" bash dev/test_overlap.sh
 suite "memory by stage" bash dev/test_memory.sh
 [ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh

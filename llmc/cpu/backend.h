@@ -149,8 +149,16 @@ static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
    thread (the CUDA backend destroys NCCL). */
 static inline void backend_finalize(Comm* c) { (void)c; ct_stop(); }
 
-/* Bytes the backend allocated for itself outside the ledger: none on the CPU. */
-static inline unsigned long long backend_internal_bytes(void) { return 0; }
+/* Bytes the backend allocated for itself outside the ledger: none in the
+   fp32 program; in the bf16 program the matmul scratch (matmul.h: oneDNN's
+   scratchpad or the fp32 copies of the operands). */
+static inline unsigned long long backend_internal_bytes(void) {
+#ifdef LLMC_BF16
+    return cpu_gemm_internal_bytes();
+#else
+    return 0;
+#endif
+}
 
 /* Peak resident memory of this process in bytes (VmHWM), 0 if unknown:
    an independent measure beside the ledger. */

@@ -7,7 +7,7 @@
  * twin of the CUDA kernel header of the same name in llmc/cuda/.
  *
  * Conventions (all kernels):
- *   - row-major; N = B*T rows; floatX is float in this build.
+ *   - row-major; N = B*T rows; floatX: float, or bf16 with -DLLMC_BF16 (below).
  *   - every backward ACCUMULATES (+=) into every gradient it outputs; the
  *     caller zeroes gradient buffers. Pointers documented "may be NULL" mean
  *     that output is skipped.
@@ -62,6 +62,7 @@ static inline floatX stx(float f) { return f; }
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,18 @@ static inline floatX stx(float f) { return f; }
 #include <omp.h>
 #endif
 
-#ifdef LLMC_USE_DNNL
+/* The bf16 program always uses oneDNN (its matmul primitive for the linear
+   layers, llmc/cpu/matmul.h, and its sgemm for attention), with the headers
+   of libdnnl-dev; the fp32 program only needs the runtime library. */
+#if defined(LLMC_BF16) && !defined(LLMC_USE_DNNL)
+#define LLMC_USE_DNNL
+#endif
+#if defined(LLMC_USE_DNNL) && defined(LLMC_BF16)
+#if !__has_include(<oneapi/dnnl/dnnl.h>)
+#error "the bf16 CPU program needs oneDNN's headers: apt-get install libdnnl-dev (or make deps)"
+#endif
+#include <oneapi/dnnl/dnnl.h>
+#elif defined(LLMC_USE_DNNL)
 /* oneDNN's row-major sgemm (dnnl.h); declared here so only the runtime
    library is needed: link with -l:libdnnl.so.2 */
 #ifdef __cplusplus

@@ -23,10 +23,69 @@ static inline void encoder_forward(floatX* out, const int* inp,
         const floatX* we = wte + (size_t)inp[bt] * C;
         const floatX* pe = wpe + (size_t)t * C;
 #pragma omp simd
-        for (int i = 0; i < C; i++) o[i] = we[i] + pe[i];
+        for (int i = 0; i < C; i++) o[i] = stx(ldx(we[i]) + ldx(pe[i]));
     }
 }
 
+#ifdef LLMC_BF16
+/* (token id, row) pairs ordered by token, then row */
+static int cpu_enc_cmp(const void* a, const void* b) {
+    unsigned long long x = *(const unsigned long long*)a, y = *(const unsigned long long*)b;
+    return x < y ? -1 : x > y;
+}
+
+/* bf16 program, rounding as the CUDA kernel (llmc/cuda/encoder.cuh):
+     dwte[v,:] = bf16(dwte[v,:] + fp32 sum, rows in increasing order, of the
+                 dout rows whose token is v)          (one rounding per row)
+     dwpe[t,:] = bf16(dwpe[t,:] + fp32 sum over b of dout[b,t,:])
+   The B*T (token, row) pairs are sorted once; the C channels are split
+   among threads, each summing every run of equal tokens for its channels.
+   Deterministic. */
+static inline void encoder_backward(floatX* dwte, floatX* dwpe,
+                                    const floatX* dout, const int* inp, int B,
+                                    int T, int C) {
+    const int BT = B * T;
+    unsigned long long* keys = (unsigned long long*)malloc(sizeof(unsigned long long) * (BT > 0 ? BT : 1));
+    for (int bt = 0; bt < BT; bt++) keys[bt] = ((unsigned long long)(unsigned)inp[bt] << 32) | (unsigned)bt;
+    qsort(keys, (size_t)BT, sizeof(unsigned long long), cpu_enc_cmp);
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        size_t lo, hi;
+        cpu_split_range((size_t)C, ith, nth, 16, &lo, &hi);
+        if (hi > lo) {
+            size_t w = hi - lo;
+            float* acc = (float*)malloc(sizeof(float) * w);
+            for (int i = 0; i < BT;) {
+                unsigned tok = (unsigned)(keys[i] >> 32);
+                for (size_t c = 0; c < w; c++) acc[c] = 0.0f;
+                for (; i < BT && (unsigned)(keys[i] >> 32) == tok; i++) {
+                    const floatX* d = dout + (size_t)(unsigned)keys[i] * C + lo;
+#pragma omp simd
+                    for (size_t c = 0; c < w; c++) acc[c] += ldx(d[c]);
+                }
+                floatX* we = dwte + (size_t)tok * C + lo;
+#pragma omp simd
+                for (size_t c = 0; c < w; c++) we[c] = stx(ldx(we[c]) + acc[c]);
+            }
+            for (int t = 0; t < T; t++) {
+                for (size_t c = 0; c < w; c++) acc[c] = 0.0f;
+                for (int b = 0; b < B; b++) {
+                    const floatX* d = dout + ((size_t)b * T + t) * C + lo;
+#pragma omp simd
+                    for (size_t c = 0; c < w; c++) acc[c] += ldx(d[c]);
+                }
+                floatX* pe = dwpe + (size_t)t * C + lo;
+#pragma omp simd
+                for (size_t c = 0; c < w; c++) pe[c] = stx(ldx(pe[c]) + acc[c]);
+            }
+            free(acc);
+        }
+    }
+    free(keys);
+}
+#else
 /* dwte (V,C) [inp[b,t],:] += dout[b,t,:]; dwpe (maxT,C) [t,:] += sum_b
    dout[b,t,:]. Race-free with repeated token ids: the C channels are split
    among threads and each thread walks all B*T rows for its own channels
@@ -47,12 +106,14 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe,
             floatX* pe = dwpe + (size_t)t * C;
 #pragma omp simd
             for (size_t i = lo; i < hi; i++) {
-                we[i] += d[i];
-                pe[i] += d[i];
+                we[i] = stx(ldx(we[i]) + ldx(d[i]));
+                pe[i] = stx(ldx(pe[i]) + ldx(d[i]));
             }
         }
     }
 }
+
+#endif /* LLMC_BF16 */
 
 /* The embedding forward restricted to one vocabulary chunk (gpt.h): for
    every (b,t) whose token lies in rows [row0, row0 + nrows) of wte,

@@ -18,6 +18,56 @@
    (dloss is dL/dlosses[n], e.g. 1/(B*T) for a mean loss). The exponentials
    are computed once: stored into the row in the first pass, rescaled in the
    second. Sums: 512-element float blocks added into a double. */
+#ifdef LLMC_BF16
+/* bf16 program: the same sums; the exponentials are kept in an fp32 row
+   buffer per thread (not in the bf16 row), so that each dlogit is rounded
+   once, as in the CUDA kernel (llmc/cuda/fused_classifier.cuh):
+     dlogits[j] = bf16(exp(l_j - max) * (dloss / sum) - dloss [j == target])
+   losses fp32. */
+static inline void fused_classifier(floatX* logits, float* losses,
+                                    const int* targets, int N, int V, int Vp,
+                                    float dloss) {
+#pragma omp parallel
+    {
+        float* ebuf = dloss != 0.0f ? (float*)malloc(sizeof(float) * (V > 0 ? V : 1)) : NULL;
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            floatX* l = logits + (size_t)n * Vp;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int j = 0; j < V; j++) mx = ldx(l[j]) > mx ? ldx(l[j]) : mx;
+            int tgt = targets[n];
+            float lt = ldx(l[tgt]);
+            double sum = 0.0;
+            for (int j0 = 0; j0 < V; j0 += 512) {
+                int j1 = j0 + 512 < V ? j0 + 512 : V;
+                float s = 0.0f;
+                if (ebuf) {
+#pragma omp simd reduction(+ : s)
+                    for (int j = j0; j < j1; j++) {
+                        float e = cpu_expf(ldx(l[j]) - mx);
+                        ebuf[j] = e;
+                        s += e;
+                    }
+                } else {
+#pragma omp simd reduction(+ : s)
+                    for (int j = j0; j < j1; j++) s += cpu_expf(ldx(l[j]) - mx);
+                }
+                sum += s;
+            }
+            if (losses) losses[n] = (float)(log(sum) - ((double)lt - (double)mx));
+            if (ebuf) {
+                float f = (float)((double)dloss / sum);
+#pragma omp simd
+                for (int j = 0; j < V; j++) l[j] = stx(ebuf[j] * f);
+                l[tgt] = stx(ebuf[tgt] * f - dloss);
+                for (int j = V; j < Vp; j++) l[j] = stx(0.0f);
+            }
+        }
+        free(ebuf);
+    }
+}
+#else
 static inline void fused_classifier(floatX* logits, float* losses,
                                     const int* targets, int N, int V, int Vp,
                                     float dloss) {
@@ -26,9 +76,9 @@ static inline void fused_classifier(floatX* logits, float* losses,
         floatX* l = logits + (size_t)n * Vp;
         float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-        for (int j = 0; j < V; j++) mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < V; j++) mx = ldx(l[j]) > mx ? ldx(l[j]) : mx;
         int tgt = targets[n];
-        float lt = l[tgt];
+        float lt = ldx(l[tgt]);
         double sum = 0.0;
         for (int j0 = 0; j0 < V; j0 += 512) {
             int j1 = j0 + 512 < V ? j0 + 512 : V;
@@ -36,13 +86,13 @@ static inline void fused_classifier(floatX* logits, float* losses,
             if (dloss != 0.0f) {
 #pragma omp simd reduction(+ : s)
                 for (int j = j0; j < j1; j++) {
-                    float e = cpu_expf(l[j] - mx);
-                    l[j] = e;
+                    float e = cpu_expf(ldx(l[j]) - mx);
+                    l[j] = stx(e);
                     s += e;
                 }
             } else {
 #pragma omp simd reduction(+ : s)
-                for (int j = j0; j < j1; j++) s += cpu_expf(l[j] - mx);
+                for (int j = j0; j < j1; j++) s += cpu_expf(ldx(l[j]) - mx);
             }
             sum += s;
         }
@@ -50,12 +100,14 @@ static inline void fused_classifier(floatX* logits, float* losses,
         if (dloss != 0.0f) {
             float f = (float)((double)dloss / sum);
 #pragma omp simd
-            for (int j = 0; j < V; j++) l[j] *= f;
-            l[tgt] -= dloss;
-            for (int j = V; j < Vp; j++) l[j] = 0.0f;
+            for (int j = 0; j < V; j++) l[j] = stx(ldx(l[j]) * f);
+            l[tgt] = stx(ldx(l[tgt]) - dloss);
+            for (int j = V; j < Vp; j++) l[j] = stx(0.0f);
         }
     }
 }
+
+#endif /* LLMC_BF16 */
 
 /* The classifier over vocabulary chunks (gpt.h), in three steps per row n
    of N, with an online softmax (Milakov & Gimelshein, arXiv:1805.02867):
@@ -113,8 +165,21 @@ static inline void classifier_chunk_grad(floatX* logits, int N, int col0, int nc
         float m = mx[n];
         float f = (float)((double)dloss / sum[n]);
         int t = targets[n] - col0;
+#ifdef LLMC_BF16
+        /* bf16 program: the target's -dloss is applied after the loop (the
+           loop gives exp * f, the target exp * f - dloss, one rounding each)
+           so that the loop has no branch and vectorizes (gcc does not
+           if-convert the select below: the fp32 loop runs scalar; changing
+           it there changes the fp32 program's last bits, so it stays) */
+        int has_t = t >= 0 && t < valid;
+        float lt = has_t ? ldx(l[t]) : 0.0f;
+#pragma omp simd
+        for (int j = 0; j < valid; j++) l[j] = stx(cpu_expf(ldx(l[j]) - m) * f);
+        if (has_t) l[t] = stx(cpu_expf(lt - m) * f - dloss);
+#else
 #pragma omp simd
         for (int j = 0; j < valid; j++) l[j] = stx(cpu_expf(ldx(l[j]) - m) * f - (j == t ? dloss : 0.0f));
+#endif
         for (int j = valid; j < ncols; j++) l[j] = stx(0.0f);
     }
 }

@@ -25,7 +25,7 @@ static inline double sum_squares(const floatX* x, size_t n) {
         cpu_split_range(n, ith, nt, 1024, &lo, &hi);
         double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
-        for (size_t i = lo; i < hi; i++) acc += (double)x[i] * (double)x[i];
+        for (size_t i = lo; i < hi; i++) acc += (double)ldx(x[i]) * (double)ldx(x[i]);
         part[ith] = acc;
     }
     double s = 0.0;

@@ -22,18 +22,18 @@ static inline void layernorm_forward(floatX* out, float* mean, float* rstd,
         const floatX* x = inp + (size_t)n * C;
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int i = 0; i < C; i++) s += x[i];
+        for (int i = 0; i < C; i++) s += ldx(x[i]);
         float m = (float)((double)s / C);
         float v = 0.0f;
 #pragma omp simd reduction(+ : v)
         for (int i = 0; i < C; i++) {
-            float d = x[i] - m;
+            float d = ldx(x[i]) - m;
             v += d * d;
         }
         float r = (float)(1.0 / sqrt((double)v / C + 1e-5));
         floatX* o = out + (size_t)n * C;
 #pragma omp simd
-        for (int i = 0; i < C; i++) o[i] = (x[i] - m) * r * weight[i] + bias[i];
+        for (int i = 0; i < C; i++) o[i] = stx((ldx(x[i]) - m) * r * ldx(weight[i]) + ldx(bias[i]));
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = r;
     }
@@ -62,16 +62,16 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight,
             float sg = 0.0f, sgx = 0.0f;
 #pragma omp simd reduction(+ : sg, sgx)
             for (int i = 0; i < C; i++) {
-                float g = d[i] * weight[i];
+                float g = ldx(d[i]) * ldx(weight[i]);
                 sg += g;
-                sgx += g * (x[i] - m) * r;
+                sgx += g * (ldx(x[i]) - m) * r;
             }
             float mg = sg / C, mgx = sgx / C;
             floatX* di = dinp + (size_t)n * C;
 #pragma omp simd
             for (int i = 0; i < C; i++) {
-                float xh = (x[i] - m) * r;
-                di[i] += r * (d[i] * weight[i] - mg - xh * mgx);
+                float xh = (ldx(x[i]) - m) * r;
+                di[i] = stx(ldx(di[i]) + r * (ldx(d[i]) * ldx(weight[i]) - mg - xh * mgx));
             }
         }
         int ith, nth;
@@ -89,13 +89,13 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight,
                 float m = mean[n], r = rstd[n];
 #pragma omp simd
                 for (size_t i = 0; i < w; i++) {
-                    ab[i] += d[i];
-                    aw[i] += d[i] * ((x[i] - m) * r);
+                    ab[i] += ldx(d[i]);
+                    aw[i] += ldx(d[i]) * ((ldx(x[i]) - m) * r);
                 }
             }
             for (size_t i = 0; i < w; i++) {
-                dweight[lo + i] += (float)aw[i];
-                dbias[lo + i] += (float)ab[i];
+                dweight[lo + i] = stx(ldx(dweight[lo + i]) + (float)aw[i]);
+                dbias[lo + i] = stx(ldx(dbias[lo + i]) + (float)ab[i]);
             }
             free(acc);
         }
