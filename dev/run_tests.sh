@@ -38,14 +38,17 @@ if [ -f dev/test_kernels.c ]; then
 fi
 [ -f dev/test_estimator.sh ] && suite "estimator" bash dev/test_estimator.sh
 suite "zero sweep" bash dev/test_zero_sweep.sh
+suite "zero sweep bf16" env PROG=./test_gpt_cpu_bf16 bash dev/test_zero_sweep.sh
 [ -f dev/test_bf16.sh ] && suite "bf16 reference" bash dev/test_bf16.sh
 suite "overlap and hsdp" bash dev/test_overlap.sh
+suite "overlap and hsdp bf16" env PROG=./train_gpt_cpu_bf16 bash dev/test_overlap.sh
 suite "memory by stage" bash dev/test_memory.sh
 [ -f dev/test_train.sh ] && suite "training" bash dev/test_train.sh
 [ -f dev/test_cluster.sh ] && suite "cluster" bash dev/test_cluster.sh
 [ -f dev/test_bad_input.sh ] && suite "bad input" bash dev/test_bad_input.sh
 [ -f dev/test_plots.sh ] && suite "plots" bash dev/test_plots.sh
 suite "resume" bash dev/test_resume.sh
+suite "resume bf16" env TRAIN_GPT=./train_gpt_cpu_bf16 bash dev/test_resume.sh
 suite "faults" bash dev/test_faults.sh
 [ -f dev/test_offload.sh ] && suite "offload" bash dev/test_offload.sh
 suite "sanitizers" bash dev/test_sanitizers.sh
