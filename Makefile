@@ -30,11 +30,11 @@ MPIRUN = mpirun --allow-run-as-root --oversubscribe
 
 NP ?= 2
 ZERO ?= 1
-STEPS ?= 500
+STEPS ?= 1700
 ARGS ?=
 # precision of `make train` (fp32 or bf16); `make bench` runs both unless
 # PRECISION is given
-PRECISION ?= fp32
+PRECISION ?= bf16
 ifeq ($(filter fp32 bf16,$(PRECISION)),)
 $(error PRECISION=$(PRECISION): must be fp32 or bf16)
 endif

@@ -72,7 +72,7 @@ static void usage(FILE* out) {
 "  -e <str>    init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
 "              d12 (12 layers, 12 heads, 768 channels), d24 (24, 16, 1024), d36 (36, 20, 1280),\n"
 "              d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\n"
-"              GPT-2 vocabulary  default d4\n"
+"              GPT-2 vocabulary  default d2\n"
 "  -o <dir>    output dir: main.log, model checkpoints     default none\n"
 "  --tokenizer <file>  llm.c tokenizer decode file          default data/gpt2_tokenizer.bin\n"
 "  --layers/--heads/--channels/--max-seq-len/--vocab <n>  override the descriptor; with a\n"
@@ -83,23 +83,23 @@ static void usage(FILE* out) {
 "              random order seeded by --seed, a new one each epoch, as llm.c does; the\n"
 "              same for any rank count with the same global batch, resumable; 0: in\n"
 "              file order  default 1\n"
-"  -b <n>      micro-batch per rank (sequences)            default 8\n"
+"  -b <n>      micro-batch per rank (sequences)            default 4\n"
 "  -t <n>      sequence length                             default 128\n"
 "  -d <n>      total batch in tokens per optimizer step (all ranks); must be a multiple\n"
 "              of B*T*ranks; the quotient is the grad accumulation  default B*T*ranks\n"
 "optimizer (AdamW, beta1 0.9, beta2 0.95, eps 1e-8)\n"
-"  -l <f>      peak learning rate                          default 3e-3\n"
+"  -l <f>      peak learning rate                          default 2e-3\n"
 "  -u <n>      warmup steps                                default 20\n"
 "  -q <f>      final lr as a fraction of the peak (cosine)   default 0.1\n"
 "  -c <f>      weight decay (2-D tensors only)             default 0.1\n"
 "  --grad-clip <f>  clip by global grad norm (0: off)      default 1.0\n"
 "  -x <n>      optimizer steps; 0: load (-e) or init, evaluate, sample, print the ledger\n"
-"              and exit (no training, no checkpoint, no train data needed)  default 500\n"
+"              and exit (no training, no checkpoint, no train data needed)  default 1700\n"
 "evaluation and output\n"
-"  -v <n>      val loss every n steps (0: never)           default 100\n"
+"  -v <n>      val loss every n steps (0: never)           default 300\n"
 "  -m <n>      val batches (global, ranks*B*T tokens each) per evaluation, from the start\n"
 "              of the val split; at most the split's distinct batches  default 10\n"
-"  -s <n>      sample every n steps (0: never)             default 250\n"
+"  -s <n>      sample every n steps (0: never)             default 850\n"
 "  -g <n>      tokens to generate per sample (< T)         default 64\n"
 "  -n <n>      checkpoint every n steps (0: only at the end, with -o)  default 0\n"
 "  --checkpoint-dtype <fp32|bf16>  model files as llm.c version 3 (fp32) or 5 (bf16, rounded\n"
@@ -173,10 +173,10 @@ static int parse_args(int argc, char** argv, Args* a, int world, char* err, size
     memset(a, 0, sizeof(*a));
     a->train_pattern = "data/brown/brown_train_*.bin";
     a->val_pattern = "data/brown/brown_val_*.bin";
-    a->init = "d4"; a->output_dir = NULL; a->tokenizer_path = "data/gpt2_tokenizer.bin";
-    a->B = 8; a->T = 128; a->total_batch = -1;
-    a->lr = 3e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
-    a->warmup = 20; a->max_steps = 500; a->val_every = 100; a->val_steps = 10; a->sample_every = 250; a->gen_tokens = 64;
+    a->init = "d2"; a->output_dir = NULL; a->tokenizer_path = "data/gpt2_tokenizer.bin";
+    a->B = 4; a->T = 128; a->total_batch = -1;
+    a->lr = 2e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
+    a->warmup = 20; a->max_steps = 1700; a->val_every = 300; a->val_steps = 10; a->sample_every = 850; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;

@@ -20,7 +20,8 @@ cd "$(dirname "$0")/.."
 STEPS=${STEPS:-4}; NP=${NP:-1}; ZERO=${ZERO:-1}; DIR=${DIR:-build/offload_scratch}; CONFIGS=${CONFIGS:-d6 d12}; EXTRA=${EXTRA:-}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 mkdir -p "$DIR"
-[ -x ./train_gpt_cpu ] || { echo "build ./train_gpt_cpu first (make train_gpt_cpu)"; exit 1; }
+PROG=${PROG:-./train_gpt_cpu}
+[ -x "$PROG" ] || { echo "build $PROG first (make all)"; exit 1; }
 threads=$(( $(nproc) / NP )); [ $threads -lt 1 ] && threads=1
 echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/{print $2}') GiB RAM;" \
      "scratch DIR $DIR on $(df -T "$DIR" | awk 'NR==2{print $2, $1}'); $NP rank(s) x $threads threads, -z $ZERO, $STEPS steps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -35,7 +36,7 @@ for cfg in $CONFIGS; do
   declare -A hwm
   for mode in none disk; do
     off=""; [ $mode = disk ] && off="--offload-optimizer disk:$DIR"
-    out=$(OMP_NUM_THREADS=$threads $MPIRUN -np $NP ./train_gpt_cpu $flags -z $ZERO -x $STEPS -v 0 -s 0 $off $EXTRA 2>&1)
+    out=$(OMP_NUM_THREADS=$threads $MPIRUN -np $NP $PROG $flags -z $ZERO -x $STEPS -v 0 -s 0 $off $EXTRA 2>&1)
     rc=$?
     if [ $rc -ne 0 ]; then echo "run $cfg $mode failed (exit $rc):"; echo "$out" | tail -5; continue; fi
     res=$(echo "$out" | sed -n 's/.*process resident \([0-9.]*\) MB on rank 0.*/\1/p')

@@ -31,6 +31,7 @@
 #   LAYOUTS="2x2 2x1"               NODESxRANKS_PER_NODE
 #   RATES="100mbit 1gbit 10gbit"    link rates (tc syntax); each layout x config also runs once unlimited
 #   MODEL="-e d6 -b 4 -t 256"       model and per-rank batch (the trainer's flags)
+#   PROG=./train_gpt_cpu_bf16       the program (./train_gpt_cpu for fp32)
 #   ONLY=REGEX                      run only configurations whose label matches
 #   OUT=build/cluster_bench         logs of every run, results.tsv, results.md
 # Needs root (network namespaces). The cluster ("bench") is removed at exit.
@@ -69,7 +70,8 @@ CL="scripts/cluster.sh --name bench"
 die() { echo "error: dev/cluster_bench.sh: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (the simulated cluster needs network namespaces)"
 [[ "$STEPS" =~ ^[0-9]+$ ]] && [ "$STEPS" -ge 2 ] || die "STEPS=$STEPS: must be at least 2 (step 1 is not timed)"
-[ -x ./train_gpt_cpu ] || die "./train_gpt_cpu not built (make train_gpt_cpu)"
+PROG=${PROG:-./train_gpt_cpu_bf16}
+[ -x "$PROG" ] || die "$PROG not built (make all)"
 mkdir -p "$OUT"
 trap '$CL down >/dev/null 2>&1' EXIT
 trap 'exit 130' INT TERM
@@ -127,7 +129,7 @@ run_one() {
   $CL rate "$rate" >/dev/null || return 1
   local c0 c1
   c0=$(counters)
-  $CL run -np $((K * R)) --map-by "ppr:$R:node" -- ./train_gpt_cpu $MODEL ${flags//RPN/$R} -x "$steps" -v 0 -s 0 > "$log" 2>&1
+  $CL run -np $((K * R)) --map-by "ppr:$R:node" -- $PROG $MODEL ${flags//RPN/$R} -x "$steps" -v 0 -s 0 > "$log" 2>&1
   local rc=$?
   c1=$(counters)
   if [ $rc != 0 ]; then
