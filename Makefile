@@ -45,7 +45,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench plots clean sanitize fuzz dnnl-headers
+.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench plots clean sanitize fuzz _dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16
 
@@ -89,13 +89,13 @@ train_gpt_cpu: train_gpt.cu $(HEADERS)
 test_gpt_cpu: test_gpt.cu $(HEADERS)
 	$(MPICC) $(CFLAGS_ALL) -x c test_gpt.cu -o $@ $(LIBS)
 
-train_gpt_cpu_bf16: train_gpt.cu $(HEADERS) | dnnl-headers
+train_gpt_cpu_bf16: train_gpt.cu $(HEADERS) | _dnnl-headers
 	$(MPICC) $(CFLAGS_BF16) -x c train_gpt.cu -o $@ $(LIBS_BF16)
 
-test_gpt_cpu_bf16: test_gpt.cu $(HEADERS) | dnnl-headers
+test_gpt_cpu_bf16: test_gpt.cu $(HEADERS) | _dnnl-headers
 	$(MPICC) $(CFLAGS_BF16) -x c test_gpt.cu -o $@ $(LIBS_BF16)
 
-dnnl-headers:
+_dnnl-headers:
 ifeq ($(DNNL_HEADER),)
 	@echo "error: the bf16 programs need oneDNN's headers (/usr/include/oneapi/dnnl/dnnl.h): apt-get install libdnnl-dev, or make deps" >&2; exit 1
 endif
@@ -142,8 +142,8 @@ bench-offload: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	@mkdir -p build
 	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
-# The pictures of the default model (d4, B=8, T=128): the memory ledger and
-# the traffic of stages 0-3 (and stage 3 with --reshard-after-forward 0) at
+# The pictures of make train's model (d2, B=4, T=128, the PRECISION program):
+# the memory ledger and the traffic of stages 0-3 (and stage 3 with --reshard-after-forward 0) at
 # each PLOT_NP rank count for PLOT_STEPS steps, a trace of each at the first
 # rank count (timeline), one LOSS_STEPS-step run at 2 ranks, stage 1 (loss;
 # 0 skips it), and the cluster bench's results when build/cluster_bench has
@@ -156,8 +156,8 @@ PLOT_STEPS ?= 3
 LOSS_STEPS ?= 60
 PLOT_ARGS ?=
 plots: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
-	$(PY) dev/plot.py all --out $(PLOT_DIR) --np "$(PLOT_NP)" --steps $(PLOT_STEPS) --loss-steps $(LOSS_STEPS) $(PLOT_ARGS)
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
+	$(PY) dev/plot.py all --exe ./$(TRAIN_PROGRAM) --out $(PLOT_DIR) --np "$(PLOT_NP)" --steps $(PLOT_STEPS) --loss-steps $(LOSS_STEPS) $(PLOT_ARGS)
 
 sanitize: data ref
 	bash dev/test_sanitizers.sh

@@ -882,7 +882,7 @@ def cmd_all(a):
     mpirun = shlex.split(a.mpirun)
     exe = a.exe
     if not os.access(exe, os.X_OK):
-        raise InputError("%s: not built (make train_gpt_cpu)" % exe)
+        raise InputError("%s: not built (make %s)" % (exe, os.path.basename(exe)))
     helptext = subprocess.run([exe, "-h"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True).stdout
     can_trace = "--trace" in helptext
@@ -966,9 +966,9 @@ def main(argv=None):
     p = sub.add_parser("all")
     p.add_argument("--out", default="docs/img")
     p.add_argument("--work", default="build/plots")
-    p.add_argument("--exe", default="./train_gpt_cpu")
+    p.add_argument("--exe", default="./train_gpt_cpu_bf16")
     p.add_argument("--mpirun", default="mpirun --allow-run-as-root --oversubscribe")
-    p.add_argument("--model", default="-e d4 -b 8 -t 128")
+    p.add_argument("--model", default="-e d2 -b 4 -t 128", help="model and batch per rank (default: make train's)")
     p.add_argument("--np", default="2 4", help="rank counts of the stage comparison; traces at the first")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--trace-flags", default="", help="extra trainer flags with --trace (e.g. the step window)")
