@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Each stage saves memory on the models people run (issue "Stage 3 must save
-# memory"): on a small GPT-2-vocabulary model (embedding-dominated, like the
-# default d4), for N = 2 and 4 ranks, the per-rank peak of the ledger (its
+# memory"): on a small GPT-2-vocabulary model (embedding-dominated: make
+# train's d2 at T = 64), for N = 2 and 4 ranks, the per-rank peak of the ledger (its
 # "= total" row: every buffer is allocated at start, so the total is the
 # peak) strictly decreases from stage 0 to 1 to 2 to 3, and at N = 4 stage 3
 # needs at most 60% of stage 0. In every program built (fp32, and bf16 when

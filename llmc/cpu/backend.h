@@ -42,6 +42,21 @@
 #else
 #define BACKEND_NAME "cpu-fp32"
 #endif
+/* backend_matmul_desc(): one line for the start-up output saying which
+   library multiplies the matrices in this program on this CPU (matmul.h). */
+static inline const char* backend_matmul_desc(void) {
+#if defined(LLMC_BF16)
+    return !strcmp(cpu_gemm_mode(), "primitive")
+        ? "oneDNN's bf16 matmul primitive (AMX: avx512_core_amx), fp32 accumulation"
+        : "oneDNN's fp32 sgemm on exact fp32 copies of the bf16 operands, rounded once to bf16 "
+          "(no AMX on this CPU; LLMC_BF16_MATMUL=primitive forces oneDNN's bf16 primitive)";
+#elif defined(LLMC_USE_DNNL)
+    return "oneDNN's fp32 sgemm";
+#else
+    return "OpenBLAS's fp32 sgemm";
+#endif
+}
+
 /* the reduce-scatter needs a receive area of one full unit (comm.h) */
 #define BACKEND_RS_SCRATCH 1
 

@@ -49,6 +49,8 @@
 #include "comm_nccl.cuh"
 
 #define BACKEND_NAME "cuda-bf16"
+/* one line for the start-up output: what multiplies the matrices */
+static inline const char* backend_matmul_desc(void) { return "cuBLASLt bf16, fp32 accumulation"; }
 
 /* ------------------------------------------------------------------------ */
 /* device memory use (an independent measure beside the ledger)             */
