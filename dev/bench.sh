@@ -41,8 +41,9 @@ for cfg in "d6|-e d6 -b 4 -t 256" "124M|-e d12 -b 4 -t 64"; do
     for r in $(seq "$REPS"); do
       line=$($(prog "$p") $flags -x "$STEPS" -v 0 -s 0 2>&1 | grep "^average")
       ms+=("$(echo "$line" | awk '{print $2}')")
-      tok_ms=$(echo "$line" | awk '{print $9 * $2}')   # tokens/s x ms/step
-      gf_ms=$(echo "$line" | awk '{print $11 * $2}')   # GFLOP/s x ms/step
+      # the fields before "tokens/s," and "GFLOP/s" (the line's wording may grow)
+      tok_ms=$(echo "$line" | awk '{for (i = 2; i <= NF; i++) if ($i == "tokens/s,") print $(i-1) * $2}')   # tokens/s x ms/step
+      gf_ms=$(echo "$line" | awk '{for (i = 2; i <= NF; i++) if ($i == "GFLOP/s") print $(i-1) * $2}')   # GFLOP/s x ms/step
     done
     sorted=($(printf "%s\n" "${ms[@]}" | sort -g))
     min=${sorted[0]}; med=${sorted[$(( (${#sorted[@]} - 1) / 2 ))]}
