@@ -135,13 +135,13 @@ zero-table: deps data
 # 10 Gbit/s: step time, bytes across the link, a simple model. Not a test.
 CLUSTER_BENCH ?=
 cluster-bench: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
-	$(CLUSTER_BENCH) bash dev/cluster_bench.sh
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
+	PROG=./$(TRAIN_PROGRAM) $(CLUSTER_BENCH) bash dev/cluster_bench.sh
 
 bench-offload: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
 	@mkdir -p build
-	STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
+	PROG=./$(TRAIN_PROGRAM) STEPS=$(or $(BENCH_STEPS),4) NP=$(or $(BENCH_NP),1) ZERO=$(or $(BENCH_ZERO),1) bash dev/bench_offload.sh
 # The pictures of make train's model (d2, B=4, T=128, the PRECISION program):
 # the memory ledger and the traffic of stages 0-3 (and stage 3 with --reshard-after-forward 0) at
 # each PLOT_NP rank count for PLOT_STEPS steps, a trace of each at the first

@@ -22,15 +22,17 @@
 #               phases run one after another, so their bytes add up, even
 #               those that use opposite directions)
 # A benchmark, not a test: take figures on an otherwise idle machine. The
-# full run (d6, 2 layouts x 5 configurations x 4 rates, 3 steps) takes
-# about half an hour on 2 cores, most of it at 100 Mbit/s (a d6 step moves
-# 0.3-0.6 GB across the link); narrow it with LAYOUTS, RATES, ONLY, STEPS.
+# default run (make train's d2 model, 2 nodes x 2 ranks, 11 configurations
+# x 4 rates, 3 steps) takes about 15 minutes on 2 cores, most of it at
+# 100 Mbit/s (a d2 step moves 57-116 MB across the link; 7 of the
+# configurations took 10 minutes); narrow it with LAYOUTS, RATES, ONLY,
+# STEPS.
 #
 # Environment (all optional):
 #   STEPS=3                         optimizer steps per run (>= 2; step 1 is not timed)
-#   LAYOUTS="2x2 2x1"               NODESxRANKS_PER_NODE
+#   LAYOUTS="2x2"                   NODESxRANKS_PER_NODE (e.g. "2x2 2x1")
 #   RATES="100mbit 1gbit 10gbit"    link rates (tc syntax); each layout x config also runs once unlimited
-#   MODEL="-e d6 -b 4 -t 256"       model and per-rank batch (the trainer's flags)
+#   MODEL="-e d2 -b 4 -t 128"       model and per-rank batch (the trainer's flags; make train's)
 #   PROG=./train_gpt_cpu_bf16       the program (./train_gpt_cpu for fp32)
 #   ONLY=REGEX                      run only configurations whose label matches
 #   OUT=build/cluster_bench         logs of every run, results.tsv, results.md
@@ -60,9 +62,9 @@ CONFIGS=(
 TRAFFIC_COLUMNS=("ring wire B")
 
 STEPS=${STEPS:-3}
-LAYOUTS=${LAYOUTS:-"2x2 2x1"}
+LAYOUTS=${LAYOUTS:-"2x2"}
 RATES=${RATES:-"100mbit 1gbit 10gbit"}
-MODEL=${MODEL:-"-e d6 -b 4 -t 256"}
+MODEL=${MODEL:-"-e d2 -b 4 -t 128"}
 ONLY=${ONLY:-.}
 OUT=${OUT:-build/cluster_bench}
 CL="scripts/cluster.sh --name bench"

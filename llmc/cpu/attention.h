@@ -17,6 +17,20 @@
 #define CPU_ATT_BLOCK 64
 #endif
 
+/* The softmax backward of one causal row t (row length T): with a the
+   probabilities and da = dL/da of the row, dp[s] = scale * a[s] * (da[s] -
+   sum_s' a[s'] da[s']) for s <= t, and exactly 0 for s > t (the masked
+   keys). fp32 arithmetic, one rounding per stored value. */
+static inline void cpu_att_softmax_backward_row(floatX* dp, const floatX* a, const floatX* da,
+                                                int t, int T, float scale) {
+    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+    for (int s = 0; s <= t; s++) dot += ldx(a[s]) * ldx(da[s]);
+#pragma omp simd
+    for (int s = 0; s <= t; s++) dp[s] = stx(scale * ldx(a[s]) * (ldx(da[s]) - dot));
+    for (int s = t + 1; s < T; s++) dp[s] = stx(0.0f);
+}
+
 #ifdef LLMC_BF16
 #include "matmul.h"
 
@@ -127,18 +141,8 @@ static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX
         floatX* da = datt + (size_t)b * NH * tt;
         cpu_gemm_bf16_prim(NH, T, T, hs, 1.0f, Dh, s_rows, Vh, s_kt, 0, da, s_tt, NULL);
 #pragma omp parallel for schedule(static)
-        for (int r = 0; r < NH * T; r++) {
-            int t = r % T;
-            const floatX* ar = a + (size_t)r * T;
-            const floatX* dar = da + (size_t)r * T;
-            floatX* dpr = dp + (size_t)r * T;
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int s = 0; s <= t; s++) dot += ldx(ar[s]) * ldx(dar[s]);
-#pragma omp simd
-            for (int s = 0; s <= t; s++) dpr[s] = stx(scale * ldx(ar[s]) * (ldx(dar[s]) - dot));
-            for (int s = t + 1; s < T; s++) dpr[s] = stx(0.0f);
-        }
+        for (int r = 0; r < NH * T; r++)
+            cpu_att_softmax_backward_row(dp + (size_t)r * T, a + (size_t)r * T, da + (size_t)r * T, r % T, T, scale);
         cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_tt, Kh, s_rows, 1, GQ, s_rows, NULL);
         cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_ttT, Q, s_rows, 1, GK, s_rows, NULL);
         cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, a, s_ttT, Dh, s_rows, 1, GV, s_rows, NULL);
@@ -428,17 +432,8 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
             cpu_sgemm(0, 1, r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C, C, v, C3,
                       0.0f, da + (size_t)r0 * T, T);
         }
-        for (int t = 0; t < T; t++) {
-            const floatX* ar = a + (size_t)t * T;
-            const floatX* dar = da + (size_t)t * T;
-            floatX* dpr = dp + (size_t)t * T;
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int s = 0; s <= t; s++) dot += ldx(ar[s]) * ldx(dar[s]);
-#pragma omp simd
-            for (int s = 0; s <= t; s++) dpr[s] = stx(scale * ldx(ar[s]) * (ldx(dar[s]) - dot));
-            for (int s = t + 1; s < T; s++) dpr[s] = stx(0.0f);
-        }
+        for (int t = 0; t < T; t++)
+            cpu_att_softmax_backward_row(dp + (size_t)t * T, a + (size_t)t * T, da + (size_t)t * T, t, T, scale);
         for (int r0 = 0; r0 < T; r0 += CPU_ATT_BLOCK) {
             int r1 = r0 + CPU_ATT_BLOCK < T ? r0 + CPU_ATT_BLOCK : T;
             /* dq[r0:r1] += dpreatt[r0:r1, 0:r1] k[0:r1] */
