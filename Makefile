@@ -70,7 +70,8 @@ help:
 	@echo "  NP=$(NP)                   make train: MPI ranks"
 	@echo "  ZERO=$(ZERO)                 make train: ZeRO stage (the trainer's -z default is the same)"
 	@echo "  STEPS=$(STEPS)              make train: optimizer steps (-x)"
-	@echo "  ARGS='$(ARGS)'                make train, make zero-table: more trainer flags (./train_gpt_cpu -h; of a flag given twice the last wins)"
+	@echo "  PRECISION=$(PRECISION)          make train, make zero-table, make plots, make bench-offload, make cluster-bench: the bf16 or the fp32 program; make bench: both unless given"
+	@echo "  ARGS='$(ARGS)'                make train, make zero-table: more trainer flags (./train_gpt_cpu_bf16 -h; of a flag given twice the last wins)"
 	@echo "  TABLE_STEPS=$(TABLE_STEPS)          make zero-table: steps per run (10 runs: N = 2, 4 x stages 0, 1, 2, 3 with reshard 1 and 0)"
 	@echo "  TABLE_MODEL='$(TABLE_MODEL)'   make zero-table: model and batch per rank"
 	@echo "  FUZZ_SECONDS=$(FUZZ_SECONDS)        make fuzz: seconds per reader"
@@ -128,8 +129,8 @@ bench: deps data
 
 # the ZeRO table of the README (dev/zero_table.sh): a benchmark, not a test
 zero-table: deps data
-	@$(MAKE) --no-print-directory train_gpt_cpu
-	MODEL="$(TABLE_MODEL)" bash dev/zero_table.sh $(strip $(TABLE_STEPS) $(ARGS))
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
+	PROG=./$(TRAIN_PROGRAM) MODEL="$(TABLE_MODEL)" bash dev/zero_table.sh $(strip $(TABLE_STEPS) $(ARGS))
 
 # ZeRO stages on 2 simulated nodes (scripts/cluster.sh) at 100 Mbit/s, 1 and
 # 10 Gbit/s: step time, bytes across the link, a simple model. Not a test.

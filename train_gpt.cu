@@ -63,9 +63,17 @@ typedef struct {
     const char* est_dtype;
 } Args;
 
+#if defined(__CUDACC__)
+#define PROGRAM_PATH "./train_gpt"
+#elif defined(LLMC_BF16)
+#define PROGRAM_PATH "./train_gpt_cpu_bf16"
+#else
+#define PROGRAM_PATH "./train_gpt_cpu"
+#endif
+
 static void usage(FILE* out) {
     fprintf(out,
-"usage: mpirun -np N ./train_gpt_cpu [flags]     (the CUDA build: ./train_gpt)\n"
+"usage: mpirun -np N " PROGRAM_PATH " [flags]   (the same flags: ./train_gpt_cpu_bf16, ./train_gpt_cpu (fp32), ./train_gpt (CUDA))\n"
 "data and model\n"
 "  -i <glob>   train token shards (llm.c format)          default data/brown/brown_train_*.bin\n"
 "  -j <glob>   validation token shards                    default data/brown/brown_val_*.bin\n"

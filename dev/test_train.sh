@@ -156,7 +156,7 @@ for t in $(sed -n 's/^\.PHONY: *//p' Makefile cuda.mk) NP ZERO STEPS ARGS TABLE_
   grep -qw -- "$t" <<<"$help" || missing="$missing $t"
 done
 zt=$(make --no-print-directory -n zero-table TABLE_STEPS=3 TABLE_MODEL="-e d2" 2>&1 | grep "zero_table.sh")
-if [ -z "$missing" ] && [ "$zt" = 'MODEL="-e d2" bash dev/zero_table.sh 3' ]; then ok "make help lists every target and variable; make zero-table runs '$zt'"
+if [ -z "$missing" ] && [ "$zt" = 'PROG=./train_gpt_cpu_bf16 MODEL="-e d2" bash dev/zero_table.sh 3' ]; then ok "make help lists every target and variable; make zero-table runs '$zt'"
 else bad "make help misses:$missing; zero-table runs '$zt'"; fi
 
 # round trip: val loss of the saved model reproduced by loading it
