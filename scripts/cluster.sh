@@ -75,7 +75,7 @@ need_root() {
 }
 need_tools() {
   local t
-  for t in ip tc unshare taskset flock; do
+  for t in ip tc unshare nsenter taskset flock; do
     command -v "$t" >/dev/null 2>&1 || die "$CMD: '$t' not found (apt-get install iproute2 util-linux)"
   done
 }
@@ -258,7 +258,7 @@ cmd_up() {
     record link "$veth"; ip link add "$veth" type veth peer name "$peer"
     ip link set "$peer" netns "$node"
     ip -n "$node" link set "$peer" name eth0
-    ip netns exec "$node" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+    nsenter --net="/run/netns/$node" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
     ip -n "$node" addr add "10.213.$S.$((i + 1))/24" dev eth0
     ip -n "$node" link set lo up
     ip -n "$node" link set eth0 up
@@ -318,7 +318,12 @@ cmd_run() {
 
 # Open MPI's plm_rsh_agent: `agent HOST remote-command...`, as ssh would run
 # it: the words joined and run by a shell, here inside HOST's namespace
-# with its own hostname, TMPDIR and cpus.
+# with its own hostname, TMPDIR and cpus. The network namespace is entered
+# with nsenter, not `ip netns exec`: the latter also remounts / as a slave
+# in a new mount namespace, which fails where / is not a mount point (a
+# chroot, e.g. ../shared/tools/fresh-machine.sh); nothing here needs its
+# /sys remount or /etc/netns files (Open MPI finds the node's interface by
+# getifaddrs).
 cmd_agent() {
   local node=${1:-}; shift || true
   [ -n "$node" ] && [ $# -ge 1 ] || die "agent: usage: agent NODE command..."
@@ -327,7 +332,7 @@ cmd_agent() {
   [ "$node" = "$NAME-node$i" ] && [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -lt "$(st nodes)" ] || die "agent: $node is not a node of cluster $NAME"
   local cpus; cpus=$(st "cpus$i")
   mkdir -p "$TMPBASE/$node"
-  exec ip netns exec "$node" unshare --uts -- env TMPDIR="$TMPBASE/$node" taskset -c "$cpus" \
+  exec nsenter --net="/run/netns/$node" unshare --uts -- env TMPDIR="$TMPBASE/$node" taskset -c "$cpus" \
     sh -c 'hostname "$1" || exit 1; shift; eval "$*"' sh "$node" "$@"
 }
 

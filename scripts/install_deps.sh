@@ -15,13 +15,14 @@
 #   python3-matplotlib          dev/plot.py
 #   nodejs npm                  dev/data/prepare.sh (js-tiktoken)
 #   clang-14 libclang-rt-14-dev the fuzz smoke test (libFuzzer)
-#   iproute2 util-linux         the simulated cluster (ip netns, tc, unshare)
+#   libomp-14-dev               clang's OpenMP (omp.h, -lomp) for the fuzz build
+#   iproute2 util-linux         the simulated cluster (ip netns, tc, unshare, nsenter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 need=()
 for p in openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libdnnl2 python3-matplotlib \
-         clang-14 libclang-rt-14-dev iproute2 util-linux; do
+         clang-14 libclang-rt-14-dev libomp-14-dev iproute2 util-linux; do
   installed "$p" || need+=("$p")
 done
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)
