@@ -45,6 +45,7 @@ STEPS=6
 
 # --- 1. the cluster itself
 hosts_before=$(grep -v "# llmc-cluster " /etc/hosts)
+netns_mount_before=$(mountpoint -q /run/netns 2>/dev/null && echo mounted || echo not-mounted)
 if out=$($CL up 2 --rate 1gbit --cpus all 2>&1); then ok "up 2 --rate 1gbit: $out"; else bad "up 2: $out"; echo "0 passed, $((fail)) failed"; exit 1; fi
 S=$(sed -n 's/^subnet=//p' /run/llmc-cluster/$NAME/state)
 for i in 0 1; do
@@ -200,8 +201,11 @@ else bad "the trainer rejects the generated flags '$gen': $out"; fi
 # --- 5. down removes everything
 $CL down >/dev/null
 left=$(ip netns list | grep "^$NAME-"; ip -o link show | grep -oE "lz${S}(br|n[0-9]+|p[0-9]+)\b"; ls -d /tmp/llmc-cluster-$NAME /run/llmc-cluster/$NAME 2>/dev/null)
+# /run/netns: a mount point after down only if it was one before (ip netns add makes it one)
+netns_mount_after=$(mountpoint -q /run/netns 2>/dev/null && echo mounted || echo not-mounted)
+[ -z "$(ls -A /run/netns 2>/dev/null)" ] && [ "$netns_mount_after" != "$netns_mount_before" ] && left="$left /run/netns $netns_mount_after (was $netns_mount_before)"
 if [ -z "$left" ] && [ "$(grep -v "# llmc-cluster " /etc/hosts)" = "$hosts_before" ] && ! grep -q "# llmc-cluster $NAME$" /etc/hosts; then
-  ok "down: no namespace, link, /etc/hosts line or temp dir of the cluster left"
+  ok "down: no namespace, link, /etc/hosts line, temp dir or /run/netns mount of the cluster left"
 else bad "down left: $left $(grep "# llmc-cluster $NAME$" /etc/hosts)"; fi
 
 echo "$pass passed, $fail failed"

@@ -182,6 +182,10 @@ do_down() {
           for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(ip netns pids "$what" 2>/dev/null)" ] && break; sleep 0.2; done
           for pid in $(ip netns pids "$what" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
           ip netns del "$what" 2>/dev/null || true ;;
+        runnetns)   # only when no namespace (ours or anyone's) is left in it
+          if mountpoint -q /run/netns 2>/dev/null && [ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+            umount /run/netns 2>/dev/null || true
+          fi ;;
         link) ip link del "$what" 2>/dev/null || true ;;
         hosts) hosts_remove ;;
         dir) case "$what" in /tmp/llmc-cluster-*) rm -rf -- "$what" ;; esac ;;
@@ -252,6 +256,9 @@ cmd_up() {
   record dir "$TMPBASE"; mkdir -p "$TMPBASE"
   record hosts /etc/hosts
   local hosts_lines="" veth peer
+  # the first `ip netns add` makes /run/netns a mount point (a bind mount on
+  # itself); if it is not one yet, that is ours to undo once it is empty
+  mountpoint -q /run/netns 2>/dev/null || record runnetns /run/netns
   for ((i = 0; i < K; i++)); do
     node=$NAME-node$i; veth=lz${S}n$i; peer=lz${S}p$i
     record netns "$node"; ip netns add "$node"
