@@ -93,6 +93,10 @@ st_set() { # key value
   echo "$1=$2" >> "$DIR/state.new"; mv "$DIR/state.new" "$DIR/state"
 }
 record() { echo "$*" >> "$DIR/created"; }
+# innode NODE cmd...: run cmd in NODE's network namespace. nsenter, not
+# `ip -n` / `ip netns exec` / `tc -n`: those also remount / as a slave in a
+# new mount namespace, which fails where / is not a mount point (a chroot).
+innode() { local n=$1; shift; nsenter --net="/run/netns/$n" "$@"; }
 is_up() { [ "$(st complete)" = 1 ]; }
 
 # --- rates: tc syntax -> bits per second ("" for none)
@@ -111,12 +115,12 @@ apply_rate() { # rate string
   for ((i = 0; i < K; i++)); do
     node=$NAME-node$i; veth=$(st "veth$i")
     if [ -z "$bps" ]; then
-      tc -n "$node" qdisc del dev eth0 root 2>/dev/null || true
+      innode "$node" tc qdisc del dev eth0 root 2>/dev/null || true
       tc qdisc del dev "$veth" root 2>/dev/null || true
     else
       # burst: 2 ms of traffic, at least 64 KiB (a GSO packet); queue: 50 ms
       burst=$(awk -v b="$bps" 'BEGIN { x = b / 8 * 0.002; if (x < 65536) x = 65536; printf "%.0f\n", x }')
-      tc -n "$node" qdisc replace dev eth0 root tbf rate "$bps"bit burst "$burst" latency 50ms \
+      innode "$node" tc qdisc replace dev eth0 root tbf rate "$bps"bit burst "$burst" latency 50ms \
         || die "rate $1: tc tbf failed on $node eth0 (is the sch_tbf qdisc available?)"
       tc qdisc replace dev "$veth" root tbf rate "$bps"bit burst "$burst" latency 50ms \
         || die "rate $1: tc tbf failed on $veth"
@@ -264,11 +268,11 @@ cmd_up() {
     record netns "$node"; ip netns add "$node"
     record link "$veth"; ip link add "$veth" type veth peer name "$peer"
     ip link set "$peer" netns "$node"
-    ip -n "$node" link set "$peer" name eth0
-    nsenter --net="/run/netns/$node" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
-    ip -n "$node" addr add "10.213.$S.$((i + 1))/24" dev eth0
-    ip -n "$node" link set lo up
-    ip -n "$node" link set eth0 up
+    innode "$node" ip link set "$peer" name eth0
+    innode "$node" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 2>/dev/null || true
+    innode "$node" ip addr add "10.213.$S.$((i + 1))/24" dev eth0
+    innode "$node" ip link set lo up
+    innode "$node" ip link set eth0 up
     sysctl -qw "net.ipv6.conf.$veth.disable_ipv6=1" 2>/dev/null || true
     ip link set "$veth" master "$br"
     ip link set "$veth" up
