@@ -183,7 +183,7 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
     const size_t th = (size_t)T * hs, tt = (size_t)T * T;
 #pragma omp parallel
     {
-        float* buf = (float*)malloc(sizeof(float) * (4 * th + tt));
+        float* buf = cpu_thread_scratch(4 * th + tt);
         float *qf = buf, *kf = qf + th, *vf = kf + th, *of = vf + th, *P = of + th;
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
@@ -244,7 +244,6 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
                 for (int i = 0; i < hs; i++) orow[i] = stx(frow[i]);
             }
         }
-        free(buf);
     }
 }
 
@@ -262,7 +261,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
     const size_t th = (size_t)T * hs, tt = (size_t)T * T;
 #pragma omp parallel
     {
-        float* buf = (float*)malloc(sizeof(float) * (7 * th + 2 * tt));
+        float* buf = cpu_thread_scratch(7 * th + 2 * tt);
         float *qf = buf, *kf = qf + th, *vf = kf + th, *df = vf + th;
         float *gq = df + th, *gk = gq + th, *gv = gk + th, *A = gv + th, *D = A + tt;
 #pragma omp for schedule(dynamic, 1)
@@ -333,7 +332,6 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
                 }
             }
         }
-        free(buf);
     }
 }
 

@@ -326,4 +326,24 @@ static inline float cpu_tanhf(float u) {
 }
 
 
+/* cpu_thread_scratch(n): n floats of scratch owned by the calling thread
+   (OpenMP keeps its threads, so each keeps its buffer), grown when a call
+   needs more and never freed: kernels that run on every step need no
+   allocation per call (a per-call malloc of a large buffer is an mmap and
+   page faults each time). Contents are undefined (callers write before
+   they read). One user at a time per thread: a kernel must not call
+   another kernel that uses it while it holds the buffer. Out of memory:
+   one "error:" line, exit 1. */
+static inline float* cpu_thread_scratch(size_t n) {
+    static _Thread_local float* buf = NULL;
+    static _Thread_local size_t cap = 0;
+    if (n > cap) {
+        free(buf);
+        buf = (float*)malloc(sizeof(float) * n);
+        if (!buf) { fprintf(stderr, "error: out of memory: %zu bytes of kernel scratch\n", sizeof(float) * n); exit(1); }
+        cap = n;
+    }
+    return buf;
+}
+
 #endif /* LLMC_CPU_COMMON_H */
