@@ -26,7 +26,7 @@ CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -std=gnu11 -fopenmp -Wall -W
 LIBS_BF16 = -ldnnl -lm
 HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h)
 PY = /usr/bin/python3
-MPIRUN = mpirun --allow-run-as-root --oversubscribe
+MPIRUN = mpirun --allow-run-as-root --oversubscribe --bind-to none
 
 NP ?= 2
 ZERO ?= 1

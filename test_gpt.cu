@@ -238,6 +238,11 @@ int main(int argc, char** argv) {
                N, zero_stage, zero_stage == 3 ? (reshard ? " reshard 1" : " reshard 0") : "", accum, Bm, T, P->num_parameters,
                offload == OFFLOAD_DISK ? ", optimizer offloaded to disk:" : offload == OFFLOAD_HOST ? ", optimizer offloaded to host memory" : "",
                offload == OFFLOAD_DISK ? offload_dir : "");
+    if (comm.rank == 0) {
+        char cpu[1024];
+        backend_cpu_desc(cpu, sizeof(cpu));
+        printf("     matmul: %s\n     cpu: %s\n", backend_matmul_desc(), cpu);
+    }
     if (comm.rank == 0 && !have_trailer)
         printf("     %s ends after the gradients (llm.c's layout, no trailer of step losses): logits, loss and gradients are checked\n", state_path);
 

@@ -602,6 +602,9 @@ int main(int argc, char** argv) {
                a.offload == OFFLOAD_DISK ? ", optimizer states offloaded to disk:" : a.offload == OFFLOAD_HOST ? ", optimizer states offloaded to host memory" : "",
                a.offload == OFFLOAD_DISK ? a.offload_dir : "");
         printf("matmul: %s\n", backend_matmul_desc());
+        char cpu[1024];
+        backend_cpu_desc(cpu, sizeof(cpu));
+        printf("cpu: %s\n", cpu);
         printf("model: L=%d NH=%d C=%d maxT=%d V=%d (padded %d), %zu parameters, init %s\n", cfg.num_layers, cfg.num_heads,
                cfg.channels, cfg.max_seq_len, cfg.vocab_size, cfg.padded_vocab_size, model.plan.num_parameters,
                start_step > 0 ? "from the resumed checkpoint" : from_ckpt ? a.init : "random");

@@ -1,10 +1,11 @@
 /*
  * dev/bench_kernels.c -- speed of the CPU kernels (llmc/cpu/kernels.h), in
  * the precision it is built for (fp32; or bf16 with -DLLMC_BF16 ... -ldnnl):
- *   0. the machine's peaks: fp32 (AVX-512 FMA register loop), bf16 (AVX512-
- *      BF16 vdpbf16ps register loop, when the CPU has it) and, in the bf16
- *      build, the best of oneDNN's bf16 matmul primitive on large products
- *      and the ISA oneDNN dispatches to (AMX when the OS exposes it);
+ *   0. the machine's peaks: the register-loop rate of every ISA level this
+ *      CPU runs (llmc/cpu/isa.h: AVX2 FMA, AVX-512 FMA, AVX512-BF16
+ *      vdpbf16ps, AMX-BF16 tiles; LLMC_CPU_ISA caps it), the peak of the
+ *      implementation this build's matmuls use, and in the bf16 build the
+ *      best of oneDNN's bf16 matmul primitive on large products;
  *   1. matmul GFLOP/s for every matrix shape of GPT-2's forward and backward
  *      (d6: C=384; 124M: C=768) as the kernels call them (fp32:
  *      cpu_sgemm_par; bf16: cpu_gemm_bf16, oneDNN's matmul primitive), best
@@ -90,6 +91,29 @@ static void fill(floatX* p, size_t n, float scale) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+/* 12 independent chains of AVX2 FMAs in registers (8 lanes x 2 flops = 16
+   flops per instruction; 12 chains cover the FMA latency x 2 ports of
+   current x86 cores): returns GFLOP/s of this thread */
+__attribute__((target("avx2,fma"))) static double fma_peak_avx2(long iters) {
+    __m256 c[12];
+    for (int i = 0; i < 12; i++) c[i] = _mm256_set1_ps(0.1f * i);
+    const __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-7f);
+    double t0 = now_s();
+    for (long it = 0; it < iters; it++) {
+#define FMA8(x) x = _mm256_fmadd_ps(x, a, b)
+        FMA8(c[0]); FMA8(c[1]); FMA8(c[2]); FMA8(c[3]); FMA8(c[4]); FMA8(c[5]);
+        FMA8(c[6]); FMA8(c[7]); FMA8(c[8]); FMA8(c[9]); FMA8(c[10]); FMA8(c[11]);
+#undef FMA8
+    }
+    double dt = now_s() - t0;
+    __m256 s = c[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, c[i]);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, s);
+    volatile float sink = lanes[0] + lanes[7]; /* keeps the chains alive */
+    (void)sink;
+    return 12.0 * 16.0 * iters / dt * 1e-9;
+}
 /* 16 independent chains of AVX-512 FMAs in registers (16 lanes x 2 flops =
    32 flops per instruction): returns GFLOP/s of this thread */
 __attribute__((target("avx512f"))) static double fma_peak_avx512(long iters) {
@@ -142,43 +166,59 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_peak(long ite
     (void)sink;
     return 16.0 * 64.0 * iters / dt * 1e-9;
 }
+/* AMX-BF16: four independent tile products (tdpbf16ps: C (16x16 fp32) +=
+   A (16x32 bf16) B (32x16 bf16 in pairs) = 16*16*32*2 = 16384 flops each)
+   on tiles loaded once, as oneDNN's brgemm kernels issue them. Needs the
+   OS permission that cpu_isa_init asks for (isa.h). GFLOP/s of this thread. */
+typedef struct { unsigned char palette, start; unsigned char res[14]; unsigned short colsb[16]; unsigned char rows[16]; } AmxTileConfig;
+__attribute__((target("amx-tile,amx-bf16"))) static double amx_peak_thread(long iters) {
+    AmxTileConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.rows[i] = 16; cfg.colsb[i] = 64; }
+    _tile_loadconfig(&cfg);
+    static _Thread_local unsigned short buf[16 * 32] __attribute__((aligned(64)));
+    for (int i = 0; i < 16 * 32; i++) buf[i] = 0x3f80;
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, buf, 64); _tile_loadd(5, buf, 64); _tile_loadd(6, buf, 64); _tile_loadd(7, buf, 64);
+    double t0 = now_s();
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+    double dt = now_s() - t0;
+    static _Thread_local float out[16 * 16] __attribute__((aligned(64)));
+    _tile_stored(0, out, 64);
+    _tile_release();
+    volatile float sink = out[0];
+    (void)sink;
+    return 4.0 * 16384.0 * iters / dt * 1e-9;
+}
 #endif
 
-/* fp32 peak GFLOP/s of all OpenMP threads together (register-only FMA
-   loop, best of 5); 0 if the CPU has no AVX-512 */
-static double machine_peak(void) {
+/* The register-loop peak (GFLOP/s, all OpenMP threads together, best of 5)
+   of the instructions of ISA level `l` (isa.h): AVX2 FMA, AVX-512 FMA,
+   AVX512-BF16 vdpbf16ps, AMX-BF16 tiles; 0 if the CPU (or LLMC_CPU_ISA)
+   does not allow the level. */
+static double isa_peak(CpuIsa l) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (!__builtin_cpu_supports("avx512f")) return 0.0;
+    if (cpu_isa() < l) return 0.0;
     double best = 0;
     for (int r = 0; r < 5; r++) {
         double tot = 0;
 #pragma omp parallel reduction(+ : tot)
-        tot += fma_peak_avx512(6000000);
+        tot += l == CPU_ISA_AVX2 ? fma_peak_avx2(6000000) : l == CPU_ISA_AVX512 ? fma_peak_avx512(6000000)
+             : l == CPU_ISA_AVX512_BF16 ? dpbf16_peak(6000000) : amx_peak_thread(1000000);
         if (tot > best) best = tot;
     }
     return best;
 #else
+    (void)l;
     return 0.0;
 #endif
 }
-/* bf16 instruction peak (vdpbf16ps loop, all threads, best of 5); 0 if the
-   CPU has no AVX512-BF16 */
-static double machine_peak_bf16(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
-    double best = 0;
-    for (int r = 0; r < 5; r++) {
-        double tot = 0;
-#pragma omp parallel reduction(+ : tot)
-        tot += dpbf16_peak(6000000);
-        if (tot > best) best = tot;
-    }
-    return best;
-#else
-    return 0.0;
-#endif
-}
-static double g_peak = 0; /* the peak of this build's precision */
+static const char* isa_peak_name[CPU_ISA_NUM] = {"", "AVX2 FMA (8 lanes x 2 flops)", "AVX-512 FMA (16 lanes x 2 flops)",
+                                                  "AVX512-BF16 vdpbf16ps (16 lanes x 4 flops)", "AMX-BF16 tdpbf16ps (16384 flops per tile product)"};
+static double g_peak = 0; /* the peak of this build's matmul implementation */
 
 /* ---- 1. matmul shapes ----------------------------------------------------- */
 
@@ -207,42 +247,51 @@ static double gemm_gflops(int ta, int tb, int M, int N, int K, int acc) {
     return 2.0 * M * N * K / best * 1e-9;
 }
 
-/* peaks as lines dev/bench.sh reads: "peak <what> <GFLOP/s> (...)". The
-   peak a program's share is measured against ("peak fp32-program", "peak
-   bf16-program"): the rate of the instructions its matmuls run on: fp32
-   FMAs for the fp32 program and for the bf16 program's fp32 matmul path
-   (matmul.h); for the bf16 primitive path (AMX) the best the primitive
-   reached on large products. */
+/* peaks as lines dev/bench.sh reads: "peak <what> <GFLOP/s> (...)": one
+   line per ISA level this CPU runs (isa_peak), then the peak a program's
+   share is measured against ("peak fp32-program", "peak bf16-program"):
+   the register-loop peak of the instructions its matmuls run on: fp32
+   FMAs of the level (AVX-512 at avx512 and above, AVX2 below) for the fp32
+   program and for the bf16 program's fp32-copy path; AMX tiles for the
+   bf16 primitive path (amx). */
 static void bench_peak(void) {
-    double p32 = machine_peak(), p16 = machine_peak_bf16();
-    printf("peak fp32 %.1f GFLOP/s (AVX-512 FMA register loop, %d threads)\n", p32, cpu_num_threads());
-    if (p16 > 0) printf("peak bf16 %.1f GFLOP/s (AVX512-BF16 vdpbf16ps register loop, %d threads)\n", p16, cpu_num_threads());
-    else printf("peak bf16 0 (the CPU has no AVX512-BF16)\n");
+    char isa[512];
+    cpu_isa_describe(isa, sizeof(isa));
+    printf("cpu %s\n", isa);
+    double pk[CPU_ISA_NUM] = {0};
+    for (int l = CPU_ISA_AVX2; l < CPU_ISA_NUM; l++) {
+        pk[l] = isa_peak((CpuIsa)l);
+        if (pk[l] > 0) printf("peak %s %.1f GFLOP/s (%s register loop, %d threads)\n", cpu_isa_names[l], pk[l], isa_peak_name[l], cpu_num_threads());
+        else printf("peak %s 0 (%s)\n", cpu_isa_names[l], cpu_isa_skip_reason((CpuIsa)l));
+    }
+    double p32 = pk[CPU_ISA_AVX512] > 0 ? pk[CPU_ISA_AVX512] : pk[CPU_ISA_AVX2];
+    const char* n32 = pk[CPU_ISA_AVX512] > 0 ? "avx512" : "avx2";
 #ifdef LLMC_BF16
     double best = 0;
-    int sq[][3] = {{2048, 2048, 2048}, {1024, 1536, 384}, {1024, 384, 1536}};
     cpu_gemm_init();
     int def = cpu_gemm_state.use_fp32;
-    cpu_gemm_state.use_fp32 = 0;
-    for (int i = 0; i < 3; i++) {
-        double g = gemm_gflops(0, 1, sq[i][0], sq[i][1], sq[i][2], 0);
-        if (g > best) best = g;
+    if (cpu_isa() >= CPU_ISA_AVX512) {
+        int sq[][3] = {{2048, 2048, 2048}, {1024, 1536, 384}, {1024, 384, 1536}};
+        cpu_gemm_state.use_fp32 = 0;
+        for (int i = 0; i < 3; i++) {
+            double g = gemm_gflops(0, 1, sq[i][0], sq[i][1], sq[i][2], 0);
+            if (g > best) best = g;
+        }
+        cpu_gemm_state.use_fp32 = def;
+        printf("peak bf16-primitive %.1f GFLOP/s (oneDNN's bf16 matmul primitive, best of 2048^3 and two d6 shapes; oneDNN ISA %s; implementation %s)\n",
+               best, cpu_isa_onednn_name(cpu_isa_state.onednn_isa), cpu_gemm_state.impl ? cpu_gemm_state.impl : "?");
+    } else {
+        printf("peak bf16-primitive 0 (%s)\n", cpu_isa_skip_reason(CPU_ISA_AVX512));
     }
-    cpu_gemm_state.use_fp32 = def;
-    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    printf("peak bf16-primitive %.1f GFLOP/s (oneDNN bf16 matmul primitive, best of 2048^3 and two d6 "
-           "shapes; oneDNN ISA %s%s; implementation %s)\n", best,
-           isa == dnnl_cpu_isa_avx512_core_amx ? "avx512_core_amx" :
-           isa == dnnl_cpu_isa_avx512_core_bf16 ? "avx512_core_bf16" : "other",
-           isa == dnnl_cpu_isa_avx512_core_amx ? "" : ", no AMX: the OS or VM does not expose it",
-           cpu_gemm_state.impl ? cpu_gemm_state.impl : "?");
-    g_peak = def ? p32 : best;
-    printf("peak bf16-program %.1f GFLOP/s (matmul implementation in use: %s%s)\n", g_peak,
-           cpu_gemm_mode(), def ? ", fp32 FMAs on exact fp32 copies: the fp32 peak" : ": the primitive's best");
+    g_peak = def ? p32 : pk[CPU_ISA_AMX];
+    printf("peak bf16-program %.1f GFLOP/s (matmul implementation in use: %s; %s)\n", g_peak, cpu_gemm_mode(),
+           def ? (pk[CPU_ISA_AVX512] > 0 ? "fp32 FMAs on exact fp32 copies: the avx512 peak" : "fp32 FMAs on exact fp32 copies: the avx2 peak")
+               : "AMX tiles: the amx peak");
 #else
     g_peak = p32;
-    printf("peak fp32-program %.1f GFLOP/s (the fp32 peak)\n", g_peak);
+    printf("peak fp32-program %.1f GFLOP/s (fp32 FMAs: the %s peak)\n", g_peak, n32);
 #endif
+    (void)n32;
     fflush(stdout);
 }
 
@@ -533,6 +582,8 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
 }
 
 int main(int argc, char** argv) {
+    cpu_isa_init();           /* the ISA level (LLMC_CPU_ISA caps it), before oneDNN's first use */
+    if (cpu_isa_error()[0]) { fprintf(stderr, "error: %s\n", cpu_isa_error()); return 1; }
     cpu_blas_fast_path(argv); /* OpenBLAS: re-exec with OPENBLAS_CORETYPE if needed */
 #ifdef LLMC_BF16
     printf("build: bf16 (matmuls: cpu_gemm_bf16, implementation %s; attention: oneDNN dnnl_sgemm on "

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Runs every check a CPU machine can run (called by `make test`, which first
 # installs packages, prepares the data, regenerates the PyTorch reference
-# files and builds). Each suite prints "N passed, M failed" as its last line;
-# this script adds them up and exits non-zero if any suite failed.
+# files and builds). Each suite prints "N passed, M failed, K skipped" (or
+# "N passed, M failed") as its last line; this script adds them up, prints
+# "N passed, M failed, K skipped" and exits non-zero if any suite failed.
+# A check this CPU cannot run is skipped and counted with the ISA it needs;
+# the kernel suites run again at every lower ISA level (LLMC_CPU_ISA), so
+# an AVX-512 or AMX machine also tests what an AVX2-only machine runs.
 set -u
 cd "$(dirname "$0")/.."
-total_pass=0; total_fail=0; failed_suites=()
+. tests/lib.sh
+total_pass=0; total_fail=0; total_skip=0; failed_suites=()
 CC_TEST="gcc -O2 -std=gnu11 -Wall -I."
 mkdir -p build
 
@@ -18,9 +23,12 @@ suite() { # name command...
   local rc=$?
   local last=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$log" | tail -1)
   local p=$(echo "$last" | awk '{print $1}'); local f=$(echo "$last" | awk '{print $3}')
+  local k=$(echo "$last" | awk '$6 == "skipped" {print $5}')
   [ -z "$p" ] && { p=0; f=1; }
+  [ -z "$k" ] && k=0
   [ $rc -ne 0 ] && [ "$f" = 0 ] && f=1
-  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); total_skip=$((total_skip + k))
+  grep -E "^skip " "$log" | sed 's/^/    /' | head -20
   if [ "$f" != 0 ] || [ $rc -ne 0 ]; then
     failed_suites+=("$name"); tail -25 "$log"
   fi
@@ -32,10 +40,26 @@ suite "dataloader" bash -c "$CC_TEST dev/test_dataloader.c -o build/test_dataloa
 if [ -f dev/test_zero.c ]; then
   suite "shard plan" bash -c "$CC_TEST dev/test_zero.c -o build/test_zero -lm && ./build/test_zero"
 fi
+# a suite this CPU cannot run at all: one skip, with the ISA it needs
+skipped_suite() { # name reason
+  echo "=== $1"; echo "    skip $2"; echo "    $1: 0 passed, 0 failed, 1 skipped"
+  total_skip=$((total_skip + 1))
+}
 if [ -f dev/test_kernels.c ]; then
   suite "cpu kernels" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp dev/test_kernels.c -o build/test_kernels -lopenblas -lm && ./build/test_kernels"
   suite "cpu kernels bf16" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_BF16 dev/test_kernels.c -o build/test_kernels_bf16 -ldnnl -lm && ./build/test_kernels_bf16"
+  # the fp32 kernels on oneDNN's sgemm, as the programs build them when oneDNN is installed
+  suite "cpu kernels onednn" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_USE_DNNL dev/test_kernels.c -o build/test_kernels_dnnl -l:libdnnl.so.2 -lm && ./build/test_kernels_dnnl"
+  # again at every level below this CPU's (the same binaries, capped)
+  detected=$(cpu_isa_detected)
+  for L in $CPU_ISA_ALL; do
+    [ "$L" = "$detected" ] && break
+    suite "cpu kernels at $L" env LLMC_CPU_ISA=$L ./build/test_kernels
+    suite "cpu kernels onednn at $L" env LLMC_CPU_ISA=$L ./build/test_kernels_dnnl
+    suite "cpu kernels bf16 at $L" env LLMC_CPU_ISA=$L ./build/test_kernels_bf16
+  done
 fi
+[ -f dev/test_isa.sh ] && suite "isa levels" bash dev/test_isa.sh
 [ -f dev/test_estimator.sh ] && suite "estimator" bash dev/test_estimator.sh
 suite "zero sweep" bash dev/test_zero_sweep.sh
 suite "zero sweep bf16" env PROG=./test_gpt_cpu_bf16 bash dev/test_zero_sweep.sh
@@ -57,5 +81,5 @@ suite "fuzz smoke" bash dev/fuzz/run.sh 15
 
 echo
 [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
-echo "$total_pass passed, $total_fail failed"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 [ $total_fail -eq 0 ]

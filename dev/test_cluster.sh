@@ -127,7 +127,7 @@ same_run() {
 placement_check() { # name out K R threads
   local name=$1 out=$2 K=$3 R=$4 th=$5
   local got want r
-  got=$(awk '/^placement: /{p=1; next} p && /^ +rank +node/{next} p && /^ +[0-9]+ +[^ ]+ +[0-9]+ +[0-9]+ +[0-9]+$/{print $1, $2, $3, $4, $5; next} p{exit}' "$out")
+  got=$(awk '/^placement: /{p=1; next} p && /^ +rank +node/{next} p && /^ +[0-9]+ +[^ ]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ of +[0-9]+/{print $1, $2, $3, $4, $5; next} p{exit}' "$out")
   want=$(for ((r = 0; r < K * R; r++)); do echo "$r $NAME-node$((r / R)) $((r % R)) $R $th"; done)
   if [ -n "$got" ] && [ "$got" = "$want" ] && grep -q "^placement: $((K * R)) ranks on $K nodes$" "$out"; then
     ok "$name: placement: $((K * R)) ranks on $K nodes, local ranks 0..$((R - 1)) of $R on each, $th thread(s) per rank"

@@ -14,6 +14,10 @@
 
 #include <mpi.h>
 #include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -287,14 +291,40 @@ static inline double comm_allreduce_max_host(Comm* c, double x) {
 
 static inline void comm_barrier(Comm* c) { (void)c; MPI_Barrier(MPI_COMM_WORLD); }
 
-/* Rank placement, printed by rank 0 at start: for every rank its node
-   (MPI_Get_processor_name: the hostname), its local rank and the number of
-   ranks on that node (MPI_COMM_TYPE_SHARED, as in comm_init) and its
-   OpenMP threads (omp_get_max_threads(): set by OMP_NUM_THREADS, else by
-   backend_init; 1 in a build without OpenMP). Collective (MPI_Gather of
-   76 bytes per rank); rows for at most 64 ranks, then a count. */
+/* Cores this process may run on (its affinity mask), and the cores of its
+   node: the affinity mask of its parent (mpirun, Open MPI's orted or
+   slurmstepd, which the launcher, a node's taskset or Slurm's allocation
+   bound), else the online cores. Linux; elsewhere both are the online
+   cores. */
+static inline int comm_affinity_count(int pid) {
+#if defined(__linux__) && defined(SYS_sched_getaffinity)
+    unsigned long long mask[16];   /* 1024 cpus */
+    memset(mask, 0, sizeof(mask));
+    long got = syscall(SYS_sched_getaffinity, pid, sizeof(mask), mask);
+    if (got <= 0) return -1;
+    int n = 0;
+    for (size_t i = 0; i < sizeof(mask) / sizeof(mask[0]); i++) n += __builtin_popcountll(mask[i]);
+    return n;
+#else
+    (void)pid;
+    return -1;
+#endif
+}
+static inline void comm_cores(int* own, int* node) {
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int a = comm_affinity_count(0), p = comm_affinity_count((int)getppid());
+    *own = a > 0 ? a : (online > 0 ? (int)online : 1);
+    *node = p >= *own ? p : (online > *own ? (int)online : *own);
+}
+
+/* Collective: rank 0 prints every rank's node, local rank, OpenMP threads
+   and cores (its affinity mask, and its share of its node's cores: node
+   cores / ranks on the node). A rank whose mask holds fewer cores than its
+   share runs fewer threads than it could (Open MPI binds each rank to one
+   core by default when there are at most 2 ranks): a note names those
+   ranks and the fix. */
 static inline void comm_print_placement(Comm* c, FILE* out) {
-    typedef struct { char node[64]; int local_rank, local_size, threads; } Place;
+    typedef struct { char node[64]; int local_rank, local_size, threads, cores, node_cores; } Place;
     Place me;
     memset(&me, 0, sizeof(me));
     char name[MPI_MAX_PROCESSOR_NAME];
@@ -310,6 +340,7 @@ static inline void comm_print_placement(Comm* c, FILE* out) {
 #else
     me.threads = 1;
 #endif
+    comm_cores(&me.cores, &me.node_cores);
     Place* all = c->rank == 0 ? (Place*)malloc(sizeof(Place) * (size_t)c->world_size) : NULL;
     if (c->rank == 0 && !all) comm_fatal(c, "out of memory: placement table of %d ranks", c->world_size);
     MPI_Gather(&me, (int)sizeof(Place), MPI_BYTE, all, (int)sizeof(Place), MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -321,11 +352,30 @@ static inline void comm_print_placement(Comm* c, FILE* out) {
         nodes += !seen;
     }
     fprintf(out, "placement: %d rank%s on %d node%s\n", c->world_size, c->world_size > 1 ? "s" : "", nodes, nodes > 1 ? "s" : "");
-    fprintf(out, "  %5s  %-24s %11s %11s %8s\n", "rank", "node", "local rank", "local size", "threads");
-    int shown = c->world_size < 64 ? c->world_size : 64;
-    for (int r = 0; r < shown; r++)
-        fprintf(out, "  %5d  %-24s %11d %11d %8d\n", r, all[r].node, all[r].local_rank, all[r].local_size, all[r].threads);
+    fprintf(out, "  %5s  %-24s %11s %11s %8s %6s %11s\n", "rank", "node", "local rank", "local size", "threads", "cores", "share");
+    int shown = c->world_size < 64 ? c->world_size : 64, under = 0, first = -1;
+    for (int r = 0; r < c->world_size; r++) {
+        int share = all[r].node_cores / (all[r].local_size > 0 ? all[r].local_size : 1);
+        if (share < 1) share = 1;
+        if (all[r].cores < share) { under++; if (first < 0) first = r; }
+        if (r < shown)
+            fprintf(out, "  %5d  %-24s %11d %11d %8d %6d %4d of %3d%s\n", r, all[r].node, all[r].local_rank, all[r].local_size,
+                    all[r].threads, all[r].cores, share, all[r].node_cores, all[r].cores < share ? "  <-- bound to fewer cores" : "");
+    }
     if (shown < c->world_size) fprintf(out, "  ... %d more ranks\n", c->world_size - shown);
+    if (under) {
+        const Place* q = &all[first];
+        int share = q->node_cores / (q->local_size > 0 ? q->local_size : 1);
+        if (under == 1)
+            fprintf(out, "note: rank %d is bound to %d core%s, but its share of its node is %d (%d cores / %d rank%s): it runs %d OpenMP thread%s.",
+                    first, q->cores, q->cores > 1 ? "s" : "", share, q->node_cores, q->local_size, q->local_size > 1 ? "s" : "",
+                    q->threads, q->threads > 1 ? "s" : "");
+        else
+            fprintf(out, "note: %d ranks (rank %d first: %d core%s, its share %d) are bound to fewer cores than their share of their node.",
+                    under, first, q->cores, q->cores > 1 ? "s" : "", share);
+        fprintf(out, " Open MPI binds each rank to one core when there are at most 2 ranks; give each rank its share with "
+                "mpirun --bind-to none (or --map-by slot:PE=%d)\n", share);
+    }
     fflush(out);
     free(all);
 }

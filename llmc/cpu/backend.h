@@ -43,18 +43,38 @@
 #define BACKEND_NAME "cpu-fp32"
 #endif
 /* backend_matmul_desc(): one line for the start-up output saying which
-   library multiplies the matrices in this program on this CPU (matmul.h). */
+   library multiplies the matrices in this program on this CPU (matmul.h),
+   at the ISA level of isa.h. */
 static inline const char* backend_matmul_desc(void) {
 #if defined(LLMC_BF16)
     return !strcmp(cpu_gemm_mode(), "primitive")
-        ? "oneDNN's bf16 matmul primitive (AMX: avx512_core_amx), fp32 accumulation"
+        ? "oneDNN's bf16 matmul primitive (AMX tiles: avx512_core_amx), fp32 accumulation"
+        : cpu_isa() == CPU_ISA_AMX
+        ? "oneDNN's fp32 sgemm on exact fp32 copies of the bf16 operands, rounded once to bf16 (LLMC_BF16_MATMUL=fp32)"
         : "oneDNN's fp32 sgemm on exact fp32 copies of the bf16 operands, rounded once to bf16 "
-          "(no AMX on this CPU; LLMC_BF16_MATMUL=primitive forces oneDNN's bf16 primitive)";
+          "(the ISA level is below amx; LLMC_BF16_MATMUL=primitive forces oneDNN's bf16 primitive at avx512 and above)";
 #elif defined(LLMC_USE_DNNL)
-    return "oneDNN's fp32 sgemm";
+    return cpu_isa() >= CPU_ISA_AVX512 ? "oneDNN's fp32 sgemm (AVX-512 FMA kernels)" : "oneDNN's fp32 sgemm (AVX2 FMA kernels)";
 #else
-    return "OpenBLAS's fp32 sgemm";
+    return cpu_isa() >= CPU_ISA_AVX512 ? "OpenBLAS's fp32 sgemm (AVX-512 kernels)" : "OpenBLAS's fp32 sgemm (AVX2 kernels)";
 #endif
+}
+
+/* backend_cpu_desc(): the start-up line naming the CPU, the ISA level its
+   kernels run at (isa.h: detection, LLMC_CPU_ISA, oneDNN) and what each
+   kernel family runs there. */
+static inline void backend_cpu_desc(char* out, size_t n) {
+    char isa[512];
+    cpu_isa_describe(isa, sizeof(isa));
+    snprintf(out, n, "%s; kernels: matmul %s, attention %s, elementwise AVX2+FMA (compiled for x86-64-v3: the same code at every level)",
+             isa,
+#ifdef LLMC_BF16
+             !strcmp(cpu_gemm_mode(), "primitive") ? "bf16 primitive" : "fp32 sgemm on copies",
+             !strcmp(cpu_gemm_mode(), "primitive") ? "bf16 primitive (heads packed)" : "fp32 sgemm on fp32 tiles"
+#else
+             "fp32 sgemm", "fp32 sgemm per head"
+#endif
+    );
 }
 
 /* the reduce-scatter needs a receive area of one full unit (comm.h) */
@@ -64,12 +84,23 @@ static inline const char* backend_matmul_desc(void) {
 /* First call of main, before MPI_Init: with Debian's OpenBLAS on a CPU it
    does not recognise, re-executes the program once with OPENBLAS_CORETYPE
    set so the fast kernels load (see cpu_blas_fast_path); no-op otherwise. */
-static inline void backend_preinit(char** argv) { cpu_blas_fast_path(argv); }
+static inline void backend_preinit(char** argv) {
+    cpu_isa_init();   /* the ISA level (isa.h), capped in oneDNN before its first use */
+    cpu_blas_fast_path(argv);
+}
 
 /* After MPI_Init: unless OMP_NUM_THREADS is set, give each rank its share
    of the node's cores (cores / ranks on the node, at least 1), so that
    several ranks on one machine do not oversubscribe it. */
 static inline void backend_init(Comm* c) {
+    /* a bad LLMC_CPU_ISA / LLMC_BF16_MATMUL, or a CPU below avx2: one
+       error line, exit 1 on every rank */
+    char err[ERRLEN] = "";
+    if (cpu_isa_error()[0]) snprintf(err, sizeof(err), "%s", cpu_isa_error());
+#ifdef LLMC_BF16
+    else cpu_gemm_choose(err, sizeof(err));
+#endif
+    comm_check_all(c, err);
 #ifdef _OPENMP
     if (!getenv("OMP_NUM_THREADS")) {
         int t = omp_get_num_procs() / (c->local_size > 0 ? c->local_size : 1);

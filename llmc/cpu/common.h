@@ -93,6 +93,8 @@ int dnnl_sgemm(char transa, char transb, int64_t M, int64_t N, int64_t K,
 #else
 #include <cblas.h>
 #endif
+/* the ISA level every kernel family follows (LLMC_CPU_ISA caps it) */
+#include "isa.h"
 
 /* ------------------------------------------------------------------------ */
 /* threading helpers                                                        */
@@ -138,7 +140,8 @@ static inline void cpu_blas_init(void) {
    OPENBLAS_CORETYPE only while the library loads, so the fix has to be made
    before the program starts: if OPENBLAS_CORETYPE is unset and OpenBLAS chose
    a core below what the CPU supports, this sets OPENBLAS_CORETYPE=SkylakeX
-   (CPU has AVX-512F) or Haswell (AVX2+FMA) and re-executes the program
+   (the ISA level, isa.h, is avx512 or above) or Haswell (avx2, or an
+   AVX-512 CPU capped at avx2 by LLMC_CPU_ISA) and re-executes the program
    (/proc/self/exe, same argv, same pid; an explicit OPENBLAS_CORETYPE is
    always respected, so it cannot loop). Call it first thing in main(),
    before MPI_Init and before any thread is created. Returns normally when
@@ -159,11 +162,15 @@ static inline void cpu_blas_fast_path(char** argv) {
     if (getenv("OPENBLAS_CORETYPE") != NULL) return;
     const char* core = openblas_get_corename();
     const char* want = NULL;
-    if (__builtin_cpu_supports("avx512f")) {
+    CpuIsa level = cpu_isa();
+    if (level < CPU_ISA_AVX512 && cpu_isa_state.detected >= CPU_ISA_AVX512) {
+        /* LLMC_CPU_ISA caps an AVX-512 CPU at avx2: OpenBLAS's AVX2 kernels */
+        if (strstr(core, "aswell") == NULL && strstr(core, "Zen") == NULL) want = "Haswell";
+    } else if (level >= CPU_ISA_AVX512) {
         if (strstr(core, "kylakex") == NULL && strstr(core, "ooperlake") == NULL &&
             strstr(core, "apphire") == NULL)
             want = "SkylakeX";
-    } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    } else if (level >= CPU_ISA_AVX2) {
         if (strstr(core, "aswell") == NULL && strstr(core, "kylake") == NULL &&
             strstr(core, "Zen") == NULL && strstr(core, "ooperlake") == NULL &&
             strstr(core, "apphire") == NULL)

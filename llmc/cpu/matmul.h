@@ -18,7 +18,7 @@
    and the result is rounded ONCE to bf16 (round to nearest even), as
    cuBLASLt does in the CUDA program (llmc/cuda/matmul.cuh, gemm_bf16 with
    beta = 1 and the bias epilogue). Two implementations, chosen once:
-   - "primitive" (when oneDNN dispatches to AMX, avx512_core_amx): oneDNN's
+   - "primitive" (at the ISA level amx, isa.h: AMX tiles): oneDNN's
      bf16 matmul primitive (brg:avx512_core_amx), bias in the primitive, the
      old C through the sum post-op. Primitives are created once per (batch,
      shape, strides, bias, accumulate, scale) and cached; oneDNN
@@ -34,7 +34,8 @@
      primitive reaches 85): the fp32 kernel on converted copies is ~1.7x
      faster, with the same rounding points.
    LLMC_BF16_MATMUL=primitive|fp32 in the environment forces one (to
-   compare them; the two agree to fp32 summation order, not bitwise).
+   compare them; the two agree to fp32 summation order, not bitwise); the
+   primitive needs the level avx512 or above (cpu_gemm_choose).
    Layout: ta != 0 means A is stored (K,M) with leading dimension lda (else
    (M,K)); likewise tb for B ((N,K) stored, else (K,N)); C (M,N) with ldc.
    Call it from serial code, never inside a parallel region. Scratch (the
@@ -82,14 +83,37 @@ static void cpu_gemm_check(dnnl_status_t s, const char* what) {
     }
 }
 
+/* The implementation the ISA level (isa.h) and LLMC_BF16_MATMUL choose:
+   1 = "fp32", 0 = "primitive"; -1 with a message in err (errlen bytes)
+   for a value that is not one, or the primitive forced on a CPU where
+   oneDNN 2.6 has no bf16 matmul (below avx512_core). The trainer calls it
+   on every rank at start-up (backend_init) so that the error ends every
+   rank; cpu_gemm_init calls it again and exits on the same error. */
+static inline int cpu_gemm_choose(char* err, size_t errlen) {
+    const char* e = getenv("LLMC_BF16_MATMUL");
+    CpuIsa level = cpu_isa();
+    if (e && !strcmp(e, "fp32")) return 1;
+    if (e && !strcmp(e, "primitive")) {
+        if (level < CPU_ISA_AVX512) {
+            snprintf(err, errlen, "LLMC_BF16_MATMUL=primitive: oneDNN's bf16 matmul primitive needs AVX512_CORE "
+                     "(AVX-512 F/BW/VL/DQ); this CPU runs at level %s%s: unset LLMC_BF16_MATMUL or use LLMC_BF16_MATMUL=fp32",
+                     cpu_isa_names[level], cpu_isa_state.cap_given && cpu_isa_state.cap < cpu_isa_state.detected ? " (capped by LLMC_CPU_ISA)" : "");
+            return -1;
+        }
+        return 0;
+    }
+    if (e && e[0]) { snprintf(err, errlen, "LLMC_BF16_MATMUL=%s: must be primitive or fp32 (or unset: the ISA level decides)", e); return -1; }
+    return level == CPU_ISA_AMX ? 0 : 1;
+}
+
 static void cpu_gemm_init(void) {
     if (cpu_gemm_state.ready) return;
+    char err[320] = "";
+    int f = cpu_gemm_choose(err, sizeof(err));
+    if (f < 0) { fprintf(stderr, "error: %s\n", err); exit(1); }
     cpu_gemm_check(dnnl_engine_create(&cpu_gemm_state.engine, dnnl_cpu, 0), "engine_create");
     cpu_gemm_check(dnnl_stream_create(&cpu_gemm_state.stream, cpu_gemm_state.engine, dnnl_stream_default_flags), "stream_create");
-    const char* e = getenv("LLMC_BF16_MATMUL");
-    if (e && !strcmp(e, "primitive")) cpu_gemm_state.use_fp32 = 0;
-    else if (e && !strcmp(e, "fp32")) cpu_gemm_state.use_fp32 = 1;
-    else cpu_gemm_state.use_fp32 = dnnl_get_effective_cpu_isa() != dnnl_cpu_isa_avx512_core_amx;
+    cpu_gemm_state.use_fp32 = f;
     cpu_gemm_state.ready = 1;
 }
 

@@ -51,6 +51,8 @@
 #define BACKEND_NAME "cuda-bf16"
 /* one line for the start-up output: what multiplies the matrices */
 static inline const char* backend_matmul_desc(void) { return "cuBLASLt bf16, fp32 accumulation"; }
+/* the twin of the CPU backend's start-up line: here the kernels run on the GPU */
+static inline void backend_cpu_desc(char* out, size_t n) { snprintf(out, n, "kernels on the GPU (CUDA, cuBLASLt); the host CPU only drives them"); }
 
 /* ------------------------------------------------------------------------ */
 /* device memory use (an independent measure beside the ledger)             */
