@@ -30,6 +30,7 @@
 #include "llmc/cpu/backend.h"
 #endif
 #include "llmc/gpt.h"
+#include "llmc/checkpoint.h"
 
 #if defined(__CUDACC__) || defined(LLMC_BF16)
 /* The bf16 programs (CUDA, and the CPU program built with -DLLMC_BF16, which

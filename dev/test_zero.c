@@ -2,15 +2,22 @@
  test_zero.c: unit tests of the shard plan, the memory ledger's predictions,
  the traffic predictions and the closed-form estimator of llmc/zero.h, and
  the offloaded optimizer's tiers, buffers and bytes between tiers.
- Only the plan part of zero.h is compiled (ZERO_PLAN_ONLY): no MPI, no
- backend. Every expected value is computed here with its own arithmetic
+ Only zero/plan.h, zero/ledger.h and zero/estimate.h are compiled: no
+ MPI, no backend (the ledger's allocators get host-memory stand-ins). Every expected value is computed here with its own arithmetic
  (written out below), never by calling the function under test.
 
    gcc -O2 -std=gnu11 -Wall -I. dev/test_zero.c -o /tmp/test_zero -lm
    /tmp/test_zero            (last line: "N passed, M failed"; exit 1 on failure)
 */
-#define ZERO_PLAN_ONLY
-#include "llmc/zero.h"
+#include <stdlib.h>
+#include <string.h>
+/* the ledger's allocators call the backend's memory functions: host memory here */
+static inline void* backend_malloc(size_t bytes) { return malloc(bytes); }
+static inline void backend_free(void* p) { free(p); }
+static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+#include "llmc/zero/plan.h"
+#include "llmc/zero/ledger.h"
+#include "llmc/zero/estimate.h"
 
 #include <math.h>
 
@@ -104,9 +111,20 @@ static void expect_layout(const TList* l, int N, Expect* e) {
     e->root = e->upadded[0];
 }
 
+/* the spec of a plan with the default unit classes (unit 0 root, the rest blocks) */
+static ZeroSpec spec_of(const ZeroTensor* t, int n, int num_units, int stage, int N, int rank, int pb, int gb,
+                        int reshard, int prefetch, int A) {
+    ZeroSpec s;
+    memset(&s, 0, sizeof(s));
+    s.tensors = t; s.num_tensors = n; s.num_units = num_units; s.zero_stage = stage;
+    s.num_ranks = N; s.rank = rank; s.replicas = 1; s.param_bytes = pb; s.grad_bytes = gb;
+    s.reshard_after_forward = reshard; s.prefetch = prefetch; s.grad_accum_steps = A;
+    return s;
+}
 static int plan_init_simple(ZeroPlan* P, const TList* l, int stage, int N, int rank, int pb, int gb,
                             int reshard, int prefetch, int A, char* err) {
-    return zero_plan_init(P, l->t, l->n, l->num_units, stage, N, rank, 1, pb, gb, reshard, prefetch, A, err, ERRLEN);
+    ZeroSpec s = spec_of(l->t, l->n, l->num_units, stage, N, rank, pb, gb, reshard, prefetch, A);
+    return zero_plan_init(P, &s, err, ERRLEN);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -159,6 +177,12 @@ static void test_layout(const TList* l) {
             }
             CHECK(ok_t, "N=%d stage %d: tensor offsets aligned, in order, not overlapping", N, stage);
 
+            /* the plan of every rank (the same spec but the rank) */
+            ZeroPlan* PR = (ZeroPlan*)calloc((size_t)N, sizeof(ZeroPlan));
+            for (int r = 0; r < N; r++) {
+                int rc2 = plan_init_simple(&PR[r], l, stage, N, r, 2, 2, 1, 1, 1, err);
+                CHECK(rc2 == 0, "N=%d stage %d rank %d: init failed: %s", N, stage, r, err);
+            }
             /* own ranges cover every unit exactly once */
             int ok_cover = 1, ok_tcover = 1, ok_pad = 1, ok_upd = 1;
             for (int u = 0; u < l->num_units; u++) {
@@ -168,9 +192,9 @@ static void test_layout(const TList* l) {
                 for (int i = 0; i < l->n; i++)
                     if (l->t[i].unit == u) for (size_t x = 0; x < l->t[i].size; x++) is_t[e.toff[i] + x] = 1;
                 for (int r = 0; r < N; r++) {
-                    P.rank = r;
+                    const ZeroPlan* Pr = &PR[r];
                     size_t lo, hi;
-                    zero_own_range(&P, u, &lo, &hi);
+                    zero_own_range(Pr, u, &lo, &hi);
                     if (lo != (size_t)r * e.ushard[u] || hi != lo + e.ushard[u] || hi > pad) { ok_cover = 0; continue; }
                     for (size_t x = lo; x < hi; x++) mark[x]++;
                 }
@@ -182,10 +206,10 @@ static void test_layout(const TList* l) {
                     if (l->t[i].unit != u) continue;
                     unsigned char* tm = (unsigned char*)calloc(l->t[i].size, 1);
                     for (int r = 0; r < N; r++) {
-                        P.rank = r;
+                        const ZeroPlan* Pr = &PR[r];
                         size_t lo, hi, a = 0;
-                        zero_own_range(&P, u, &lo, &hi);
-                        size_t n = zero_tensor_overlap(&P, i, lo, hi, &a);
+                        zero_own_range(Pr, u, &lo, &hi);
+                        size_t n = zero_tensor_overlap(Pr, i, lo, hi, &a);
                         if (!n) continue;
                         if (a < lo || a + n > hi || a < e.toff[i] || a + n > e.toff[i] + l->t[i].size) { ok_tcover = 0; continue; }
                         for (size_t x = a; x < a + n; x++) { tm[x - e.toff[i]]++; if (!is_t[x]) ok_pad = 0; }
@@ -196,10 +220,10 @@ static void test_layout(const TList* l) {
                        (replicated), exactly once over ranks at stages 1-3 */
                     memset(tm, 0, l->t[i].size);
                     for (int r = 0; r < N; r++) {
-                        P.rank = r;
+                        const ZeroPlan* Pr = &PR[r];
                         size_t lo, hi, a = 0;
-                        zero_update_range(&P, u, &lo, &hi);
-                        size_t n = zero_tensor_overlap(&P, i, lo, hi, &a);
+                        zero_update_range(Pr, u, &lo, &hi);
+                        size_t n = zero_tensor_overlap(Pr, i, lo, hi, &a);
                         if (!n) continue;
                         if (a < lo || a + n > hi || a < e.toff[i] || a + n > e.toff[i] + l->t[i].size) { ok_upd = 0; continue; }
                         for (size_t x = a; x < a + n; x++) { tm[x - e.toff[i]]++; if (!is_t[x]) ok_pad = 0; }
@@ -223,13 +247,13 @@ static void test_layout(const TList* l) {
                 int ok_idx = 1, ok_held = 1;
                 if (want_full) {
                     unsigned char* m = (unsigned char*)calloc(e.full, 1);
-                    P.rank = N - 1;
+                    const ZeroPlan* Pr = &PR[N - 1];
                     for (int u = 0; u < l->num_units; u++) {
                         size_t lo, hi;
-                        zero_held_range(&P, b, u, &lo, &hi);
+                        zero_held_range(Pr, b, u, &lo, &hi);
                         if (lo != 0 || hi != e.upadded[u]) ok_held = 0;
                         for (size_t x = 0; x < e.upadded[u]; x++) {
-                            size_t k = zero_index(&P, b, u, x);
+                            size_t k = zero_index(Pr, b, u, x);
                             if (k >= e.full || k != e.uoff[u] + x) { ok_idx = 0; continue; }
                             m[k]++;
                         }
@@ -239,15 +263,15 @@ static void test_layout(const TList* l) {
                 } else {
                     unsigned char* m = (unsigned char*)calloc(e.sharded, 1);
                     for (int r = 0; r < N; r++) {
-                        P.rank = r;
+                        const ZeroPlan* Pr = &PR[r];
                         memset(m, 0, e.sharded);
                         for (int u = 0; u < l->num_units; u++) {
                             size_t lo, hi, olo, ohi;
-                            zero_held_range(&P, b, u, &lo, &hi);
-                            zero_own_range(&P, u, &olo, &ohi);
+                            zero_held_range(Pr, b, u, &lo, &hi);
+                            zero_own_range(Pr, u, &olo, &ohi);
                             if (lo != olo || hi != ohi) ok_held = 0;
                             for (size_t x = olo; x < ohi; x++) {
-                                size_t k = zero_index(&P, b, u, x);
+                                size_t k = zero_index(Pr, b, u, x);
                                 if (k >= e.sharded || k != e.usoff[u] + (x - (size_t)r * e.ushard[u])) { ok_idx = 0; continue; }
                                 m[k]++;
                             }
@@ -260,6 +284,8 @@ static void test_layout(const TList* l) {
                 CHECK(ok_idx, "N=%d stage %d buffer %d: zero_index is not a bijection onto [0, %s)", N, stage, b,
                       want_full ? "padded_parameters" : "shard_parameters");
             }
+            for (int r = 0; r < N; r++) zero_plan_free(&PR[r]);
+            free(PR);
             zero_plan_free(&P);
         }
     }
@@ -394,14 +420,16 @@ static void test_classes(void) {
         expect_layout(&l, N, &e);
         char err[ERRLEN] = "";
         ZeroPlan P;
-        int rc = zero_plan_init(&P, l.t, l.n, l.num_units, 3, N, 0, 1, 2, 2, 1, pf, A, err, ERRLEN);
-        CHECK(rc == 0, "init: %s", err);
-        if (rc) continue;
-        P.overlap = ov;
-        int uc[6] = {0, 1, 1, 2, 2, 2}, modes[3] = {ZERO_KEEP_STEP, m1, m2}, uses[3] = {1, 3, 2};
-        const char* names[3] = {"root", "chunks", "blocks"};
-        rc = zero_plan_set_classes(&P, 3, uc, modes, uses, names, err, ERRLEN);
-        CHECK(rc == 0, "classes: %s", err);
+        int uc[6] = {0, 1, 1, 2, 2, 2};
+        ZeroSpec sp = spec_of(l.t, l.n, l.num_units, 3, N, 0, 2, 2, 1, pf, A);
+        sp.overlap = ov;
+        sp.emb_gather_bytes = 1000;
+        sp.num_classes = 3; sp.unit_class = uc;
+        sp.classes[0] = (ZeroClassSpec){"root", ZERO_KEEP_STEP, 1};
+        sp.classes[1] = (ZeroClassSpec){"chunks", m1, 3};
+        sp.classes[2] = (ZeroClassSpec){"blocks", m2, 2};
+        int rc = zero_plan_init(&P, &sp, err, ERRLEN);
+        CHECK(rc == 0, "init with classes: %s", err);
         if (rc) continue;
         unsigned long long p = 2, g = 2, a = (unsigned long long)A;
         unsigned long long mx1 = e.upadded[1] > e.upadded[2] ? e.upadded[1] : e.upadded[2];
@@ -419,7 +447,6 @@ static void test_classes(void) {
         CHECK(Lg.predicted[MEM_GATHERED] == gath, "N=%d m1 %d m2 %d pf %d: gathered %llu, expected %llu", N, m1, m2, pf, Lg.predicted[MEM_GATHERED], gath);
         CHECK(Lg.predicted[MEM_UNIT_GRADS] == ug, "N=%d ov %d: unit grads %llu, expected %llu", N, ov, Lg.predicted[MEM_UNIT_GRADS], ug);
         unsigned long long h[COLL_NUM];
-        P.emb_gather_bytes = 1000;
         zero_predict_traffic(&P, h);
         unsigned long long c1 = e.upadded[1] + e.upadded[2], c2 = e.upadded[3] + e.upadded[4] + e.upadded[5];
         unsigned long long ag = p * e.upadded[0] + p * c1 * (m1 == ZERO_RESHARD ? 3 * a : 1)
@@ -440,7 +467,8 @@ static void expect_error(const TList* l, int n, int num_units, int stage, int N,
                          const char* what, const char* word) {
     char err[ERRLEN] = "";
     ZeroPlan P;
-    int rc = zero_plan_init(&P, l->t, n, num_units, stage, N, rank, 1, pb, pb, 1, prefetch, A, err, ERRLEN);
+    ZeroSpec sp = spec_of(l->t, n, num_units, stage, N, rank, pb, pb, 1, prefetch, A);
+    int rc = zero_plan_init(&P, &sp, err, ERRLEN);
     CHECK(rc == 1, "%s: returned %d, expected 1", what, rc);
     CHECK(err[0] != '\0', "%s: no message", what);
     CHECK(strstr(err, word) != NULL, "%s: message '%s' does not mention '%s'", what, err, word);
@@ -488,10 +516,12 @@ static void test_errors(void) {
     /* the valid neighbours of those configurations are accepted */
     char err[ERRLEN] = "";
     ZeroPlan P;
-    int rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 3, 4, 3, 1, 2, 2, 1, 0, 1, err, ERRLEN);
+    ZeroSpec sp = spec_of(ok.t, ok.n, ok.num_units, 3, 4, 3, 2, 2, 1, 0, 1);
+    int rc = zero_plan_init(&P, &sp, err, ERRLEN);
     CHECK(rc == 0, "stage 3, rank 3 of 4, prefetch 0: rejected: %s", err);
     zero_plan_free(&P);
-    rc = zero_plan_init(&P, ok.t, ok.n, ok.num_units, 0, 1, 0, 1, 4, 4, 0, 0, 1, err, ERRLEN);
+    sp = spec_of(ok.t, ok.n, ok.num_units, 0, 1, 0, 4, 4, 0, 0, 1);
+    rc = zero_plan_init(&P, &sp, err, ERRLEN);
     CHECK(rc == 0, "stage 0, 1 rank, fp32: rejected: %s", err);
     zero_plan_free(&P);
     group_end("impossible configurations rejected with a message");
@@ -597,15 +627,19 @@ static void test_offload(const TList* l) {
             if (mode == OFFLOAD_NONE && staging) continue;
             char err[ERRLEN] = "";
             ZeroPlan P;
-            int rc = plan_init_simple(&P, l, stage, N, N - 1, pb, pb, 1, 1, 1, err);
+            ZeroSpec sp = spec_of(l->t, l->n, l->num_units, stage, N, N - 1, pb, pb, 1, 1, 1);
+            ZeroPlan Q;                               /* the same plan without offload */
+            int rc = zero_plan_init(&Q, &sp, err, ERRLEN);
             CHECK(rc == 0, "init failed: %s", err);
-            if (rc) { zero_plan_free(&P); continue; }
-            P.offload = mode; P.offload_staging = staging;
+            if (rc) { zero_plan_free(&Q); continue; }
+            sp.offload = mode; sp.offload_staging = staging;
+            rc = zero_plan_init(&P, &sp, err, ERRLEN);
+            CHECK(rc == 0, "init failed: %s", err);
+            if (rc) { zero_plan_free(&P); zero_plan_free(&Q); continue; }
             Ledger A, B;
             zero_predict_memory(&P, 777ULL, &A);
-            P.offload = OFFLOAD_NONE; P.offload_staging = 0;
-            zero_predict_memory(&P, 777ULL, &B);     /* the same plan without offload */
-            P.offload = mode; P.offload_staging = staging;
+            zero_predict_memory(&Q, 777ULL, &B);
+            zero_plan_free(&Q);
             unsigned long long p = (unsigned long long)pb, g = p;
             int nopt = pb == 2 ? 3 : 2;                /* master only when p < 4 */
             unsigned long long emaster = pb == 2 ? 4 * S_ : 0, emv = 4 * S_;

@@ -1,15 +1,26 @@
 /*
- checkpoint.h: writing llm.c model checkpoints (version 3, fp32, or
- version 5, bf16) from a sharded model, collectively and atomically. Every rank writes the tensor
- elements of its OWN shard (from the fp32 master copy when there is one,
- else from the params) at their place in the tensor-major file with
- pwrite(2); nothing is gathered to rank 0, so the same code serves every
- ZeRO stage. Rank 0 creates "<path>.tmp" with the header and its full size,
- all ranks write and fsync, and only when every rank has succeeded does
- rank 0 rename it to <path>. A failure anywhere leaves any previous <path>
- untouched and removes the temporary file. All ranks must see the same
- file system (one node, or a shared file system across nodes). The same
- collective writer (CollectiveFile) serves the training state (state.h).
+ checkpoint.h: llm.c's model checkpoint format, both directions, for a
+ sharded model. File (tensor-major): int32 header[256] = {20240326, version
+ (3: fp32, 5: bf16), maxT, V, L, NH, C, Vp}, then wte, wpe, ln1w[L],
+ ln1b[L], qkvw[L], qkvb[L], attprojw[L], attprojb[L], ln2w[L], ln2b[L],
+ fcw[L], fcb[L], fcprojw[L], fcprojb[L], lnfw, lnfb (gpt2_checkpoint_order
+ maps the plan's unit-major tensors to this order).
+
+ Reading (gpt2_read_checkpoint_header, gpt2_load_checkpoint): the header
+ is checked against the file's size; every rank reads the tensors and
+ keeps the ranges it holds (from llm.c's fp32 or bf16 files alike).
+
+ Writing (gpt2_save_checkpoint, version 3 or 5), collectively and
+ atomically: every rank writes the tensor elements of its OWN shard (from
+ the fp32 master copy when there is one, else from the params) at their
+ place in the file with pwrite(2); nothing is gathered to rank 0, so the
+ same code serves every ZeRO stage. Rank 0 creates "<path>.tmp" with the
+ header and its full size, all ranks write and fsync, and only when every
+ rank has succeeded does rank 0 rename it to <path>. A failure anywhere
+ leaves any previous <path> untouched and removes the temporary file. All
+ ranks must see the same file system (one node, or a shared file system
+ across nodes). The same collective writer (CollectiveFile) serves the
+ training state (state.h).
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -17,6 +28,96 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include "gpt.h"
+
+#define CKPT_MAGIC 20240326
+
+
+/* Checkpoint order: the plan tensor index of each tensor (piece) in file
+   order: wte's pieces in row order, wpe, then each block tensor kind for
+   all layers, lnfw, lnfb. Returns the count (gpt2_num_tensors). */
+static inline int gpt2_checkpoint_order(const GPT2Layout* y, int* order) {
+    int k = 0;
+    for (int c = 0; c < y->num_chunks; c++) order[k++] = gpt2_tensor_chunk(y, c);
+    order[k++] = T_WPE;
+    for (int j = 0; j < GPT2_BLOCK_TENSORS; j++)
+        for (int l = 0; l < y->num_layers; l++) order[k++] = gpt2_block_tensor(y, l, j);
+    order[k++] = T_LNFW; order[k++] = T_LNFB;
+    return k;
+}
+
+/* Read an llm.c checkpoint header; 0 or 1 with a message naming the file.
+   *version gets 3 or 5. */
+static inline int gpt2_read_checkpoint_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return set_err(err, errlen, "checkpoint %s: not a regular file", path);
+    FILE* f = fopen(path, "rb");
+    if (!f) return set_err(err, errlen, "checkpoint %s: cannot open (%s)", path, strerror(errno));
+    int h[256];
+    long long fsz = file_size_bytes(f);
+    size_t got = fread(h, sizeof(int), 256, f);
+    fclose(f);
+    if (got != 256) return set_err(err, errlen, "checkpoint %s: file is %lld bytes, shorter than the 1024-byte header", path, fsz);
+    if (h[0] != CKPT_MAGIC) return set_err(err, errlen, "checkpoint %s: bad magic %d (expected %d, an llm.c model file)", path, h[0], CKPT_MAGIC);
+    if (h[1] != 3 && h[1] != 5) return set_err(err, errlen, "checkpoint %s: unsupported version %d (expected 3 = fp32 or 5 = bf16)", path, h[1]);
+    c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4]; c->num_heads = h[5]; c->channels = h[6];
+    c->padded_vocab_size = h[7];
+    *version = h[1];
+    if (gpt2_config_check(c, path, err, errlen)) return 1;
+    long long total = gpt2_count_parameters(c);
+    long long expect = 1024 + total * (h[1] == 3 ? 4 : 2);
+    if (fsz != expect) return set_err(err, errlen, "checkpoint %s: %lld bytes, but its header (L=%d C=%d Vp=%d maxT=%d, version %d) implies %lld", path, fsz, c->num_layers, c->channels, c->padded_vocab_size, c->max_seq_len, h[1], expect);
+    return 0;
+}
+
+/* Load the parameters of an llm.c checkpoint (version 3 or 5) whose
+   config equals m->config into the ranges this rank holds. 0 or 1 with a
+   message. */
+static inline int gpt2_load_checkpoint(GPT2* m, const char* path, char* err, size_t errlen) {
+    GPT2Config c;
+    int version;
+    if (gpt2_read_checkpoint_header(path, &c, &version, err, errlen)) return 1;
+    if (memcmp(&c, &m->config, sizeof(c)) != 0) return set_err(err, errlen, "checkpoint %s: config does not match the model", path);
+    FILE* f = fopen(path, "rb");
+    if (!f) return set_err(err, errlen, "checkpoint %s: cannot open (%s)", path, strerror(errno));
+    const ZeroPlan* P = &m->plan;
+    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "checkpoint order");
+    gpt2_checkpoint_order(&m->layout, order);
+    size_t maxsz = 0;
+    for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
+    float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");
+    uint16_t* raw = version == 5 ? (uint16_t*)malloc_or_die(maxsz * 2, "checkpoint buffer") : NULL;
+    fseeko(f, 1024, SEEK_SET);
+    int rc = 0;
+    for (int k = 0; k < P->num_tensors && !rc; k++) {
+        int t = order[k];
+        size_t n = P->tensors[t].size;
+        if (version == 3) { if (fread(buf, 4, n, f) != n) rc = set_err(err, errlen, "checkpoint %s: truncated in tensor %s", path, P->tensors[t].name); }
+        else {
+            if (fread(raw, 2, n, f) != n) rc = set_err(err, errlen, "checkpoint %s: truncated in tensor %s", path, P->tensors[t].name);
+            else for (size_t i = 0; i < n; i++) buf[i] = bf16_bits_to_float(raw[i]);
+        }
+        for (size_t i = 0; i < n && !rc; i++)
+            if (!isfinite(buf[i])) rc = set_err(err, errlen, "checkpoint %s: non-finite value in tensor %s at %zu", path, P->tensors[t].name, i);
+        if (!rc) gpt2_set_tensor(m, t, buf);
+    }
+    fclose(f);
+    free(buf); free(raw); free(order);
+    return rc;
+}
+
+/* Byte offset of element 0 of every plan tensor in an fp32 (version 3)
+   checkpoint (tensor-major, after the 1024-byte header); also the offsets
+   of the Adam m section of a training state (state.h). out: num_tensors. */
+static inline void gpt2_checkpoint_offsets(const GPT2Layout* y, const ZeroPlan* P, long long* out) {
+    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "checkpoint order");
+    gpt2_checkpoint_order(y, order);
+    long long off = 1024;
+    for (int k = 0; k < P->num_tensors; k++) {
+        out[order[k]] = off;
+        off += 4LL * (long long)P->tensors[order[k]].size;
+    }
+    free(order);
+}
 
 /* pwrite of exactly n bytes at off (loops over short writes, retries
    EINTR). 0, or -1 with errno (ENOSPC for a write of 0 bytes). */

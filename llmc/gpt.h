@@ -1,33 +1,17 @@
 /*
- gpt.h: the GPT-2 model over the ZeRO engine: configuration, the parameter
- tensors and their units, initialisation, llm.c checkpoints, activations,
- and the forward and backward passes written as a loop over units. Written
- once for both backends: it calls only backend functions (memory, kernels,
- collectives) and the engine (zero.h), never MPI, CUDA or BLAS directly.
+ gpt.h: the GPT-2 model over the ZeRO engine: its parameters (through the
+ plan of gpt_shard.h), activations, initialisation, and the forward and
+ backward passes written as a loop over units. Written once for both
+ backends: it calls only backend functions (memory, kernels, collectives)
+ and the engine (zero.h), never MPI, CUDA or BLAS directly. The llm.c
+ checkpoint format, both directions, is checkpoint.h's.
 
  Model (Radford et al. 2019, GPT-2): token + learned position embeddings;
  L pre-LayerNorm blocks, each x += attproj(attention(qkv(ln1(x)))) then
  x += fcproj(gelu_tanh(fc(ln2(x)))); final LayerNorm; logits = lnf(x) wte^T
  (LM head tied to wte) over the vocabulary padded to a multiple of 128;
- loss = mean cross-entropy over the real vocabulary.
-
- Units (DESIGN.md section 1; the granules of ZeRO-3 gathering), in the
- order of the flat buffer:
-   unit 0            the root {wpe (maxT,C), lnfw (C), lnfb (C)}
-   units 1..K        the vocabulary chunks of wte: chunk k holds rows
-                     [k*Vc, min((k+1)*Vc, Vp)) of wte (Vp,C) as one tensor
-                     piece; Vc is chosen so that every chunk but the last
-                     fills whole shard granules, so wte stays contiguous in
-                     a full buffer
-   units K+1..K+L    transformer block l {ln1w, ln1b (C), qkvw (3C,C),
-                     qkvb (3C), attprojw (C,C), attprojb (C), ln2w, ln2b (C),
-                     fcw (4C,C), fcb (4C), fcprojw (C,4C), fcprojb (C)}
- Weight decay applies to the 2-D tensors: wte, wpe, qkvw, attprojw, fcw,
- fcprojw. Unit classes (zero.h): the root is kept gathered for the
- optimizer step; the chunks are gathered for each use (embedding forward,
- LM-head forward, LM-head backward) unless --reshard-embedding 0 keeps them
- for the step (the whole embedding then moves once per step); the blocks
- are gathered for forward and again for backward (reshard_after_forward).
+ loss = mean cross-entropy over the real vocabulary. Units, tensors and
+ their classes: gpt_shard.h.
 
  The LM head and the loss never hold a (B*T, Vp) logits buffer: the
  forward runs over the vocabulary chunks with an online softmax (running
@@ -45,11 +29,6 @@
  rounding), after the reduce-scatter of the LM head's part. No rank ever
  holds a wte-sized gradient buffer for the embedding, and stages 0-3 add
  the same sums in the same order.
-
- Checkpoint (llm.c, tensor-major): int32 header[256] = {20240326, version
- (3: fp32, 5: bf16), maxT, V, L, NH, C, Vp}, then wte, wpe, ln1w[L],
- ln1b[L], qkvw[L], qkvb[L], attprojw[L], attprojb[L], ln2w[L], ln2b[L],
- fcw[L], fcb[L], fcprojw[L], fcprojb[L], lnfw, lnfb.
 */
 #ifndef LLMC_GPT_H
 #define LLMC_GPT_H
@@ -57,152 +36,8 @@
 #include <sys/stat.h>
 #include "utils.h"
 #include "bf16.h"
-#include "zero.h"
+#include "gpt_shard.h"
 #include "rand.h"
-
-#define CKPT_MAGIC 20240326
-#define GPT2_BLOCK_TENSORS 12
-
-typedef struct {
-    int max_seq_len;        /* maxT */
-    int vocab_size;         /* V: real vocabulary */
-    int padded_vocab_size;  /* Vp: V rounded up to a multiple of 128 */
-    int num_layers;         /* L */
-    int num_heads;          /* NH */
-    int channels;           /* C */
-} GPT2Config;
-
-static const char* gpt2_block_names[GPT2_BLOCK_TENSORS] = {"ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-                                                            "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
-enum { B_LN1W = 0, B_LN1B, B_QKVW, B_QKVB, B_ATTPROJW, B_ATTPROJB, B_LN2W, B_LN2B, B_FCW, B_FCB, B_FCPROJW, B_FCPROJB };
-/* plan tensor indices of the root */
-enum { T_WPE = 0, T_LNFW, T_LNFB, T_WTE0 };
-enum { GPT2_CLASS_ROOT = 0, GPT2_CLASS_CHUNKS, GPT2_CLASS_BLOCKS };
-
-/* Where the units and tensors are: K vocabulary chunks of chunk_rows rows
-   (the last has last_rows), then L blocks. */
-typedef struct {
-    int num_layers;
-    int num_chunks;         /* K */
-    int chunk_rows;         /* Vc */
-    int last_rows;          /* rows of chunk K-1 (<= Vc) */
-} GPT2Layout;
-
-static inline int gpt2_unit_root(void) { return 0; }
-static inline int gpt2_unit_chunk(const GPT2Layout* y, int k) { (void)y; return 1 + k; }
-static inline int gpt2_unit_block(const GPT2Layout* y, int l) { return 1 + y->num_chunks + l; }
-static inline int gpt2_num_units(const GPT2Layout* y) { return 1 + y->num_chunks + y->num_layers; }
-static inline int gpt2_num_tensors(const GPT2Layout* y) { return T_WTE0 + y->num_chunks + GPT2_BLOCK_TENSORS * y->num_layers; }
-static inline int gpt2_tensor_chunk(const GPT2Layout* y, int k) { (void)y; return T_WTE0 + k; }
-/* Plan index of block tensor j of layer l. */
-static inline int gpt2_block_tensor(const GPT2Layout* y, int l, int j) { return T_WTE0 + y->num_chunks + l * GPT2_BLOCK_TENSORS + j; }
-static inline int gpt2_chunk_row0(const GPT2Layout* y, int k) { return k * y->chunk_rows; }
-static inline int gpt2_chunk_nrows(const GPT2Layout* y, int k) { return k == y->num_chunks - 1 ? y->last_rows : y->chunk_rows; }
-
-static inline size_t gpt2_gcd(size_t a, size_t b) { while (b) { size_t t = a % b; a = b; b = t; } return a; }
-
-/* The vocabulary chunking for shard groups of `group` ranks: about
-   target_rows rows per chunk (1..Vp; >= Vp gives one chunk), equal chunks
-   but the last, and every chunk but the last a whole number of shard
-   granules (group * ZERO_ALIGN elements), so that it needs no padding and
-   wte is contiguous in a full buffer. */
-static inline void gpt2_layout_init(GPT2Layout* y, int num_layers, int Vp, int C, int group, int target_rows) {
-    size_t granule = (size_t)group * ZERO_ALIGN;
-    size_t step = granule / gpt2_gcd((size_t)C, granule);   /* rows per granule multiple */
-    if (target_rows < 1) target_rows = 1;
-    int K = (Vp + target_rows - 1) / target_rows;
-    size_t rows = round_up((size_t)((Vp + K - 1) / K), step);
-    if (rows >= (size_t)Vp) rows = (size_t)Vp;
-    y->num_layers = num_layers;
-    y->chunk_rows = (int)rows;
-    y->num_chunks = (int)(((size_t)Vp + rows - 1) / rows);
-    y->last_rows = Vp - (y->num_chunks - 1) * y->chunk_rows;
-}
-
-/* Validate a configuration; 0 or 1 with a message. `what` names its source. */
-static inline int gpt2_config_check(const GPT2Config* c, const char* what, char* err, size_t errlen) {
-    if (c->max_seq_len < 1 || c->vocab_size < 1 || c->num_layers < 1 || c->num_heads < 1 || c->channels < 1)
-        return set_err(err, errlen, "%s: sizes must be positive (maxT %d, V %d, L %d, NH %d, C %d)", what,
-                       c->max_seq_len, c->vocab_size, c->num_layers, c->num_heads, c->channels);
-    if (c->channels % c->num_heads != 0)
-        return set_err(err, errlen, "%s: channels %d not divisible by num_heads %d", what, c->channels, c->num_heads);
-    if (c->padded_vocab_size < c->vocab_size)
-        return set_err(err, errlen, "%s: padded vocab %d smaller than vocab %d", what, c->padded_vocab_size, c->vocab_size);
-    if (c->max_seq_len > 1000000 || c->vocab_size > 10000000 || c->num_layers > 1000 || c->channels > 100000)
-        return set_err(err, errlen, "%s: implausible sizes (maxT %d, V %d, L %d, C %d)", what, c->max_seq_len, c->vocab_size, c->num_layers, c->channels);
-    return 0;
-}
-
-/* The tensor list of the plan (sizes in elements, unit, decay flag). out
-   must hold gpt2_num_tensors(y) entries. */
-static inline void gpt2_build_tensors(const GPT2Config* c, const GPT2Layout* y, ZeroTensor* out) {
-    size_t C = (size_t)c->channels, maxT = (size_t)c->max_seq_len;
-    size_t bs[GPT2_BLOCK_TENSORS] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
-    int bd[GPT2_BLOCK_TENSORS] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
-    memset(out, 0, (size_t)gpt2_num_tensors(y) * sizeof(ZeroTensor));
-    out[T_WPE].name = "wpe"; out[T_WPE].unit = gpt2_unit_root(); out[T_WPE].size = maxT * C; out[T_WPE].decay = 1;
-    out[T_LNFW].name = "lnfw"; out[T_LNFW].unit = gpt2_unit_root(); out[T_LNFW].size = C;
-    out[T_LNFB].name = "lnfb"; out[T_LNFB].unit = gpt2_unit_root(); out[T_LNFB].size = C;
-    for (int k = 0; k < y->num_chunks; k++) {
-        ZeroTensor* t = &out[gpt2_tensor_chunk(y, k)];
-        t->name = "wte"; t->unit = gpt2_unit_chunk(y, k); t->size = (size_t)gpt2_chunk_nrows(y, k) * C; t->decay = 1;
-    }
-    for (int l = 0; l < y->num_layers; l++)
-        for (int j = 0; j < GPT2_BLOCK_TENSORS; j++) {
-            ZeroTensor* t = &out[gpt2_block_tensor(y, l, j)];
-            t->name = gpt2_block_names[j]; t->unit = gpt2_unit_block(y, l); t->size = bs[j]; t->decay = bd[j];
-        }
-}
-
-/* num_parameters (Psi) of a config: the sum of its tensor sizes, the vocab
-   padded to Vp as llm.c counts it. The config must be valid. */
-static inline long long gpt2_count_parameters(const GPT2Config* c) {
-    long long C = c->channels, L = c->num_layers;
-    return (long long)c->padded_vocab_size * C + (long long)c->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
-}
-
-/* Checkpoint order: the plan tensor index of each tensor (piece) in file
-   order: wte's pieces in row order, wpe, then each block tensor kind for
-   all layers, lnfw, lnfb. Returns the count (gpt2_num_tensors). */
-static inline int gpt2_checkpoint_order(const GPT2Layout* y, int* order) {
-    int k = 0;
-    for (int c = 0; c < y->num_chunks; c++) order[k++] = gpt2_tensor_chunk(y, c);
-    order[k++] = T_WPE;
-    for (int j = 0; j < GPT2_BLOCK_TENSORS; j++)
-        for (int l = 0; l < y->num_layers; l++) order[k++] = gpt2_block_tensor(y, l, j);
-    order[k++] = T_LNFW; order[k++] = T_LNFB;
-    return k;
-}
-
-/* Random-stream number of each plan tensor for initialisation: the same for
-   any chunking (all wte pieces draw from one stream, in row order). */
-static inline unsigned long long gpt2_init_stream(const GPT2Layout* y, int t) {
-    if (t == T_WPE) return 1;
-    if (t >= T_WTE0 && t < T_WTE0 + y->num_chunks) return 0;
-    if (t == T_LNFW) return 2;
-    if (t == T_LNFB) return 3;
-    return 4 + (unsigned long long)(t - T_WTE0 - y->num_chunks);
-}
-
-/* ------------------------------------------------------------------------ */
-
-/* Options of the model's execution (not of the architecture). */
-typedef struct {
-    int zero_stage;             /* 0..3 */
-    int reshard_after_forward;  /* stage 3, blocks: 1 free after forward, 0 keep until backward */
-    int reshard_embedding;      /* stage 3, wte chunks: 1 gather for each use, 0 keep for the step */
-    int prefetch;               /* stage 3: units gathered ahead of use */
-    int grad_accum_steps;       /* micro-steps per optimizer step */
-    int vocab_chunk;            /* target rows of wte per vocabulary chunk */
-    int keep_logits;            /* 1: keep every chunk's logits from forward to backward (B*T*Vp) */
-    int overlap;                /* 1: two unit-grad buffers per class */
-    int offload;                /* OFFLOAD_NONE, _HOST or _DISK (zero.h): where master, m, v live */
-} GPT2Options;
-
-static inline GPT2Options gpt2_default_options(void) {
-    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE};
-    return o;
-}
 
 typedef struct {
     GPT2Config config;
@@ -236,11 +71,42 @@ typedef struct {
     size_t* emb_acc_off;        /* per unit: offset in emb_acc (units 0..K) */
     int *host_tokens, *emb_tokens, *emb_positions, *emb_order_tok, *emb_order_pos, *emb_seg, *emb_seg_key;
     int emb_pending;            /* stages 0-1, one micro-step: rows kept for gpt2_reduce_grads */
-    /* stage-3 use schedules: forward, forward + backward, chunks only */
-    int *sched_fwd, *sched_train, *sched_chunks;
+    /* stage-3 use schedules (gpt2_schedules): forward (the first sched_fwd_len
+       entries of sched_train), forward + backward, chunks only */
+    int *sched_train, *sched_chunks;
     int sched_fwd_len, sched_train_len;
     size_t activation_bytes;
 } GPT2;
+
+/* The activations of layer l of the last forward (B x T rows of C, 3C, 4C
+   or NH*T), where the forward wrote them and the backward reads them. */
+typedef struct {
+    floatX *in;                 /* the block's input: encoded (l = 0) or the previous residual3 */
+    floatX *ln1, *qkv, *atty, *att, *attproj, *res2, *ln2, *fch, *fchg, *fcproj, *res3;
+    float *ln1m, *ln1r, *ln2m, *ln2r;
+} GPT2BlockActs;
+
+static inline GPT2BlockActs gpt2_block_acts(const GPT2* m, int l, int B, int T) {
+    size_t BT = (size_t)B * T, C = (size_t)m->config.channels, NH = (size_t)m->config.num_heads, k = (size_t)l;
+    GPT2BlockActs a;
+    a.in = l == 0 ? m->encoded : m->residual3 + (k - 1) * BT * C;
+    a.ln1 = m->ln1 + k * BT * C;
+    a.ln1m = m->ln1_mean + k * BT;
+    a.ln1r = m->ln1_rstd + k * BT;
+    a.qkv = m->qkv + k * BT * 3 * C;
+    a.atty = m->atty + k * BT * C;
+    a.att = m->att + k * BT * NH * (size_t)T;
+    a.attproj = m->attproj + k * BT * C;
+    a.res2 = m->residual2 + k * BT * C;
+    a.ln2 = m->ln2 + k * BT * C;
+    a.ln2m = m->ln2_mean + k * BT;
+    a.ln2r = m->ln2_rstd + k * BT;
+    a.fch = m->fch + k * BT * 4 * C;
+    a.fchg = m->fch_gelu + k * BT * 4 * C;
+    a.fcproj = m->fcproj + k * BT * C;
+    a.res3 = m->residual3 + k * BT * C;
+    return a;
+}
 
 /* Closed-form bytes of every activation buffer for (B, T), per rank:
    per layer and token 18C floatX (ln1, qkv 3C, atty, attproj, residual2,
@@ -267,7 +133,7 @@ static inline size_t gpt2_activation_bytes(const GPT2Config* c, const GPT2Layout
 
 static inline void* gpt2_alloc(GPT2* m, int cat, size_t bytes) {
     if (cat == MEM_ACTIVATIONS) m->activation_bytes += bytes;
-    return ledger_alloc(&m->ledger, m->comm, cat, bytes);
+    return ledger_alloc(&m->ledger, cat, bytes);
 }
 static inline void* gpt2_act(GPT2* m, size_t bytes) { return gpt2_alloc(m, MEM_ACTIVATIONS, bytes); }
 
@@ -290,43 +156,6 @@ static int gpt2_cmp_pair(const void* a, const void* b) {
     const int* y = (const int*)b;
     if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
     return x[1] < y[1] ? -1 : x[1] > y[1];
-}
-
-/* The shard plan of the model for rank group_rank of a shard group of G
-   ranks, `replicas` groups (HSDP; 1: all ranks shard), with elem_bytes per
-   param and grad element (sizeof(floatX) in a run): the layout (vocabulary
-   chunks), the tensors, the plan, the unit classes with their gathering
-   modes, and the embedding-row all-gather of a B x T micro-batch. gpt2_init
-   uses it, and so does the estimator (train_gpt.cu --estimate), so that its
-   traffic is the plan's of a run. 0, or 1 with a message (nothing left
-   allocated). */
-static inline int gpt2_plan_init(ZeroPlan* P, GPT2Layout* y, const GPT2Config* cfg, const GPT2Options* opt, int G, int group_rank,
-                                 int replicas, int elem_bytes, int B, int T, char* err, size_t errlen) {
-    if (opt->vocab_chunk < 1) return set_err(err, errlen, "--vocab-chunk %d: must be >= 1 (rows of wte per chunk)", opt->vocab_chunk);
-    gpt2_layout_init(y, cfg->num_layers, cfg->padded_vocab_size, cfg->channels, G * replicas /* all ranks */, opt->vocab_chunk);
-    int n = gpt2_num_tensors(y), nu = gpt2_num_units(y);
-    ZeroTensor* ts = (ZeroTensor*)malloc_or_die((size_t)n * sizeof(ZeroTensor), "tensor list");
-    gpt2_build_tensors(cfg, y, ts);
-    int rc = zero_plan_init(P, ts, n, nu, opt->zero_stage, G, group_rank, replicas, elem_bytes, elem_bytes, opt->reshard_after_forward, opt->prefetch,
-                            opt->grad_accum_steps, err, errlen);
-    free(ts);
-    if (rc) return 1;
-    P->overlap = opt->overlap;
-    int* uc = (int*)malloc_or_die((size_t)nu * sizeof(int), "unit classes");
-    for (int u = 0; u < nu; u++) uc[u] = u == 0 ? GPT2_CLASS_ROOT : u <= y->num_chunks ? GPT2_CLASS_CHUNKS : GPT2_CLASS_BLOCKS;
-    int modes[3] = {ZERO_KEEP_STEP, opt->reshard_embedding ? ZERO_RESHARD : ZERO_KEEP_STEP,
-                    opt->reshard_after_forward ? ZERO_RESHARD : ZERO_KEEP_MICRO};
-    int uses[3] = {1, 3, 2};   /* chunks: embedding forward, LM-head forward, LM-head backward; blocks: forward, backward */
-    const char* names[3] = {"root (wpe, lnf)", "wte chunks", "blocks"};
-    rc = zero_plan_set_classes(P, 3, uc, modes, uses, names, err, errlen);
-    free(uc);
-    if (rc) return 1;
-    P->rs_scratch = BACKEND_RS_SCRATCH;
-    P->offload = opt->offload;
-    P->offload_staging = opt->offload != OFFLOAD_NONE && BACKEND_OFFLOAD_STAGING;
-    size_t BT = (size_t)B * T, C = (size_t)cfg->channels;
-    P->emb_gather_bytes = G > 1 ? (unsigned long long)G * BT * (C * (size_t)elem_bytes + sizeof(int)) : 0; /* exchanged inside the shard group */
-    return 0;
 }
 
 /* Build plan, engine and activations for micro-batch B x T on this rank.
@@ -417,34 +246,12 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
         for (int t = 0; t < T; t++)
             for (size_t i = (size_t)t; i < nrows; i += (size_t)T) m->emb_order_pos[k++] = (int)i;
     }
-    /* stage-3 schedules: forward = root, chunks (embedding), blocks, chunks
-       (LM head); backward = chunks (LM head), root, blocks in reverse */
-    int K = y->num_chunks, nl = (int)L;
-    m->sched_fwd_len = 1 + 2 * K + nl;
-    m->sched_train_len = m->sched_fwd_len + K + 1 + nl;
+    /* stage-3 schedules (gpt_shard.h) */
+    m->sched_train_len = gpt2_schedule_len(y);
     m->sched_train = (int*)malloc_or_die((size_t)m->sched_train_len * sizeof(int), "schedule");
-    m->sched_chunks = (int*)malloc_or_die((size_t)K * sizeof(int), "schedule");
-    {
-        int* s = m->sched_train;
-        int q = 0;
-        s[q++] = gpt2_unit_root();
-        for (int k = 0; k < K; k++) s[q++] = gpt2_unit_chunk(y, k);
-        for (int l = 0; l < nl; l++) s[q++] = gpt2_unit_block(y, l);
-        for (int k = 0; k < K; k++) s[q++] = gpt2_unit_chunk(y, k);
-        for (int k = 0; k < K; k++) s[q++] = gpt2_unit_chunk(y, k);
-        s[q++] = gpt2_unit_root();
-        for (int l = nl - 1; l >= 0; l--) s[q++] = gpt2_unit_block(y, l);
-        for (int k = 0; k < K; k++) m->sched_chunks[k] = gpt2_unit_chunk(y, k);
-        m->sched_fwd = s;  /* its first sched_fwd_len entries */
-    }
+    m->sched_chunks = (int*)malloc_or_die((size_t)y->num_chunks * sizeof(int), "schedule");
+    gpt2_schedules(y, m->sched_train, &m->sched_fwd_len, m->sched_chunks);
     return 0;
-}
-
-/* Name of unit u ("root", "wte chunk k", "block l"), for traces. */
-static inline void gpt2_unit_name(const GPT2Layout* y, int u, char* out, size_t n) {
-    if (u == 0) snprintf(out, n, "root");
-    else if (u <= y->num_chunks) snprintf(out, n, "wte chunk %d", u - 1);
-    else snprintf(out, n, "block %d", u - 1 - y->num_chunks);
 }
 
 /* Pointer to tensor j's data inside a full unit buffer. */
@@ -529,80 +336,6 @@ static inline void gpt2_init_random(GPT2* m, unsigned long long seed) {
     free(buf);
 }
 
-/* Read an llm.c checkpoint header; 0 or 1 with a message naming the file.
-   *version gets 3 or 5. */
-static inline int gpt2_read_checkpoint_header(const char* path, GPT2Config* c, int* version, char* err, size_t errlen) {
-    struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) return set_err(err, errlen, "checkpoint %s: not a regular file", path);
-    FILE* f = fopen(path, "rb");
-    if (!f) return set_err(err, errlen, "checkpoint %s: cannot open (%s)", path, strerror(errno));
-    int h[256];
-    long long fsz = file_size_bytes(f);
-    size_t got = fread(h, sizeof(int), 256, f);
-    fclose(f);
-    if (got != 256) return set_err(err, errlen, "checkpoint %s: file is %lld bytes, shorter than the 1024-byte header", path, fsz);
-    if (h[0] != CKPT_MAGIC) return set_err(err, errlen, "checkpoint %s: bad magic %d (expected %d, an llm.c model file)", path, h[0], CKPT_MAGIC);
-    if (h[1] != 3 && h[1] != 5) return set_err(err, errlen, "checkpoint %s: unsupported version %d (expected 3 = fp32 or 5 = bf16)", path, h[1]);
-    c->max_seq_len = h[2]; c->vocab_size = h[3]; c->num_layers = h[4]; c->num_heads = h[5]; c->channels = h[6];
-    c->padded_vocab_size = h[7];
-    *version = h[1];
-    if (gpt2_config_check(c, path, err, errlen)) return 1;
-    long long total = gpt2_count_parameters(c);
-    long long expect = 1024 + total * (h[1] == 3 ? 4 : 2);
-    if (fsz != expect) return set_err(err, errlen, "checkpoint %s: %lld bytes, but its header (L=%d C=%d Vp=%d maxT=%d, version %d) implies %lld", path, fsz, c->num_layers, c->channels, c->padded_vocab_size, c->max_seq_len, h[1], expect);
-    return 0;
-}
-
-/* Load the parameters of an llm.c checkpoint (version 3 or 5) whose
-   config equals m->config into the ranges this rank holds. 0 or 1 with a
-   message. */
-static inline int gpt2_load_checkpoint(GPT2* m, const char* path, char* err, size_t errlen) {
-    GPT2Config c;
-    int version;
-    if (gpt2_read_checkpoint_header(path, &c, &version, err, errlen)) return 1;
-    if (memcmp(&c, &m->config, sizeof(c)) != 0) return set_err(err, errlen, "checkpoint %s: config does not match the model", path);
-    FILE* f = fopen(path, "rb");
-    if (!f) return set_err(err, errlen, "checkpoint %s: cannot open (%s)", path, strerror(errno));
-    const ZeroPlan* P = &m->plan;
-    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "checkpoint order");
-    gpt2_checkpoint_order(&m->layout, order);
-    size_t maxsz = 0;
-    for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
-    float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");
-    uint16_t* raw = version == 5 ? (uint16_t*)malloc_or_die(maxsz * 2, "checkpoint buffer") : NULL;
-    fseeko(f, 1024, SEEK_SET);
-    int rc = 0;
-    for (int k = 0; k < P->num_tensors && !rc; k++) {
-        int t = order[k];
-        size_t n = P->tensors[t].size;
-        if (version == 3) { if (fread(buf, 4, n, f) != n) rc = set_err(err, errlen, "checkpoint %s: truncated in tensor %s", path, P->tensors[t].name); }
-        else {
-            if (fread(raw, 2, n, f) != n) rc = set_err(err, errlen, "checkpoint %s: truncated in tensor %s", path, P->tensors[t].name);
-            else for (size_t i = 0; i < n; i++) buf[i] = bf16_bits_to_float(raw[i]);
-        }
-        for (size_t i = 0; i < n && !rc; i++)
-            if (!isfinite(buf[i])) rc = set_err(err, errlen, "checkpoint %s: non-finite value in tensor %s at %zu", path, P->tensors[t].name, i);
-        if (!rc) gpt2_set_tensor(m, t, buf);
-    }
-    fclose(f);
-    free(buf); free(raw); free(order);
-    return rc;
-}
-
-/* Byte offset of element 0 of every plan tensor in an fp32 (version 3)
-   checkpoint (tensor-major, after the 1024-byte header); also the offsets
-   of the Adam m section of a training state (state.h). out: num_tensors. */
-static inline void gpt2_checkpoint_offsets(const GPT2Layout* y, const ZeroPlan* P, long long* out) {
-    int* order = (int*)malloc_or_die((size_t)P->num_tensors * sizeof(int), "checkpoint order");
-    gpt2_checkpoint_order(y, order);
-    long long off = 1024;
-    for (int k = 0; k < P->num_tensors; k++) {
-        out[order[k]] = off;
-        off += 4LL * (long long)P->tensors[order[k]].size;
-    }
-    free(order);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Forward and backward                                                     */
 
@@ -636,7 +369,7 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     backend_to_device(m->inputs, inputs, BT * sizeof(int));
     if (targets) backend_to_device(m->targets, targets, BT * sizeof(int));
     memcpy(m->host_tokens, inputs, BT * sizeof(int));
-    zero_begin_pass(E, dloss != 0.0f ? m->sched_train : m->sched_fwd, dloss != 0.0f ? m->sched_train_len : m->sched_fwd_len);
+    zero_begin_pass(E, m->sched_train, dloss != 0.0f ? m->sched_train_len : m->sched_fwd_len);  /* a forward alone: its first part */
     trace_begin(TRACE_TID_COMPUTE, -1, "forward");
     floatX* root = zero_unit_params(E, gpt2_unit_root());
     /* embedding: each token's row from the chunk that holds it */
@@ -653,33 +386,18 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
         int u = gpt2_unit_block(y, l);
         floatX* w = zero_unit_params(E, u);
         trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
-        floatX* x = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
-        floatX* ln1 = m->ln1 + (size_t)l * BT * C;
-        float* ln1m = m->ln1_mean + (size_t)l * BT;
-        float* ln1r = m->ln1_rstd + (size_t)l * BT;
-        floatX* qkv = m->qkv + (size_t)l * BT * 3 * C;
-        floatX* atty = m->atty + (size_t)l * BT * C;
-        floatX* att = m->att + (size_t)l * BT * NH * T;
-        floatX* attproj = m->attproj + (size_t)l * BT * C;
-        floatX* res2 = m->residual2 + (size_t)l * BT * C;
-        floatX* ln2 = m->ln2 + (size_t)l * BT * C;
-        float* ln2m = m->ln2_mean + (size_t)l * BT;
-        float* ln2r = m->ln2_rstd + (size_t)l * BT;
-        floatX* fch = m->fch + (size_t)l * BT * 4 * C;
-        floatX* fchg = m->fch_gelu + (size_t)l * BT * 4 * C;
-        floatX* fcproj = m->fcproj + (size_t)l * BT * C;
-        floatX* res3 = m->residual3 + (size_t)l * BT * C;
+        GPT2BlockActs a = gpt2_block_acts(m, l, B, T);
         int b0 = gpt2_block_tensor(y, l, 0);
-        layernorm_forward(ln1, ln1m, ln1r, x, gpt2_tp(m, w, b0 + B_LN1W), gpt2_tp(m, w, b0 + B_LN1B), (int)BT, C);
-        matmul_forward(qkv, ln1, gpt2_tp(m, w, b0 + B_QKVW), gpt2_tp(m, w, b0 + B_QKVB), (int)BT, C, 3 * C);
-        attention_forward(atty, m->preatt, att, qkv, B, T, C, NH);
-        matmul_forward(attproj, atty, gpt2_tp(m, w, b0 + B_ATTPROJW), gpt2_tp(m, w, b0 + B_ATTPROJB), (int)BT, C, C);
-        residual_forward(res2, x, attproj, BT * C);
-        layernorm_forward(ln2, ln2m, ln2r, res2, gpt2_tp(m, w, b0 + B_LN2W), gpt2_tp(m, w, b0 + B_LN2B), (int)BT, C);
-        matmul_forward(fch, ln2, gpt2_tp(m, w, b0 + B_FCW), gpt2_tp(m, w, b0 + B_FCB), (int)BT, C, 4 * C);
-        gelu_forward(fchg, fch, BT * 4 * C);
-        matmul_forward(fcproj, fchg, gpt2_tp(m, w, b0 + B_FCPROJW), gpt2_tp(m, w, b0 + B_FCPROJB), (int)BT, 4 * C, C);
-        residual_forward(res3, res2, fcproj, BT * C);
+        layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.in, gpt2_tp(m, w, b0 + B_LN1W), gpt2_tp(m, w, b0 + B_LN1B), (int)BT, C);
+        matmul_forward(a.qkv, a.ln1, gpt2_tp(m, w, b0 + B_QKVW), gpt2_tp(m, w, b0 + B_QKVB), (int)BT, C, 3 * C);
+        attention_forward(a.atty, m->preatt, a.att, a.qkv, B, T, C, NH);
+        matmul_forward(a.attproj, a.atty, gpt2_tp(m, w, b0 + B_ATTPROJW), gpt2_tp(m, w, b0 + B_ATTPROJB), (int)BT, C, C);
+        residual_forward(a.res2, a.in, a.attproj, BT * C);
+        layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, gpt2_tp(m, w, b0 + B_LN2W), gpt2_tp(m, w, b0 + B_LN2B), (int)BT, C);
+        matmul_forward(a.fch, a.ln2, gpt2_tp(m, w, b0 + B_FCW), gpt2_tp(m, w, b0 + B_FCB), (int)BT, C, 4 * C);
+        gelu_forward(a.fchg, a.fch, BT * 4 * C);
+        matmul_forward(a.fcproj, a.fchg, gpt2_tp(m, w, b0 + B_FCPROJW), gpt2_tp(m, w, b0 + B_FCPROJB), (int)BT, 4 * C, C);
+        residual_forward(a.res3, a.res2, a.fcproj, BT * C);
         zero_release_unit(E, u, 1);
         trace_end(TRACE_TID_COMPUTE);
     }
@@ -856,42 +574,30 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
         floatX* g = zero_unit_grads(E, u);
         trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         int b0 = gpt2_block_tensor(y, l, 0);
-        floatX* xin = l == 0 ? m->encoded : m->residual3 + (size_t)(l - 1) * BT * C;
-        floatX* ln1 = m->ln1 + (size_t)l * BT * C;
-        float* ln1m = m->ln1_mean + (size_t)l * BT;
-        float* ln1r = m->ln1_rstd + (size_t)l * BT;
-        floatX* qkv = m->qkv + (size_t)l * BT * 3 * C;
-        floatX* atty = m->atty + (size_t)l * BT * C;
-        floatX* att = m->att + (size_t)l * BT * NH * T;
-        floatX* res2 = m->residual2 + (size_t)l * BT * C;
-        floatX* ln2 = m->ln2 + (size_t)l * BT * C;
-        float* ln2m = m->ln2_mean + (size_t)l * BT;
-        float* ln2r = m->ln2_rstd + (size_t)l * BT;
-        floatX* fch = m->fch + (size_t)l * BT * 4 * C;
-        floatX* fchg = m->fch_gelu + (size_t)l * BT * 4 * C;
+        GPT2BlockActs a = gpt2_block_acts(m, l, B, T);
         /* dres holds d(residual3); the MLP half */
         backend_memset_zero(m->dfch_gelu, BT * 4 * C * x);
-        matmul_backward(m->dfch_gelu, gpt2_tp(m, g, b0 + B_FCPROJW), gpt2_tp(m, g, b0 + B_FCPROJB), m->dres, fchg,
+        matmul_backward(m->dfch_gelu, gpt2_tp(m, g, b0 + B_FCPROJW), gpt2_tp(m, g, b0 + B_FCPROJB), m->dres, a.fchg,
                         gpt2_tp(m, w, b0 + B_FCPROJW), (int)BT, 4 * C, C);
         backend_memset_zero(m->dfch, BT * 4 * C * x);
-        gelu_backward(m->dfch, fch, m->dfch_gelu, BT * 4 * C);
+        gelu_backward(m->dfch, a.fch, m->dfch_gelu, BT * 4 * C);
         backend_memset_zero(m->dln, BT * C * x);
-        matmul_backward(m->dln, gpt2_tp(m, g, b0 + B_FCW), gpt2_tp(m, g, b0 + B_FCB), m->dfch, ln2,
+        matmul_backward(m->dln, gpt2_tp(m, g, b0 + B_FCW), gpt2_tp(m, g, b0 + B_FCB), m->dfch, a.ln2,
                         gpt2_tp(m, w, b0 + B_FCW), (int)BT, C, 4 * C);
         /* the residual passes dres through; LayerNorm adds its part: dres = d(residual2) */
-        layernorm_backward(m->dres, gpt2_tp(m, g, b0 + B_LN2W), gpt2_tp(m, g, b0 + B_LN2B), m->dln, res2,
-                           gpt2_tp(m, w, b0 + B_LN2W), ln2m, ln2r, (int)BT, C);
+        layernorm_backward(m->dres, gpt2_tp(m, g, b0 + B_LN2W), gpt2_tp(m, g, b0 + B_LN2B), m->dln, a.res2,
+                           gpt2_tp(m, w, b0 + B_LN2W), a.ln2m, a.ln2r, (int)BT, C);
         /* the attention half */
         backend_memset_zero(m->datty, BT * C * x);
-        matmul_backward(m->datty, gpt2_tp(m, g, b0 + B_ATTPROJW), gpt2_tp(m, g, b0 + B_ATTPROJB), m->dres, atty,
+        matmul_backward(m->datty, gpt2_tp(m, g, b0 + B_ATTPROJW), gpt2_tp(m, g, b0 + B_ATTPROJB), m->dres, a.atty,
                         gpt2_tp(m, w, b0 + B_ATTPROJW), (int)BT, C, C);
         backend_memset_zero(m->dqkv, BT * 3 * C * x);
-        attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, qkv, att, B, T, C, NH);
+        attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a.qkv, a.att, B, T, C, NH);
         backend_memset_zero(m->dln, BT * C * x);
-        matmul_backward(m->dln, gpt2_tp(m, g, b0 + B_QKVW), gpt2_tp(m, g, b0 + B_QKVB), m->dqkv, ln1,
+        matmul_backward(m->dln, gpt2_tp(m, g, b0 + B_QKVW), gpt2_tp(m, g, b0 + B_QKVB), m->dqkv, a.ln1,
                         gpt2_tp(m, w, b0 + B_QKVW), (int)BT, C, 3 * C);
-        layernorm_backward(m->dres, gpt2_tp(m, g, b0 + B_LN1W), gpt2_tp(m, g, b0 + B_LN1B), m->dln, xin,
-                           gpt2_tp(m, w, b0 + B_LN1W), ln1m, ln1r, (int)BT, C);
+        layernorm_backward(m->dres, gpt2_tp(m, g, b0 + B_LN1W), gpt2_tp(m, g, b0 + B_LN1B), m->dln, a.in,
+                           gpt2_tp(m, w, b0 + B_LN1W), a.ln1m, a.ln1r, (int)BT, C);
         zero_unit_grads_done(E, u);
         zero_release_unit(E, u, 0);
         trace_end(TRACE_TID_COMPUTE);

@@ -51,6 +51,7 @@ static inline void fuzz_write(int k, const uint8_t* data, size_t n) {
 #ifdef FUZZ_WITH_MODEL
 #include "llmc/cpu/backend.h"
 #include "llmc/gpt.h"
+#include "llmc/checkpoint.h"
 
 static const GPT2Config fuzz_tiny_config = {4, 8, 8, 1, 1, 4}; /* maxT, V, Vp, L, NH, C */
 

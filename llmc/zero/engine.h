@@ -1,0 +1,348 @@
+/*
+ zero/engine.h: the ZeRO engine, which executes the plan (zero/plan.h) with
+ the backend's buffers and collectives: it allocates what the plan says
+ this rank holds (through the ledger), gathers stage-3 units before their
+ use and releases them after as their class says, prefetches the next
+ units of the pass's schedule, hands each unit's grads to a reduce-scatter
+ (stages 2-3 during backward, 0-1 after it), all-reduces the own shards
+ across HSDP replica groups, and completes stage 0's all-reduce. Every
+ collective is queued on the backend's communication thread or stream and
+ returns a fence; compute waits on the fence it needs, nothing more
+ (DESIGN.md section 4). The optimizer states and the step are
+ zero/optimizer.h's; included through llmc/zero.h, after the backend.
+
+ Needs floatX, the Comm (llmc/comm.h) and the backend functions
+ (llmc/cpu/backend.h or llmc/cuda/backend.cuh) declared first.
+*/
+#ifndef LLMC_ZERO_ENGINE_H
+#define LLMC_ZERO_ENGINE_H
+
+#include "../comm.h"
+#include "../trace.h"
+#include "../offload.h"
+#include "ledger.h"
+
+typedef struct {
+    ZeroPlan* plan;
+    Ledger* ledger;
+    Comm* comm;
+    floatX* params;       /* FULL (stages 0-2) or SHARDED (stage 3) */
+    floatX* grads;        /* FULL (stages 0-1) or SHARDED (stages 2-3) */
+    float* master;        /* fp32 master weights when p < 4, else NULL */
+    float* adam_m;
+    float* adam_v;
+    /* stage 3: gathered unit buffers, the slots of every class (ZeroClass.first_slot ..) */
+    floatX* slots[ZERO_MAX_SLOTS];
+    int slot_unit[ZERO_MAX_SLOTS];                 /* which unit a slot holds, -1 = free */
+    unsigned long long slot_fence[ZERO_MAX_SLOTS]; /* fence of the last all-gather into each slot */
+    /* stages 2-3: unit-grad buffers, grad_buffers per class, used in turn */
+    floatX* unit_grads[ZERO_MAX_CLASSES][2];
+    unsigned long long unit_grads_fence[ZERO_MAX_CLASSES][2]; /* its last reduce-scatter */
+    floatX* comm_scratch;     /* receive area of the reduce-scatter (P->rs_scratch) */
+    /* stage 3: the order in which the model uses units in the current pass
+       (zero_begin_pass), for prefetching; cursor = position of the last use */
+    const int* schedule;
+    int schedule_len, cursor;
+    unsigned long long unit_grads_in_use;  /* bytes of unit-grad buffers holding grads (traces) */
+    int unit_grads_busy[ZERO_MAX_CLASSES][2];
+    int poison;               /* LLMC_POISON=1: released gathered slots are filled with NaN */
+    /* optimizer offload (zero_offload_*): with OFFLOAD_HOST master, adam_m,
+       adam_v above are host arrays; with OFFLOAD_DISK they are NULL and the
+       scratch file holds them, streamed through off_buf[2] (one unit's
+       [master | m | v] shard each); off_grads / off_params: staging of one
+       unit's grad / param shard in host memory (BACKEND_OFFLOAD_STAGING) */
+    OffloadFile off_file;
+    float* off_buf[2];
+    floatX* off_grads;
+    floatX* off_params;
+    unsigned long long off_staged[OFFL_NUM];    /* staging copies counted in optimizer steps */
+    unsigned long long off_other_read, off_other_written; /* disk bytes outside the steps (init, checkpoints, states) */
+    double off_wait_seconds;                    /* the step waited for reads of the next unit */
+} ZeroEngine;
+
+/* The bytes in use per ledger category right now, for the trace's memory
+   counter: every category as allocated, except the transients of stages
+   2-3, which count only while they hold something: the gathered slots that
+   hold a unit, the unit-grad buffers between their zeroing and the end of
+   their reduce-scatter (as far as the engine knows: until it waits). */
+static inline void zero_trace_memory(ZeroEngine* E) {
+    if (!tracer.on) return;
+    unsigned long long b[MEM_NUM];
+    for (int i = 0; i < MEM_NUM; i++) b[i] = E->ledger->allocated[i];
+    b[MEM_GATHERED] = E->ledger->gathered_in_use;
+    b[MEM_UNIT_GRADS] = E->unit_grads_in_use;
+    trace_memory(b);
+}
+
+static inline void zero_engine_track_gathered(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    unsigned long long b = 0;
+    for (int s = 0; s < P->num_slots; s++)
+        if (E->slot_unit[s] >= 0) b += P->units[E->slot_unit[s]].padded;
+    b *= (unsigned long long)P->param_bytes;
+    E->ledger->gathered_in_use = b;
+    if (b > E->ledger->gathered_peak) E->ledger->gathered_peak = b;
+    zero_trace_memory(E);
+}
+
+/* (zero/optimizer.h) where master, m, v live: allocated or freed there */
+static inline void zero_optimizer_alloc(ZeroEngine* E);
+static inline void zero_optimizer_free(ZeroEngine* E);
+
+/* Allocate every model-state buffer the plan says this rank holds (params,
+   grads, then the optimizer states: zero_optimizer_alloc), and the
+   transients of its stage (gathered slots, unit-grad buffers, comm
+   scratch), all through the ledger. A failed allocation is recorded in the
+   ledger (failed_category) for the caller to report. */
+static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm* c) {
+    memset(E, 0, sizeof(*E));
+    E->plan = P; E->ledger = L; E->comm = c;
+    const char* poison = getenv("LLMC_POISON");
+    E->poison = poison && poison[0] == '1';
+    size_t pb = (size_t)P->param_bytes, gb = (size_t)P->grad_bytes;
+    E->params = (floatX*)ledger_alloc(L, MEM_PARAMS, pb * zero_held_elements(P, ZB_PARAMS));
+    E->grads = (floatX*)ledger_alloc(L, MEM_GRADS, gb * zero_held_elements(P, ZB_GRADS));
+    zero_optimizer_alloc(E);
+    for (int k = 0; k < P->num_classes; k++) {
+        const ZeroClass* K = &P->classes[k];
+        for (int s = 0; s < K->num_slots; s++) {
+            E->slots[K->first_slot + s] = (floatX*)ledger_alloc(L, MEM_GATHERED, pb * K->max_padded);
+            E->slot_unit[K->first_slot + s] = -1;
+        }
+        if (P->zero_stage >= 2)
+            for (int b = 0; b < K->grad_buffers; b++)
+                E->unit_grads[k][b] = (floatX*)ledger_alloc(L, MEM_UNIT_GRADS, gb * K->max_padded);
+    }
+    if (P->rs_scratch && (P->num_ranks > 1 || P->replicas > 1)) {
+        E->comm_scratch = (floatX*)ledger_alloc(L, MEM_COMM_SCRATCH, gb * P->max_padded);
+        c->rs_scratch = E->comm_scratch;
+        c->rs_scratch_bytes = E->comm_scratch ? gb * P->max_padded : 0;
+    }
+}
+
+static inline void zero_engine_free(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    Ledger* L = E->ledger;
+    size_t pb = (size_t)P->param_bytes, gb = (size_t)P->grad_bytes;
+    ledger_free(L, MEM_PARAMS, E->params, pb * zero_held_elements(P, ZB_PARAMS));
+    ledger_free(L, MEM_GRADS, E->grads, gb * zero_held_elements(P, ZB_GRADS));
+    zero_optimizer_free(E);
+    for (int k = 0; k < P->num_classes; k++) {
+        const ZeroClass* K = &P->classes[k];
+        for (int s = 0; s < K->num_slots; s++) ledger_free(L, MEM_GATHERED, E->slots[K->first_slot + s], pb * K->max_padded);
+        for (int b = 0; b < 2; b++) ledger_free(L, MEM_UNIT_GRADS, E->unit_grads[k][b], gb * K->max_padded);
+    }
+    ledger_free(L, MEM_COMM_SCRATCH, E->comm_scratch, gb * P->max_padded);
+    if (E->comm_scratch) { E->comm->rs_scratch = NULL; E->comm->rs_scratch_bytes = 0; }
+}
+
+/* Start the all-gather of unit u into dst (padded elements), own shard taken
+   from own_shard. Returns the backend fence that must be waited on
+   (backend_wait_comm) before dst is read; 0 if nothing was sent. prev is the
+   fence of the previous gather into dst: waited on first, so that the copy
+   of the own shard never races a gather still writing dst. */
+static inline unsigned long long zero_gather_into(ZeroEngine* E, int u, floatX* dst, const floatX* own_shard,
+                                                  unsigned long long prev) {
+    const ZeroPlan* P = E->plan;
+    const ZeroUnit* U = &P->units[u];
+    floatX* mine = dst + (size_t)P->rank * U->shard;
+    backend_wait_comm(prev);
+    if (mine != own_shard) backend_memcpy(mine, own_shard, U->shard * sizeof(floatX));
+    E->comm->cur_unit = u;
+    return P->num_ranks > 1 ? backend_all_gather_start(E->comm, dst, U->shard) : 0;
+}
+
+/* Stage 3: the slot of unit u (its class's slot idx mod num_slots). */
+static inline int zero_slot_of(const ZeroPlan* P, int u) {
+    const ZeroUnit* U = &P->units[u];
+    const ZeroClass* K = &P->classes[U->cls];
+    return K->first_slot + U->idx % K->num_slots;
+}
+
+/* Stage 3: make the slot of unit u hold u, issuing its all-gather if it does
+   not yet; *fence = what to wait on before reading it. With may_evict = 0
+   (a prefetch) nothing is issued when the slot holds another unit (that unit
+   may still be in use): returns NULL then. Never waits for the gather. */
+static inline floatX* zero_gather_unit(ZeroEngine* E, int u, int may_evict, unsigned long long* fence) {
+    const ZeroPlan* P = E->plan;
+    int s = zero_slot_of(P, u);
+    if (E->slot_unit[s] != u) {
+        if (E->slot_unit[s] >= 0 && !may_evict) return NULL;
+        E->slot_fence[s] = zero_gather_into(E, u, E->slots[s], E->params + P->units[u].shard_offset, E->slot_fence[s]);
+        E->slot_unit[s] = u;
+        zero_engine_track_gathered(E);
+    }
+    *fence = E->slot_fence[s];
+    return E->slots[s];
+}
+
+/* Stage 3: the order in which the next pass (a forward, or a forward and
+   its backward) uses units; prefetching follows it. The list must stay
+   valid until the next call. */
+static inline void zero_begin_pass(ZeroEngine* E, const int* schedule, int len) {
+    E->schedule = schedule; E->schedule_len = len; E->cursor = 0;
+}
+
+/* Parameters of unit u, full (padded) size, ready for compute. Stages 0-2:
+   a view into the full buffer. Stage 3: the unit's slot, all-gathered if it
+   does not hold u yet; then the `prefetch` units that follow u in the pass's
+   schedule are gathered into their slots (free slots only) without waiting,
+   so their gathers overlap u's compute. */
+static inline floatX* zero_unit_params(ZeroEngine* E, int u) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 3) return E->params + P->units[u].offset;
+    unsigned long long fence = 0, f2;
+    floatX* p = zero_gather_unit(E, u, 1, &fence);
+    if (E->schedule) {
+        int pos = E->cursor;
+        while (pos < E->schedule_len && E->schedule[pos] != u) pos++;
+        if (pos < E->schedule_len) {
+            E->cursor = pos;
+            for (int k = 1; k <= P->prefetch && pos + k < E->schedule_len; k++) {
+                int v = E->schedule[pos + k];
+                if (v != u) (void)zero_gather_unit(E, v, 0, &f2);
+            }
+        }
+    }
+    backend_wait_comm(fence); /* compute waits for this unit's gather only */
+    return p;
+}
+
+/* Stage 3: after a use of unit u. after_forward = 1 after its forward use:
+   ZERO_RESHARD frees the slot, ZERO_KEEP_MICRO keeps it for the backward,
+   ZERO_KEEP_STEP keeps it until the optimizer step; after_forward = 0 (its
+   last use in the micro-step) frees it unless ZERO_KEEP_STEP. */
+static inline void zero_release_unit(ZeroEngine* E, int u, int after_forward) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 3) return;
+    int mode = P->classes[P->units[u].cls].mode;
+    if (mode == ZERO_KEEP_STEP || (after_forward && mode == ZERO_KEEP_MICRO)) return;
+    int s = zero_slot_of(P, u);
+    if (E->slot_unit[s] == u) {
+        E->slot_unit[s] = -1;
+        zero_engine_track_gathered(E);
+        if (E->poison) {   /* a later use without a new gather reads NaN */
+            backend_wait_comm(E->slot_fence[s]);
+            backend_memset_nan(E->slots[s], P->units[u].padded * sizeof(floatX));
+        }
+    }
+}
+
+/* Stage 3: every gathered unit is dropped (after the optimizer step changed
+   the params, after an evaluation or a sample). */
+static inline void zero_release_all(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 3) return;
+    for (int s = 0; s < P->num_slots; s++) {
+        if (E->poison && E->slot_unit[s] >= 0) {
+            backend_wait_comm(E->slot_fence[s]);
+            backend_memset_nan(E->slots[s], P->units[E->slot_unit[s]].padded * sizeof(floatX));
+        }
+        E->slot_unit[s] = -1;
+    }
+    zero_engine_track_gathered(E);
+}
+
+/* Gradient buffer of unit u (full padded size) into which backward
+   accumulates. Stages 0-1: a view of the full grads (accumulating over
+   micro-steps). Stages 2-3: a unit-grad buffer of u's class (in turn when
+   the class has two), zeroed here after its previous reduce-scatter is
+   done; the caller hands it to zero_unit_grads_done() when u's backward is
+   complete. */
+static inline floatX* zero_unit_grads(ZeroEngine* E, int u) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 2) return E->grads + P->units[u].offset;
+    const ZeroUnit* U = &P->units[u];
+    int b = U->idx % P->classes[U->cls].grad_buffers;
+    backend_wait_comm(E->unit_grads_fence[U->cls][b]);
+    floatX* g = E->unit_grads[U->cls][b];
+    backend_memset_zero(g, U->padded * sizeof(floatX));
+    if (!E->unit_grads_busy[U->cls][b]) {
+        E->unit_grads_busy[U->cls][b] = 1;
+        E->unit_grads_in_use += (unsigned long long)P->classes[U->cls].max_padded * (unsigned long long)P->grad_bytes;
+        zero_trace_memory(E);
+    }
+    return g;
+}
+
+/* Stages 2-3: start the reduce-scatter of unit u's grads; the own shard of
+   the sum is added into the persistent grad shard (dst = round(dst + sum):
+   summed over ranks in rank order, then over micro-steps). The buffer is
+   not touched again until the next zero_unit_grads of it, which waits. */
+static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
+    const ZeroPlan* P = E->plan;
+    if (P->zero_stage < 2) return;
+    const ZeroUnit* U = &P->units[u];
+    int b = U->idx % P->classes[U->cls].grad_buffers;
+    floatX* g = E->unit_grads[U->cls][b];
+    floatX* dst = E->grads + U->shard_offset;
+    E->comm->cur_unit = u;
+    if (P->num_ranks > 1) E->unit_grads_fence[U->cls][b] = backend_reduce_scatter_start(E->comm, g, U->shard, dst);
+    else backend_add(dst, g, U->shard);
+}
+
+/* Wait until every reduce-scatter of unit grads has landed in the grad
+   shards (before reading them: the embedding rows, the optimizer). */
+static inline void zero_wait_grads(ZeroEngine* E) {
+    for (int k = 0; k < E->plan->num_classes; k++)
+        for (int b = 0; b < 2; b++) {
+            backend_wait_comm(E->unit_grads_fence[k][b]);
+            E->unit_grads_fence[k][b] = 0;
+            E->unit_grads_busy[k][b] = 0;
+        }
+    if (E->unit_grads_in_use) { E->unit_grads_in_use = 0; zero_trace_memory(E); }
+}
+
+/* Start of an optimizer step: zero the gradient accumulators. */
+static inline void zero_begin_step(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    backend_memset_zero(E->grads, (size_t)P->grad_bytes * zero_held_elements(P, ZB_GRADS));
+}
+
+/* After the last micro-step, stages 0-1: reduce-scatter each unit of the
+   full grads into its own shard (in place). Stage 0 completes its
+   all-reduce with zero_all_gather_grads afterwards (the same deterministic
+   sums as every other stage). Stages 2-3 reduced during backward: this only
+   waits for them. */
+static inline void zero_reduce_scatter_grads(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    zero_wait_grads(E);
+    if (P->num_ranks == 1 || P->zero_stage >= 2) return;
+    unsigned long long f = 0;
+    for (int u = 0; u < P->num_units; u++) {
+        E->comm->cur_unit = u;
+        f = backend_reduce_scatter_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard, NULL);
+    }
+    backend_wait_comm(f); /* collectives complete in issue order */
+}
+
+/* HSDP: sum the own grad shard of every unit across the R replica groups
+   (after the group's reduce-scatters and the embedding gradient): every
+   group then holds the gradient of the whole global batch. No-op when R =
+   1. */
+static inline void zero_all_reduce_replicas(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (P->replicas == 1) return;
+    unsigned long long f = 0;
+    for (int u = 0; u < P->num_units; u++) {
+        size_t lo, hi;
+        zero_own_range(P, u, &lo, &hi);
+        E->comm->cur_unit = u;
+        f = backend_all_reduce_replicas_start(E->comm, E->grads + zero_index(P, ZB_GRADS, u, lo), hi - lo);
+    }
+    backend_wait_comm(f);
+}
+
+/* Stage 0: all-gather the reduced shards into every rank's full grads. */
+static inline void zero_all_gather_grads(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (P->num_ranks == 1 || P->zero_stage != 0) return;
+    unsigned long long f = 0;
+    for (int u = 0; u < P->num_units; u++) {
+        E->comm->cur_unit = u;
+        f = backend_all_gather_start(E->comm, E->grads + P->units[u].offset, P->units[u].shard);
+    }
+    backend_wait_comm(f);
+}
+
+#endif /* LLMC_ZERO_ENGINE_H */
