@@ -21,6 +21,22 @@
    mhat = m/beta1_correction, vhat = v/beta2_correction,
    beta{1,2}_correction = 1 - beta{1,2}^step. Stores w to master (if not
    NULL) and params; m, v (n) updated in place. */
+/* One element of AdamW (the formula above), the arithmetic every variant
+   below shares (the CPU twin of the CUDA kernels' adamw_element): g_raw is
+   the element's gradient as loaded, w its weight (master or param); m, v
+   updated in place; returns the new weight. decay = 1 - lr weight_decay,
+   step = lr / beta1_correction, bc2_sqrt = sqrt(beta2_correction),
+   om1 = 1 - beta1, om2 = 1 - beta2. */
+static inline float adamw_element(float g_raw, float* m, float* v, float w, float grad_scale, float om1, float beta2,
+                                  float om2, float decay, float step, float bc2_sqrt, float eps) {
+    float g = g_raw * grad_scale;
+    float mi = *m + om1 * (g - *m);
+    float vi = beta2 * *v + om2 * (g * g);
+    *m = mi;
+    *v = vi;
+    return w * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+}
+
 static inline void adamw_update(floatX* params, float* master,
                                 const floatX* grads, float* m, float* v,
                                 size_t n, float lr, float beta1, float beta2,
@@ -44,12 +60,7 @@ static inline void adamw_update(floatX* params, float* master,
 #pragma omp simd
             for (size_t j = 0; j < k; j++) {
                 size_t i = i0 + j;
-                float g = ldx(grads[i]) * grad_scale;
-                float mi = m[i] + om1 * (g - m[i]);
-                float vi = beta2 * v[i] + om2 * (g * g);
-                m[i] = mi;
-                v[i] = vi;
-                float w = master[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+                float w = adamw_element(ldx(grads[i]), &m[i], &v[i], master[i], grad_scale, om1, beta2, om2, decay, step, bc2_sqrt, eps);
                 master[i] = w;
                 wb[j] = w;
             }
@@ -62,25 +73,14 @@ static inline void adamw_update(floatX* params, float* master,
     if (master) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
-            float g = ldx(grads[i]) * grad_scale;
-            float mi = m[i] + om1 * (g - m[i]);
-            float vi = beta2 * v[i] + om2 * (g * g);
-            m[i] = mi;
-            v[i] = vi;
-            float w = master[i] * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
+            float w = adamw_element(ldx(grads[i]), &m[i], &v[i], master[i], grad_scale, om1, beta2, om2, decay, step, bc2_sqrt, eps);
             master[i] = w;
             params[i] = stx(w);
         }
     } else {
 #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float g = ldx(grads[i]) * grad_scale;
-            float mi = m[i] + om1 * (g - m[i]);
-            float vi = beta2 * v[i] + om2 * (g * g);
-            m[i] = mi;
-            v[i] = vi;
-            params[i] = stx(ldx(params[i]) * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps)));
-        }
+        for (size_t i = 0; i < n; i++)
+            params[i] = stx(adamw_element(ldx(grads[i]), &m[i], &v[i], ldx(params[i]), grad_scale, om1, beta2, om2, decay, step, bc2_sqrt, eps));
     }
 }
 

@@ -293,6 +293,24 @@ static inline void cpu_sgemm_par(int ta, int tb, int M, int N, int K,
 #endif
 }
 
+/* out[j] = round(out[j] + sum over the N rows, in row order, of
+   rows[n*ld + j]) for j < w: the ordered column sums of the bias gradients
+   (matmul's dbias, layernorm's dbias), accumulated in double so the result
+   agrees with a float64 reference, one rounding per element. Runs on the
+   calling thread (callers split the columns among threads); out and rows
+   point at the thread's first column. */
+static inline void cpu_column_sum_add(floatX* out, const floatX* rows, int N, size_t ld, size_t w) {
+    double* acc = (double*)calloc(w, sizeof(double));
+    if (!acc) { fprintf(stderr, "error: out of memory: %zu bytes of column sums\n", w * sizeof(double)); exit(1); }
+    for (int n = 0; n < N; n++) {
+        const floatX* d = rows + (size_t)n * ld;
+#pragma omp simd
+        for (size_t j = 0; j < w; j++) acc[j] += ldx(d[j]);
+    }
+    for (size_t j = 0; j < w; j++) out[j] = stx(ldx(out[j]) + (float)acc[j]);
+    free(acc);
+}
+
 /* ------------------------------------------------------------------------ */
 /* vectorizable elementary functions (plain arithmetic, so that gcc
    vectorizes loops calling them without libmvec or -ffast-math)            */

@@ -80,24 +80,17 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight,
         cpu_split_range((size_t)C, ith, nth, 16, &lo, &hi);
         if (hi > lo) {
             size_t w = hi - lo;
-            double* acc = (double*)calloc(2 * w, sizeof(double));
-            double* aw = acc;
-            double* ab = acc + w;
+            double* aw = (double*)calloc(w, sizeof(double));
             for (int n = 0; n < N; n++) {
                 const floatX* x = inp + (size_t)n * C + lo;
                 const floatX* d = dout + (size_t)n * C + lo;
                 float m = mean[n], r = rstd[n];
 #pragma omp simd
-                for (size_t i = 0; i < w; i++) {
-                    ab[i] += ldx(d[i]);
-                    aw[i] += ldx(d[i]) * ((ldx(x[i]) - m) * r);
-                }
+                for (size_t i = 0; i < w; i++) aw[i] += ldx(d[i]) * ((ldx(x[i]) - m) * r);
             }
-            for (size_t i = 0; i < w; i++) {
-                dweight[lo + i] = stx(ldx(dweight[lo + i]) + (float)aw[i]);
-                dbias[lo + i] = stx(ldx(dbias[lo + i]) + (float)ab[i]);
-            }
-            free(acc);
+            for (size_t i = 0; i < w; i++) dweight[lo + i] = stx(ldx(dweight[lo + i]) + (float)aw[i]);
+            free(aw);
+            cpu_column_sum_add(dbias + lo, dout + lo, N, (size_t)C, w);
         }
     }
 }

@@ -390,17 +390,7 @@ static inline void cpu_bias_backward(floatX* dbias, const floatX* dout, int N, i
         cpu_thread_id(&ith, &nth);
         size_t lo, hi;
         cpu_split_range((size_t)OC, ith, nth, 16, &lo, &hi);
-        if (hi > lo) {
-            size_t w = hi - lo;
-            double* acc = (double*)calloc(w, sizeof(double));
-            for (int n = 0; n < N; n++) {
-                const floatX* d = dout + (size_t)n * OC + lo;
-#pragma omp simd
-                for (size_t j = 0; j < w; j++) acc[j] += ldx(d[j]);
-            }
-            for (size_t j = 0; j < w; j++) dbias[lo + j] = stx(ldx(dbias[lo + j]) + (float)acc[j]);
-            free(acc);
-        }
+        if (hi > lo) cpu_column_sum_add(dbias + lo, dout + lo, N, (size_t)OC, hi - lo);
     }
 }
 
@@ -484,17 +474,7 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
 #endif
         size_t lo, hi;
         cpu_split_range((size_t)OC, ith, nth, 16, &lo, &hi);
-        if (dbias && hi > lo) {
-            size_t w = hi - lo;
-            double* acc = (double*)calloc(w, sizeof(double));
-            for (int n = 0; n < N; n++) {
-                const floatX* d = dout + (size_t)n * OC + lo;
-#pragma omp simd
-                for (size_t j = 0; j < w; j++) acc[j] += ldx(d[j]);
-            }
-            for (size_t j = 0; j < w; j++) dbias[lo + j] = stx(ldx(dbias[lo + j]) + (float)acc[j]);
-            free(acc);
-        }
+        if (dbias && hi > lo) cpu_column_sum_add(dbias + lo, dout + lo, N, (size_t)OC, hi - lo);
     }
 }
 
