@@ -45,7 +45,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref bench bench-offload zero-table cluster-bench plots clean sanitize fuzz _dnnl-headers
+.PHONY: all help train test deps data ref docs bench bench-offload zero-table cluster-bench plots clean sanitize fuzz _dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16
 
@@ -64,6 +64,7 @@ help:
 	@echo "  make sanitize    ASan+UBSan builds (build/san) on a short set of runs"
 	@echo "  make fuzz        fuzz the file readers (libFuzzer; build/fuzz)"
 	@echo "  make deps data ref   Debian and npm packages / Brown corpus shards and tokenizer / PyTorch reference files"
+	@echo "  make docs        docs/flags.md from the trainer's flag table (./train_gpt_cpu --help-markdown; make test fails when it is stale)"
 	@echo "  make clean       remove the programs and build/san, build/fuzz"
 	@echo "  make help        this list"
 	@echo "variables (make VAR=value ...), with their values now:"
@@ -120,7 +121,11 @@ train: deps data
 
 test: deps data ref
 	@$(MAKE) --no-print-directory all
-	bash dev/run_tests.sh
+	bash tests/run.sh
+
+# docs/flags.md: generated from the flag table of train_gpt.cu
+docs: train_gpt_cpu
+	./train_gpt_cpu --help-markdown > docs/flags.md
 
 bench: deps data
 	@$(MAKE) --no-print-directory $(if $(filter fp32,$(BENCH_PRECISIONS)),train_gpt_cpu) $(if $(filter bf16,$(BENCH_PRECISIONS)),train_gpt_cpu_bf16)
@@ -161,10 +166,10 @@ plots: deps data
 	$(PY) dev/plot.py all --exe ./$(TRAIN_PROGRAM) --out $(PLOT_DIR) --np "$(PLOT_NP)" --steps $(PLOT_STEPS) --loss-steps $(LOSS_STEPS) $(PLOT_ARGS)
 
 sanitize: data ref
-	bash dev/test_sanitizers.sh
+	bash tests/suites/sanitizers.sh
 
 fuzz:
-	bash dev/fuzz/run.sh $(FUZZ_SECONDS)
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -f train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 train_gpt test_gpt

@@ -29,6 +29,8 @@
 #else
 #include "llmc/cpu/backend.h"
 #endif
+#include <stddef.h>
+#include "llmc/flags.h"
 #include "llmc/gpt.h"
 #include "llmc/checkpoint.h"
 
@@ -95,48 +97,76 @@ static void check(Comm* c, int ok_local, const char* what, double value, double 
 
 static int read_exact(FILE* f, void* p, size_t size, size_t n) { return fread(p, size, n, f) == n ? 0 : 1; }
 
+/* The flags of test_gpt: one table (llmc/flags.h), the parser and -h. */
+typedef struct {
+    const char *model_path, *state_path, *losses_out, *offload_dir;
+    int zero_stage, reshard, accum, prefetch, reshard_emb, vocab_chunk, keep_logits, shard_group, overlap, offload;
+} TestArgs;
+
+static int tflag_offload(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    TestArgs* a = (TestArgs*)p;
+    (void)f;
+    if (!strcmp(v, "none")) { a->offload = OFFLOAD_NONE; return 0; }
+#ifdef __CUDACC__
+    if (!strcmp(v, "host")) { a->offload = OFFLOAD_HOST; return 0; }
+#endif
+    if (!strncmp(v, "disk:", 5) && v[5]) { a->offload = OFFLOAD_DISK; a->offload_dir = v + 5; return 0; }
+    return set_err(err, errlen, "--offload-optimizer '%s' must be none, disk:DIR%s", v,
+#ifdef __CUDACC__
+                   " or host"
+#else
+                   ""
+#endif
+                   );
+}
+
+#define TO(field) offsetof(TestArgs, field)
+static const Flag TFLAGS[] = {
+    {"the reference files (dev/reference.py writes them: data/ref/{small,odd,tiny}_model.bin and _debug_state.bin)",
+     "-e", "<file>", FLAG_STR, TO(model_path), 0, 0, NULL, 0, "", "the model checkpoint (required; llm.c format; the fp32 file serves both CPU programs)"},
+    {NULL, "-s", "<file>", FLAG_STR, TO(state_path), 0, 0, NULL, 0, "", "the debug state (required): inputs, targets, logits, loss, gradients (+ our trailer of step losses)"},
+    {NULL, "--losses-out", "<file>", FLAG_STR, TO(losses_out), 0, 0, NULL, 0, "none", "write the step losses there (one per line)"},
+    {"the run checked (as train_gpt's flags of the same names)", "-z", "<0..3>", FLAG_INT, TO(zero_stage), 0, 3, NULL, 0, NULL, "zero_stage"},
+    {NULL, "--accum", "<A>", FLAG_INT, TO(accum), 1, 1 << 20, NULL, 0, NULL, "micro-steps per optimizer step (the reference batch is split over ranks x A)"},
+    {NULL, "--reshard-after-forward", "<0|1>", FLAG_INT, TO(reshard), 0, 1, NULL, 0, NULL, "stage 3: free blocks after forward"},
+    {NULL, "--prefetch", "<n>", FLAG_INT, TO(prefetch), 0, 64, NULL, 0, NULL, "stage 3: units gathered ahead of use"},
+    {NULL, "--reshard-embedding", "<0|1>", FLAG_INT, TO(reshard_emb), 0, 1, NULL, 0, NULL, "stage 3: gather wte chunks for every use"},
+    {NULL, "--vocab-chunk", "<n>", FLAG_INT, TO(vocab_chunk), 1, 1 << 24, NULL, 0, NULL, "rows of wte per vocabulary chunk"},
+    {NULL, "--keep-logits", "<0|1>", FLAG_INT, TO(keep_logits), 0, 1, NULL, 0, NULL, "keep the logits from forward to backward"},
+    {NULL, "--shard-group", "<G>", FLAG_INT, TO(shard_group), 1, 1 << 20, NULL, 0, "N (all ranks)", "HSDP: ranks per shard group (must divide N)"},
+    {NULL, "--overlap", "<0|1>", FLAG_INT, TO(overlap), 0, 1, NULL, 0, NULL, "collectives beside computation"},
+    {NULL, "--offload-optimizer", "<none|disk:DIR>", FLAG_FN, 0, 0, 0, tflag_offload, 0, "none", "stages 1-3: the optimizer states on disk"},
+};
+#undef TO
+
 int main(int argc, char** argv) {
     backend_preinit(argv);
     Comm comm;
     comm_init(&comm, &argc, &argv);
     char err[ERRLEN] = "";
-    const char* model_path = NULL; const char* state_path = NULL; const char* losses_out = NULL;
-    long zero_stage = 0, reshard = 1, accum = 1, prefetch = 1, reshard_emb = 1, vocab_chunk = 8192, keep_logits = 0;
-    long shard_group = comm.world_size, overlap = 1;
-    int offload = OFFLOAD_NONE;
-    const char* offload_dir = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (i + 1 >= argc) { set_err(err, ERRLEN, "flag %s needs a value", argv[i]); break; }
-        const char* f = argv[i]; const char* v = argv[++i];
-        if (!strcmp(f, "-e")) model_path = v;
-        else if (!strcmp(f, "-s")) state_path = v;
-        else if (!strcmp(f, "--losses-out")) losses_out = v;
-        else if (!strcmp(f, "-z")) { if (parse_long(v, &zero_stage)) set_err(err, ERRLEN, "-z '%s' is not an integer", v); }
-        else if (!strcmp(f, "--reshard-after-forward")) { if (parse_long(v, &reshard)) set_err(err, ERRLEN, "--reshard-after-forward '%s' is not an integer", v); }
-        else if (!strcmp(f, "--prefetch")) { if (parse_long(v, &prefetch)) set_err(err, ERRLEN, "--prefetch '%s' is not an integer", v); }
-        else if (!strcmp(f, "--reshard-embedding")) { if (parse_long(v, &reshard_emb)) set_err(err, ERRLEN, "--reshard-embedding '%s' is not an integer", v); }
-        else if (!strcmp(f, "--vocab-chunk")) { if (parse_long(v, &vocab_chunk) || vocab_chunk < 1) set_err(err, ERRLEN, "--vocab-chunk '%s' must be a positive integer", v); }
-        else if (!strcmp(f, "--keep-logits")) { if (parse_long(v, &keep_logits)) set_err(err, ERRLEN, "--keep-logits '%s' is not an integer", v); }
-        else if (!strcmp(f, "--shard-group")) { if (parse_long(v, &shard_group) || shard_group < 1 || comm.world_size % shard_group) set_err(err, ERRLEN, "--shard-group '%s' must divide the rank count %d", v, comm.world_size); }
-        else if (!strcmp(f, "--overlap")) { if (parse_long(v, &overlap)) set_err(err, ERRLEN, "--overlap '%s' is not an integer", v); }
-        else if (!strcmp(f, "--offload-optimizer")) {
-            if (!strcmp(v, "none")) offload = OFFLOAD_NONE;
-#ifdef __CUDACC__
-            else if (!strcmp(v, "host")) offload = OFFLOAD_HOST;
-#endif
-            else if (!strncmp(v, "disk:", 5) && v[5]) { offload = OFFLOAD_DISK; offload_dir = v + 5; }
-            else set_err(err, ERRLEN, "--offload-optimizer '%s' must be none, disk:DIR%s", v,
-#ifdef __CUDACC__
-                         " or host"
-#else
-                         ""
-#endif
-                         );
+    TestArgs ta = {NULL, NULL, NULL, NULL, 0, 1, 1, 1, 1, 8192, 0, -1, 1, OFFLOAD_NONE};
+    int want_help = 0;
+    flags_parse(TFLAGS, (int)(sizeof(TFLAGS) / sizeof(TFLAGS[0])), &ta, argc, argv, err, ERRLEN, &want_help, NULL);
+    if (want_help) {
+        if (comm.rank == 0) {
+            TestArgs d = ta;
+            flags_usage(stdout, TFLAGS, (int)(sizeof(TFLAGS) / sizeof(TFLAGS[0])), &d,
+                        "usage: mpirun -np N ./test_gpt_cpu -e MODEL -s DEBUG_STATE [flags]   (also ./test_gpt_cpu_bf16, ./test_gpt)\n"
+                        "checks logits, loss, every gradient and the step losses of a run against the PyTorch reference, e.g.\n"
+                        "  ./test_gpt_cpu -e data/ref/odd_model.bin -s data/ref/odd_debug_state.bin\n"
+                        "  mpirun -np 2 ./test_gpt_cpu_bf16 -e data/ref/odd_model.bin -s data/ref/odd_debug_state.bin -z 3\n");
         }
-        else if (!strcmp(f, "--accum")) { if (parse_long(v, &accum) || accum < 1) set_err(err, ERRLEN, "--accum '%s' must be a positive integer", v); }
-        else set_err(err, ERRLEN, "unknown flag %s", f);
+        comm_finalize(&comm);
+        return 0;
     }
-    if (!err[0] && (!model_path || !state_path)) set_err(err, ERRLEN, "usage: test_gpt -e model.bin -s debug_state.bin [-z stage] [--accum A]");
+    const char* model_path = ta.model_path; const char* state_path = ta.state_path; const char* losses_out = ta.losses_out;
+    long zero_stage = ta.zero_stage, reshard = ta.reshard, accum = ta.accum, prefetch = ta.prefetch, reshard_emb = ta.reshard_emb;
+    long vocab_chunk = ta.vocab_chunk, keep_logits = ta.keep_logits, overlap = ta.overlap;
+    long shard_group = ta.shard_group > 0 ? ta.shard_group : comm.world_size;
+    int offload = ta.offload;
+    const char* offload_dir = ta.offload_dir;
+    if (!err[0] && comm.world_size % shard_group) set_err(err, ERRLEN, "--shard-group '%ld' must divide the rank count %d", shard_group, comm.world_size);
+    if (!err[0] && (!model_path || !state_path)) set_err(err, ERRLEN, "usage: test_gpt -e model.bin -s debug_state.bin [-z stage] [--accum A] (see -h)");
     if (!err[0] && offload != OFFLOAD_NONE && zero_stage == 0) set_err(err, ERRLEN, "--offload-optimizer: needs -z 1, 2 or 3 (stage 0 replicates the optimizer)");
     comm_check_all(&comm, err);
     if (shard_group != comm.world_size) comm_set_groups(&comm, (int)shard_group);

@@ -111,8 +111,8 @@ static inline void flags_usage(FILE* out, const Flag* t, int n, const void* defa
         char lhs[64], def[160];
         snprintf(lhs, sizeof(lhs), "%s %s", k->name, k->arg);
         flags_default(k, defaults, def, sizeof(def));
-        fprintf(out, "  %-22s ", lhs);
-        if (strlen(lhs) > 22) fprintf(out, "\n  %-22s ", "");
+        if (strlen(lhs) > 22) fprintf(out, "  %s\n  %-22s ", lhs, "");
+        else fprintf(out, "  %-22s ", lhs);
         for (const char* p = k->help; *p; p++) {
             if (*p == '\n') fprintf(out, "\n  %-22s ", "");
             else fputc(*p, out);

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the prepared check of the CUDA build on a machine with ONE GPU
-# (the lent H200: nvcc 13, cuBLAS, PyTorch in `python3`, NCCL only as the
-# nvidia-nccl-cu13 wheel, no MPI, no network). One command, one time budget:
+# that may have nothing of the project's (e.g. an H200 with nvcc 13, cuBLAS,
+# PyTorch in `python3`, NCCL only as the nvidia-nccl-cu13 wheel, no MPI, no
+# network). One command, one time budget:
 #
-#   bash scripts/gpu_prepare.sh                 here, once: build/gpu-carry/ (Open MPI .debs, data, refs)
-#   device tool: carry ["build/gpu-carry"], command "bash scripts/gpu_check.sh", timeout_s 600
-#   GPU_CHECK_DRY_RUN=1 bash scripts/gpu_check.sh    here: the same path without a GPU (see below)
+#   bash scripts/gpu_prepare.sh                 on a prepared machine, once: build/gpu-carry/
+#                                               (Open MPI .debs, data, references)
+#   bash scripts/gpu_check.sh                   on the GPU machine, in a copy of the working
+#                                               tree with build/gpu-carry beside it
+#   GPU_CHECK_DRY_RUN=1 bash scripts/gpu_check.sh    without a GPU: the same path (see below)
 #
 # Stages (each reports PASS / FAIL / SKIP with its time; a failure never stops
 # the next stage; the table at the end lists them all):
@@ -36,16 +39,15 @@
 #                TRAIN_SECONDS of training: tokens/s, MFU, peak device memory,
 #                beside llm.c's published figure (run after the odd config's
 #                tests, before the rest, so that the budget keeps it)
-# Budget: GPU_CHECK_BUDGET seconds in all (default 450: with the machine's
-# start, about a minute, the whole lease stays under 10 minutes of device
-# time; the device tool's command limit is 600 s); the kernel checks get at
-# most KERNEL_SECONDS (150) of it; a stage that would not fit is SKIPped. Output:
-# everything on stdout; with $OUT set (the device tool) also $OUT/gpu_check.log,
-# $OUT/gpu_check_summary.txt and $OUT/train_d12.log.
+# Budget: GPU_CHECK_BUDGET seconds in all (default 450, so that the whole
+# check, with a machine's start-up, fits in 10 minutes); the kernel checks
+# get at most KERNEL_SECONDS (150) of it; a stage that would not fit is
+# SKIPped. Output: everything on stdout; with $OUT set (a directory) also
+# $OUT/gpu_check.log, $OUT/gpu_check_summary.txt and $OUT/train_d12.log.
 # Env: B (micro-batch of the timed run, default 32), TRAIN_SECONDS (45),
 # JOBS (make -j, default nproc), GPU_CARRY (build/gpu-carry), CUDA_ARCH.
 #
-# Dry run (GPU_CHECK_DRY_RUN=1, what `make test` runs as dev/test_gpu_dry_run.sh):
+# Dry run (GPU_CHECK_DRY_RUN=1, what `make test` runs as tests/suites/gpu_dry_run.sh):
 # the working tree (tracked + untracked files, no data/ link) and the carry are
 # copied to a fresh temp dir and the check runs there in a private mount
 # namespace (unshare -m) where every file of the carried Debian packages
@@ -77,7 +79,7 @@ dry_run_outer() {
   trap 'rm -rf "$DRY_DIR"' EXIT
   local D=$DRY_DIR
   mkdir -p "$D/tree" "$D/bin" "$D/site/nvidia/nccl/include" "$D/site/nvidia/nccl/lib"
-  # what the device tool sends: tracked and untracked-not-ignored files (a
+  # what a copy of the working tree holds: tracked and untracked-not-ignored files (a
   # symbolic link such as data/ travels as a link that points nowhere there)
   { git ls-files -z; git ls-files -z --others --exclude-standard; } | \
     (cd "$ROOT" && tar --null --no-recursion -T - -cf -) 2>/dev/null | tar -xf - -C "$D/tree"
@@ -581,10 +583,10 @@ d12_figures() { # log B steps
     /^step/ && match($0, /loss [0-9.]+/) { split(substr($0, RSTART, RLENGTH), l, " "); if (first == "") first = l[2]; last = l[2] }
     END {
       if (tok == "" || fpt == "") { print "could not parse the training log"; exit 1 }
-      peak = 989e12; meas = 790e12
+      peak = 989e12
       mfu = 100 * tok * fpt / peak
       printf "GPT-2 124M on %s, B=%d T=1024, %d steps: %.1f ms/step, %.0f tokens/s, %.3g flops/token (6 Psi + 12 L C T)\n", gpu, B, steps, ms, tok, fpt
-      printf "MFU %.1f%% of 989 TFLOP/s (H100/H200 SXM dense bf16 datasheet), %.1f%% of the 790 TFLOP/s bf16 GEMM measured on such an H200\n", mfu, 100 * tok * fpt / meas
+      printf "MFU %.1f%% of 989 TFLOP/s (H100/H200 SXM dense bf16 datasheet)\n", mfu
       printf "peak device memory %.1f GB (cudaMemGetInfo); loss %s at step 1 -> %s at step %d\n", mem / 1000, first, last, steps
       printf "llm.c, published (karpathy/llm.c Discussion #481, GPT-2 124M, T=1024): \"up to ~60%% model flops utilization\"; 10B tokens in ~90 min on 8x A100 80GB SXM = ~231K tokens/s per A100 (60%% of its 312 TFLOP/s); the same 60%% MFU on this GPU would be %.0f tokens/s\n", 0.6 * peak / fpt
       printf "D12 %.0f tok/s, MFU %.1f%%, peak %.1f GB (llm.c: ~60%% MFU)\n", tok, mfu, mem / 1000 > "/dev/stderr"

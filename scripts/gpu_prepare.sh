@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# gpu_prepare.sh: run HERE (Debian 12, apt, network) before a GPU check on a
-# machine that has no MPI, no network and no project data (the lent H200, see
-# scripts/gpu_check.sh). Writes build/gpu-carry/ (ignored by git), which the
-# device run carries beside the working tree:
+# gpu_prepare.sh: run on a prepared machine (Debian 12, apt, network) before a
+# GPU check on a machine that may have no MPI, no network and no project data
+# (see scripts/gpu_check.sh). Writes build/gpu-carry/ (ignored by git), to be
+# copied beside the working tree to the GPU machine:
 #
 #   debs/NAME.deb   Open MPI 4.1 (mpicc, mpirun, headers, libmpi) and every
 #                   runtime library it loads that the GPU image cannot be
@@ -17,13 +17,13 @@
 #                   there with that machine's python3)
 #   MANIFEST        package versions, file sizes and sha256 of everything above
 #
-# It ends by measuring what travels: the working tree (tracked and untracked,
-# not ignored) plus build/gpu-carry, against the device tool's 64 MiB limit
-# (fails above 60 MiB, to leave room).
+# It ends by measuring what must travel to the GPU machine: the working tree
+# (tracked and untracked, not ignored) plus build/gpu-carry; it fails above
+# 60 MiB (copies to a remote machine are often limited to 64 MiB).
 #
 # Usage: bash scripts/gpu_prepare.sh      env: GPU_CARRY (default build/gpu-carry)
-# Then, with the device tool: carry ["build/gpu-carry"], command
-#   "bash scripts/gpu_check.sh", timeout_s 600 (see gpu_check.sh).
+# Then, on the GPU machine, in a copy of the working tree with
+# build/gpu-carry: bash scripts/gpu_check.sh (see gpu_check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARRY=${GPU_CARRY:-build/gpu-carry}

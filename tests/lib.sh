@@ -1,12 +1,12 @@
 # tests/lib.sh -- sourced by every shell suite: the one place the summary
 # contract is written. A suite calls ok / bad / skip once per check and
 # ends with `summary`, whose line "N passed, M failed, K skipped" is what
-# dev/run_tests.sh adds up (it also accepts the older "N passed, M failed").
+# tests/run.sh adds up (it also accepts the older "N passed, M failed").
 # A check that cannot run on this CPU or machine is skipped and counted,
 # never passed: skip names what it needs, e.g.
 #   skip "bf16 primitive: skipped (needs AVX512_CORE; this CPU: AVX2)"
 # Also: MPIRUN (mpirun as root, more ranks than cores), the CPU's ISA
-# levels (cpu_isa_can LEVEL, from dev/cpu_isa.c: llmc/cpu/isa.h).
+# levels (cpu_isa_can LEVEL, from tests/cpu_isa.c: llmc/cpu/isa.h).
 pass=0; fail=0; skip=0
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
@@ -16,8 +16,8 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 
 # build/cpu_isa (once): the levels of this CPU
 cpu_isa_tool() {
-  [ -x build/cpu_isa ] && [ build/cpu_isa -nt dev/cpu_isa.c ] && [ build/cpu_isa -nt llmc/cpu/isa.h ] ||
-    { mkdir -p build && gcc -O2 -I. dev/cpu_isa.c -o build/cpu_isa; } || return 1
+  [ -x build/cpu_isa ] && [ build/cpu_isa -nt tests/cpu_isa.c ] && [ build/cpu_isa -nt llmc/cpu/isa.h ] ||
+    { mkdir -p build && gcc -O2 -I. tests/cpu_isa.c -o build/cpu_isa; } || return 1
   echo build/cpu_isa
 }
 # the detected level (ignores LLMC_CPU_ISA): avx2, avx512, avx512_bf16, amx

@@ -1,6 +1,6 @@
 /*
  mpi_stub/mpi.h: a single-rank stand-in for MPI, for builds on a machine
- without an MPI library (the lent GPU machine has none). Selected by putting
+ without an MPI library (a GPU machine may have none). Selected by putting
  this directory first on the include path (-Illmc/mpi_stub), so every
  `#include <mpi.h>` of the project finds it and no source changes; cuda.mk
  does that when no mpicc is found or CUDA_MPICC=false is given:

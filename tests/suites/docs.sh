@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The documentation says what the programs do:
+#   - docs/flags.md is what the flag table generates (./train_gpt_cpu
+#     --help-markdown); a stale copy fails with the command that renews it;
+#   - README.md stays short (under 250 lines: the detail is in docs/);
+#   - every relative link in README.md and docs/*.md points at a file that
+#     exists (anchors are not checked);
+#   - the project speaks of itself alone: no words of a workplace's tools.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib.sh
+[ -x ./train_gpt_cpu ] || { bad "./train_gpt_cpu is missing (make train_gpt_cpu)"; summary; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+if ./train_gpt_cpu --help-markdown > "$tmp/flags.md" 2>&1 && cmp -s "$tmp/flags.md" docs/flags.md; then
+  ok "docs/flags.md equals ./train_gpt_cpu --help-markdown ($(grep -c '^| `' docs/flags.md) flags)"
+else
+  bad "docs/flags.md is stale: run make docs ($(diff "$tmp/flags.md" docs/flags.md 2>&1 | head -3 | tr '\n' ' '))"
+fi
+# every flag of -h is in docs/flags.md
+missing=$(./train_gpt_cpu -h | awk '/^  -/ {print $1}' | sed 's/,$//' | while read -r f; do
+  [ "$f" = -h ] && continue; grep -q "^| \`$f\`" docs/flags.md || echo "$f"; done)
+[ -z "$missing" ] && ok "every flag of -h has a row in docs/flags.md" || bad "flags of -h missing in docs/flags.md: $missing"
+n=$(wc -l < README.md)
+[ "$n" -lt 250 ] && ok "README.md is $n lines (< 250)" || bad "README.md is $n lines (the detail belongs in docs/)"
+broken=""
+for f in README.md docs/*.md; do
+  dir=$(dirname "$f")
+  for link in $(grep -o '](\([^)#]*\)' "$f" | sed 's/^](//' | grep -v '^https\?:' | grep -v '^mailto:' | sort -u); do
+    [ -n "$link" ] || continue
+    [ -e "$dir/$link" ] || broken="$broken $f->$link"
+  done
+done
+[ -z "$broken" ] && ok "every relative link in README.md and docs/*.md resolves" || bad "broken links:$broken"
+w=$(grep -rniwE "lent (machine|gpu)|device tool|lease|leased" README.md docs/ scripts/ 2>/dev/null | head -3)
+[ -z "$w" ] && ok "no words of a workplace's tools in README.md, docs/, scripts/" || bad "workplace words: $w"
+summary

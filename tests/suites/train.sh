@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# The trainer end to end on the Brown corpus shards (data/brown):
+#  1. the same 8 sequences per step seen as 1 rank x B=8, 1 rank x B=4 x 2
+#     micro-steps, 2 ranks x B=2 x 2 micro-steps at stages 0-3: the logged
+#     train losses agree within 1e-5 relative, and every run's ledger and
+#     traffic match the plan (the trainer exits 2 otherwise); the stage-3
+#     traffic names how the blocks were gathered (reshard_after_forward 1 or 0);
+#  2. the checkpoints these runs write agree, and are valid llm.c files
+#     (header, exact size, read back by an independent Python reader);
+#  3. a checkpoint loaded with -e reproduces the val loss it was saved with,
+#     bit for bit, at the same rank count and stage;
+#  4. a val split smaller than -m batches is read once per evaluation (the
+#     loss equals the one over its distinct batches), and the run says so;
+#  5. --reshard-after-forward / --prefetch / --reshard-embedding given at
+#     stages 0-2 warn, once each.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib.sh
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+COMMON="-e d2 --channels 64 --heads 2 --max-seq-len 64 -t 32 -d 256 -x 6 -v 6 -m 2 -s 0 -l 3e-3 -u 2"
+
+train() { # name np args...
+  local name=$1 np=$2; shift 2
+  if timeout 300 $MPIRUN -np "$np" ./train_gpt_cpu $COMMON "$@" > "$tmp/$name.out" 2>&1; then ok "train $name (ledger and traffic match the plan)"
+  else bad "train $name: exit $?"; tail -5 "$tmp/$name.out"; fi
+}
+train b8 1 -b 8 -z 0 -o "$tmp/b8"
+train b4a2 1 -b 4 -z 0 -o "$tmp/b4a2"
+for z in 0 1 2 3; do train n2z$z 2 -b 2 -z $z -o "$tmp/n2z$z"; done
+train n2z3r0 2 -b 2 -z 3 --reshard-after-forward 0 -o "$tmp/n2z3r0"
+
+if /usr/bin/python3 - "$tmp" <<'PY'
+import sys, os, struct
+import numpy as np
+tmp = sys.argv[1]
+def losses(run):
+    out = []
+    for line in open(os.path.join(tmp, run, "main.log")):
+        f = line.split()
+        if f[2] == "train_loss": out.append(float(f[3]))
+    return np.array(out)
+def ckpt(run):
+    path = os.path.join(tmp, run, "model_00000006.bin")
+    raw = open(path, "rb").read()
+    h = struct.unpack("<256i", raw[:1024])
+    assert h[0] == 20240326 and h[1] == 3, h[:2]
+    maxT, V, L, NH, C, Vp = h[2:8]
+    n = Vp*C + maxT*C + L*(12*C*C + 13*C) + 2*C
+    assert len(raw) == 1024 + 4*n, (len(raw), 1024 + 4*n)
+    w = np.frombuffer(raw[1024:], dtype="<f4")
+    assert np.all(np.isfinite(w))
+    assert np.all(w[V*C:Vp*C] == 0), "padded vocab rows must stay zero"
+    return w
+base = losses("b8"); wb = ckpt("b8")
+assert len(base) == 6, base
+bad = 0
+for run in ["b4a2", "n2z0", "n2z1", "n2z2", "n2z3", "n2z3r0"]:
+    l = losses(run); w = ckpt(run)
+    rel = np.max(np.abs(l - base) / np.abs(base))
+    werr = np.max(np.abs(w - wb))
+    ok = rel <= 1e-5 and werr <= 1e-4
+    bad += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {run}: losses max rel diff {rel:.2e}, checkpoint max abs diff {werr:.2e} vs 1 rank B=8")
+print(f"losses fell from {base[0]:.4f} to {base[-1]:.4f}")
+sys.exit(1 if bad or not base[-1] < base[0] else 0)
+PY
+then ok "same losses and checkpoints for every split of the batch"; else bad "losses or checkpoints differ between splits"; fi
+
+# the stage-3 traffic says what the run did with the blocks: 2 micro-steps,
+# gathered before each use (forward and backward: 2 x 2 = 4 times per step,
+# reshard 1) or kept from forward to backward (2 times, reshard 0)
+for c in "n2z3 4 gathered before every use" "n2z3r0 2 kept from forward to backward"; do
+  set -- $c; run=$1; times=$2; shift 2
+  if grep -q "stage-3 all-gathers by unit class.*; blocks [0-9.]* Psi ($times x [0-9.]*% of Psi: $*)" "$tmp/$run.out"; then
+    ok "$run: the traffic table says the blocks were gathered $times times per step ($*)"
+  else bad "$run: blocks line: $(grep 'stage-3 all-gathers' "$tmp/$run.out")"; fi
+done
+
+# a val split of 3 distinct global batches (1 rank x 2 x 32 = 64 tokens each:
+# 219 tokens) and -m 10: the evaluation reads the 3 once, says so once, and
+# its val loss equals the one of -m 3 bit for bit
+/usr/bin/python3 -c "
+import numpy as np
+v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:219]
+h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = len(v)
+open('$tmp/val3.bin', 'wb').write(h.tobytes() + v.tobytes())"
+for m in 10 3; do
+  timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 1 -v 1 -m $m -s 0 -j "$tmp/val3.bin" > "$tmp/val_m$m.out" 2>&1
+done
+v10=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m10.out"); v3=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m3.out")
+if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10: the val split holds only 3 distinct global batches of 64 tokens' "$tmp/val_m10.out")" = 1 ] \
+   && grep -q "each evaluation reads 3 global batches x 64 = 192 distinct val tokens" "$tmp/val_m10.out" && ! grep -q "^note: -m" "$tmp/val_m3.out"; then
+  ok "val split of 3 batches with -m 10: 192 distinct tokens, said once, val loss $v10 = the one of -m 3"
+else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note)" "$tmp/val_m10.out"; fi
+
+# --reshard-after-forward, --prefetch, --reshard-embedding at stages 0-2: one warning line each
+# (naming the flag) when given, none when not given or at stage 3
+warnrun() { timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 "$@" 2>&1 >/dev/null | grep -c "^warning:"; }
+w1=$(warnrun -z 1 --prefetch 2 --reshard-after-forward 0 --reshard-embedding 0)
+w1p=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 -z 2 --prefetch 2 2>&1 >/dev/null)
+w0=$(warnrun -z 1); w3=$(warnrun -z 3 --prefetch 2 --reshard-after-forward 0 --reshard-embedding 0)
+if [ "$w1" = 3 ] && [ "$w0" = 0 ] && [ "$w3" = 0 ] && [ "$w1p" = "warning: --prefetch 2 has no effect at zero_stage 2 (stage 3 only)" ]; then
+  ok "stage-3 flags at stages 0-2: one warning per flag given ($w1 for three), none without them or at stage 3"
+else bad "stage-3 flag warnings: $w1 / $w0 / $w3 lines, '$w1p'"; fi
+
+# one -z default: the trainer's (no -z given) is make train's ZERO, and -h says it
+mk=$(sed -n 's/^ZERO ?= *//p' Makefile)
+dz=$(timeout 60 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 2>&1 | sed -n 's/^train_gpt .*zero_stage \([0-3]\).*/\1/p')
+if [ -n "$mk" ] && [ "$dz" = "$mk" ] && ./train_gpt_cpu -h | grep -A1 -- "^  -z " | grep -q "($mk is make train's ZERO too)  default $mk$"; then
+  ok "-z default $dz == make train's ZERO $mk, and -h says so"
+else bad "-z default: trainer '$dz', Makefile ZERO '$mk'"; fi
+
+# --ledger all: every rank's tables, gathered to rank 0, in rank order and
+# never interleaved (4 ranks, the traffic table also after step 1)
+timeout 120 $MPIRUN -np 4 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 2 -v 0 -s 0 -z 3 \
+  --ledger all --ledger-every 1 > "$tmp/ledger_all.out" 2>&1
+if /usr/bin/python3 - "$tmp/ledger_all.out" <<'PY'
+import sys, re
+seq, cur = [], None
+for line in open(sys.argv[1]):
+    m = re.match(r"(memory ledger|traffic), rank (\d+) of 4", line)
+    if m:
+        assert cur is None, f"table of {cur} not closed before {line.strip()}"
+        cur = (m.group(1), int(m.group(2))); seq.append(cur); continue
+    if re.match(r"  (ledger|traffic): OK", line):
+        assert cur is not None, "a closing line outside a table"
+        cur = None
+want = [("memory ledger", r) for r in range(4)] + [("traffic", r) for r in range(4)] * 2
+assert seq == want and cur is None, seq
+PY
+then ok "--ledger all on 4 ranks: ledger and traffic tables of ranks 0-3 in rank order, each whole"
+else bad "--ledger all: tables out of order or interleaved"; grep -E "^(memory ledger|traffic)" "$tmp/ledger_all.out"; fi
+
+# out/ and runs/ (trainer output dirs made inside the repository) are ignored by git
+ignored() { if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git check-ignore -q "$1"; else grep -qx "/${1%%/*}/" .gitignore; fi; }
+if ignored out/model_00000001.bin && ignored runs/d4/main.log; then ok "out/ and runs/ are ignored by git"
+else bad "out/ or runs/ not ignored by git"; fi
+
+# make train with the data already prepared: no preparation line, the run itself
+timeout 300 make --no-print-directory train NP=1 STEPS=1 ARGS="-e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -v 0 -s 0" > "$tmp/make_train.out" 2>&1
+rc=$?
+if [ $rc = 0 ] && ! grep -qE "^brown:|prepare.sh" "$tmp/make_train.out" && grep -q "^step    1/1" "$tmp/make_train.out"; then
+  ok "make train with prepared data: no Brown preparation line, trained 1 step"
+else bad "make train (exit $rc): $(grep -E "^brown:|prepare" "$tmp/make_train.out" | head -2)"; fi
+
+# make help names every target of the Makefile and cuda.mk and every
+# variable make train / zero-table take; make zero-table runs dev/zero_table.sh
+help=$(make --no-print-directory help)
+missing=""
+for t in $(sed -n 's/^\.PHONY: *//p' Makefile cuda.mk) NP ZERO STEPS ARGS TABLE_STEPS TABLE_MODEL FUZZ_SECONDS; do
+  [ "${t#_}" != "$t" ] && continue   # internal targets (_name) are not for users
+  grep -qw -- "$t" <<<"$help" || missing="$missing $t"
+done
+zt=$(make --no-print-directory -n zero-table TABLE_STEPS=3 TABLE_MODEL="-e d2" 2>&1 | grep "zero_table.sh")
+if [ -z "$missing" ] && [ "$zt" = 'PROG=./train_gpt_cpu_bf16 MODEL="-e d2" bash dev/zero_table.sh 3' ]; then ok "make help lists every target and variable; make zero-table runs '$zt'"
+else bad "make help misses:$missing; zero-table runs '$zt'"; fi
+
+# round trip: val loss of the saved model reproduced by loading it
+for run in b8 n2z3; do
+  np=1; [ $run = n2z3 ] && np=2
+  z=0; [ $run = n2z3 ] && z=3
+  b=8; [ $run = n2z3 ] && b=2
+  saved=$(grep "val loss .* at step 6" "$tmp/$run.out" | awk '{print $3}')
+  timeout 300 $MPIRUN -np $np ./train_gpt_cpu -e "$tmp/$run/model_00000006.bin" -b $b -t 32 -d 256 -x 1 -v 1 -m 2 -s 0 -z $z > "$tmp/reload.out" 2>&1
+  again=$(grep "val loss .* at step 0" "$tmp/reload.out" | awk '{print $3}')
+  if [ -n "$saved" ] && [ "$saved" = "$again" ]; then ok "checkpoint of $run reloads to the same val loss $saved"
+  else bad "checkpoint of $run: val loss $saved at save, '$again' after reload"; tail -3 "$tmp/reload.out"; fi
+done
+# -x 0: load, evaluate, sample, print the ledger, exit: the same val loss as at
+# the save, no training step, no checkpoint, and no train data needed
+saved=$(grep "val loss .* at step 6" "$tmp/b8.out" | awk '{print $3}')
+timeout 120 ./train_gpt_cpu -e "$tmp/b8/model_00000006.bin" -i "$tmp/no_such_train_*.bin" -b 8 -t 32 -x 0 -v 1 -m 2 -s 1 -g 8 -o "$tmp/x0" > "$tmp/x0.out" 2>&1
+rc=$?
+again=$(grep "val loss .* at step 0" "$tmp/x0.out" | awk '{print $3}')
+if [ $rc = 0 ] && [ -n "$saved" ] && [ "$saved" = "$again" ] && grep -q "^sample at step 0: " "$tmp/x0.out" && grep -q "^  ledger: OK" "$tmp/x0.out" \
+   && ! grep -q "^step " "$tmp/x0.out" && ! ls "$tmp/x0" | grep -q "_000"; then
+  ok "-x 0: val loss $again as saved, a sample, the ledger, no step, no checkpoint, no train data"
+else bad "-x 0 (exit $rc): val loss '$again' vs saved '$saved'"; tail -3 "$tmp/x0.out"; fi
+# bf16 checkpoints (llm.c version 5): loading one and saving it again with a
+# zero learning rate (AdamW then changes nothing) must give, in version 3,
+# exactly the bf16 values widened to fp32
+/usr/bin/python3 -c "
+import numpy as np
+h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = 4096
+open('$tmp/small_ids.bin', 'wb').write(h.tobytes() + (np.arange(4096) % 1001).astype('<u2').tobytes())"
+timeout 120 ./train_gpt_cpu -e data/ref/odd_model_bf16.bin -i "$tmp/small_ids.bin" -b 2 -t 32 -x 1 -l 0 -v 0 -s 0 -o "$tmp/bf16" > "$tmp/bf16.out" 2>&1
+if /usr/bin/python3 - "$tmp/bf16/model_00000001.bin" data/ref/odd_model_bf16.bin <<'PY2'
+import sys, numpy as np
+a = open(sys.argv[1], "rb").read(); b = open(sys.argv[2], "rb").read()
+ha = np.frombuffer(a[:1024], "<i4"); hb = np.frombuffer(b[:1024], "<i4")
+assert ha[1] == 3 and hb[1] == 5 and (ha[2:8] == hb[2:8]).all(), (ha[:8], hb[:8])
+wa = np.frombuffer(a[1024:], "<f4")
+wb = (np.frombuffer(b[1024:], "<u2").astype(np.uint32) << 16).view(np.float32)
+assert wa.shape == wb.shape and np.array_equal(wa, wb), "values differ"
+PY2
+then ok "bf16 (version 5) checkpoint loads exactly and saves as version 3"; else bad "bf16 checkpoint round trip"; tail -3 "$tmp/bf16.out"; fi
+summary
