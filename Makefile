@@ -45,7 +45,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref docs bench bench-offload zero-table cluster-bench plots clean sanitize fuzz _dnnl-headers
+.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench plots clean sanitize fuzz _dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16
 
@@ -64,6 +64,7 @@ help:
 	@echo "  make sanitize    ASan+UBSan builds (build/san) on a short set of runs"
 	@echo "  make fuzz        fuzz the file readers (libFuzzer; build/fuzz)"
 	@echo "  make deps data ref   Debian and npm packages / Brown corpus shards and tokenizer / PyTorch reference files"
+	@echo "  make compare     compare runs step by step and checkpoint by checkpoint: RUNS=\"A B\" [PLOT=x.png] (dev/compare_runs.py)"
 	@echo "  make docs        docs/flags.md from the trainer's flag table (./train_gpt_cpu --help-markdown; make test fails when it is stale)"
 	@echo "  make clean       remove the programs and build/san, build/fuzz"
 	@echo "  make help        this list"
@@ -79,6 +80,7 @@ help:
 	@echo "  CLUSTER_BENCH='$(CLUSTER_BENCH)'      make cluster-bench: environment for dev/cluster_bench.sh, e.g. 'STEPS=3'"
 	@echo "  BENCH_STEPS BENCH_NP BENCH_ZERO   make bench-offload: steps (4), ranks (1), stage (1)"
 	@echo "  PLOT_NP='$(PLOT_NP)' PLOT_STEPS=$(PLOT_STEPS) LOSS_STEPS=$(LOSS_STEPS) PLOT_DIR=$(PLOT_DIR) PLOT_ARGS='$(PLOT_ARGS)'   make plots"
+	@echo "  RUNS='$(RUNS)' PLOT='$(PLOT)' COMPARE_ARGS='$(COMPARE_ARGS)'   make compare"
 	@echo "  CFLAGS MPICC BLAS_CFLAGS BLAS_LIBS   the CPU build"
 	@echo "  CUDA_HOME NVCC CUDA_ARCH             the CUDA build (cuda.mk)"
 
@@ -122,6 +124,14 @@ train: deps data
 test: deps data ref
 	@$(MAKE) --no-print-directory all
 	bash tests/run.sh
+
+# compare runs (their -o directories): RUNS="A B ..." [PLOT=overlay.png] [COMPARE_ARGS="--tol 1e-5"]
+RUNS ?=
+PLOT ?=
+COMPARE_ARGS ?=
+compare:
+	@[ -n "$(RUNS)" ] || { echo "error: make compare: give RUNS=\"RUN_A RUN_B ...\" (the -o directories of runs)" >&2; exit 1; }
+	$(PY) dev/compare_runs.py $(RUNS) $(if $(PLOT),-o $(PLOT)) $(COMPARE_ARGS)
 
 # docs/flags.md: generated from the flag table of train_gpt.cu
 docs: train_gpt_cpu

@@ -425,6 +425,8 @@ typedef struct {
     int have_tok;
     FILE* logf;
     int start_step;
+    TrainState saved;            /* -y 1: the header of the state resumed from (saved.step -1: none) */
+    char resumed[2048];          /* -y 1: what was loaded, printed with the banner */
     AdamWConfig opt;
     float dloss;
     double total_ms;             /* timed steps (all but a process's first) */
@@ -590,7 +592,6 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     }
     if (a->output_dir) {
         if (comm->rank == 0) {
-            mkdir(a->output_dir, 0755);
             char p[4096];
             snprintf(p, sizeof(p), "%s/main.log", a->output_dir);
             r->logf = fopen(p, a->resume ? "a" : "w");
@@ -598,10 +599,36 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         }
         comm_check_all(comm, err);
     }
-    r->start_step = a->resume ? state_resume(&r->model, &r->train, a->output_dir, a->max_steps) : 0;
+    r->saved.step = -1;
+    r->start_step = a->resume ? state_resume(&r->model, &r->train, a->output_dir, a->max_steps, &r->saved, r->resumed, sizeof(r->resumed)) : 0;
     AdamWConfig opt = {a->lr, 0.9f, 0.95f, 1e-8f, a->weight_decay, a->grad_clip};
     r->opt = opt;
     r->dloss = 1.0f / (float)((double)a->B * a->T * N * r->accum);
+}
+
+/* -y 1: what was loaded, and what the flags change against the saved run
+   (the lr schedule's horizon or shape, the global batch, T): said plainly,
+   since the run goes on either way. Rank 0. */
+static void print_resume_notes(const Run* r) {
+    const Args* a = &r->a;
+    const StateRun* o = &r->saved.run;
+    printf("%s", r->resumed);
+    if (r->saved.step < 0) return;
+    int S = r->start_step;
+    if (o->max_steps > 0 && (o->max_steps != a->max_steps || o->warmup != a->warmup || o->lr != a->lr || o->final_frac != a->final_frac)) {
+        float now = lr_schedule(a->lr, S, a->warmup, a->max_steps, a->final_frac);
+        float then = lr_schedule(o->lr, S, o->warmup, o->max_steps, o->final_frac);
+        printf("note: resume: the lr schedule changes: the saved run had -x %d -u %d -l %g -q %g, this one has -x %d -u %d -l %g -q %g, "
+               "so the schedule is recomputed over %d steps: step %d gets lr %.2e (the saved run's schedule would give %.2e)\n",
+               o->max_steps, o->warmup, (double)o->lr, (double)o->final_frac, a->max_steps, a->warmup, (double)a->lr, (double)a->final_frac,
+               a->max_steps, S + 1, (double)now, (double)then);
+    }
+    if (o->tokens_per_step > 0 && (o->tokens_per_step != a->total_batch || o->seq_len != a->T))
+        printf("note: resume: the global batch changes from %lld tokens per step (%lld sequences of T=%d) to %ld (%ld sequences of T=%d: "
+               "%d rank%s x B=%d x %d micro-step%s): the data continues from the saved position, but from here on this is another run "
+               "than the saved one would have been\n",
+               o->tokens_per_step, o->seq_len > 0 ? o->tokens_per_step / o->seq_len : 0, o->seq_len, a->total_batch, a->total_batch / a->T, a->T,
+               r->N, r->N > 1 ? "s" : "", a->B, r->accum, r->accum > 1 ? "s" : "");
 }
 
 /* What the run is, printed by rank 0 before the first step; the placement
@@ -623,16 +650,23 @@ static void print_banner(Run* r) {
                r->start_step > 0 ? "from the resumed checkpoint" : r->from_ckpt ? a->init : "random");
         printf("batch: B=%d T=%d per rank, %ld tokens per micro-step, %d micro-step%s per optimizer step (%ld tokens)\n",
                a->B, a->T, r->tokens_per_micro, r->accum, r->accum > 1 ? "s" : "", a->total_batch);
-        if (r->have_train) printf("data: train %zu tokens in %d shard(s) (%s), %s", r->train.num_tokens, r->train.num_shards, a->train_pattern,
-                                  a->shuffle ? "shuffled (--shuffle 1: sequences and shards in a seeded random order, new each epoch)" : "in file order (--shuffle 0)");
+        if (r->have_train) printf("data: train %zu tokens in %d shard(s) (%s), %s; -x %d steps x %ld tokens = %.4g epochs of it",
+                                  r->train.num_tokens, r->train.num_shards, a->train_pattern,
+                                  a->shuffle ? "shuffled (--shuffle 1: sequences and shards in a seeded random order, new each epoch)" : "in file order (--shuffle 0)",
+                                  a->max_steps, a->total_batch, (double)a->max_steps * (double)a->total_batch / (double)r->train.num_tokens);
         else printf("data: no training (-x 0)");
         if (r->have_val) printf(", val %zu tokens (%s); each evaluation reads %d global batch%s x %ld = %ld distinct val tokens",
                                 r->val.num_tokens, a->val_pattern, r->val_batches, r->val_batches > 1 ? "es" : "", r->tokens_per_micro,
                                 (long)r->val_batches * r->tokens_per_micro);
         printf("\n");
         if (r->val_capped)
-            printf("note: -m %d: the val split holds only %d distinct global batches of %ld tokens; each evaluation uses those %d, "
-                   "none counted twice\n", a->val_steps, r->val_batches, r->tokens_per_micro, r->val_batches);
+            printf("note: -m %d: the val split holds only %d distinct global batch%s of %ld tokens; each evaluation uses %s, "
+                   "none counted twice\n", a->val_steps, r->val_batches, r->val_batches > 1 ? "es" : "", r->tokens_per_micro,
+                   r->val_batches > 1 ? "those" : "that one");
+        if (a->sample_every > 0 && a->gen_tokens > a->T - 1)
+            printf("note: -g %d: a sample is at most T-1 = %d tokens (its context is one sequence of -t %d): each sample generates %d\n",
+                   a->gen_tokens, a->T - 1, a->T, a->T - 1);
+        if (a->resume) print_resume_notes(r);
     }
     comm_print_placement(comm, stdout); /* node, local rank, threads, cores of every rank */
     if (comm->rank == 0 && comm->replica_size > 1)
@@ -655,7 +689,9 @@ static void periodic(Run* r, int step, int last) {
     r->comm->phase = PHASE_OTHER;
     if (r->have_val && (step % a->val_every == 0 || last)) {
         float vl = evaluate(&r->model, &r->val, r->val_batches, r->comm);
-        if (r->comm->rank == 0) { printf("val loss %.6f at step %d\n", vl, step); fflush(stdout); }
+        if (r->comm->rank == 0 && a->max_steps == 0) printf("val loss %.6f of the model %s (-x 0: evaluated, not trained)\n", vl, r->from_ckpt ? a->init : "as initialised");
+        else if (r->comm->rank == 0) printf("val loss %.6f at step %d\n", vl, step);
+        fflush(stdout);
         if (r->logf) { fprintf(r->logf, "step %d val_loss %.6f\n", step, vl); fflush(r->logf); }
     }
     if (a->sample_every > 0 && ((step > 0 && step % a->sample_every == 0) || last))
@@ -666,7 +702,8 @@ static void periodic(Run* r, int step, int last) {
         gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
         if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
         snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
-        state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */);
+        StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
+        state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
         if (r->comm->rank == 0) printf("wrote state %s\n", p);
     }
 }
@@ -718,10 +755,13 @@ static StepStats train_step(Run* r, int step) {
    run; the traffic table every --ledger-every steps. */
 static void log_step(Run* r, int step, const StepStats* s) {
     const Args* a = &r->a;
-    char commtxt[96] = "";
-    if (s->comm_ms > 0.0)
+    char commtxt[192] = "";
+    if (s->comm_ms > 0.0 && s->comm_ms >= s->wait_ms)
         snprintf(commtxt, sizeof(commtxt), " | comm %.1f ms, waited %.1f ms (%.0f%% hidden)", s->comm_ms, s->wait_ms,
-                 100.0 * (s->comm_ms > s->wait_ms ? 1.0 - s->wait_ms / s->comm_ms : 0.0));
+                 100.0 * (1.0 - s->wait_ms / s->comm_ms));
+    else if (s->comm_ms > 0.0)   /* a wait also covers waking the communication thread and its hand-offs (comm_thread.h) */
+        snprintf(commtxt, sizeof(commtxt), " | comm %.1f ms, waited %.1f ms (0%% hidden; the waits also cover the hand-offs to the communication thread)",
+                 s->comm_ms, s->wait_ms);
     if (step > r->start_step) { r->total_ms += s->ms; r->timed++; } /* the first step of a process warms up: not timed */
     double tps = (double)a->total_batch / (s->ms / 1000.0);
     if (r->comm->rank == 0) {

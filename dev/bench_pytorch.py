@@ -21,14 +21,13 @@ import os
 import sys
 import time
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError as e:  # the first python3 on PATH may lack torch
-    sys.exit(f"error: {e.name} is missing for {sys.executable}: run dev/bench_pytorch.py with /usr/bin/python3 (Debian's python3-torch)")
-
+from pyreq import require
+if __name__ == "__main__":
+    require("numpy", "torch")
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 class Block(nn.Module):
     def __init__(self, C, NH):

@@ -30,6 +30,12 @@ errors agree with these to within what the fp32 sums and rounding ties move
 usage: /usr/bin/python3 dev/bf16_emulation.py [--dir data/ref] [--config small|odd|tiny|all]
        [--vocab-chunk 8192]
 """
+import os as _os
+import sys as _sys
+from pyreq import require
+if __name__ == "__main__":
+    require('numpy', 'torch')
+
 import argparse
 import math
 import os

@@ -10,6 +10,12 @@ Last line "N passed, M failed"; exit 1 on failure.
 usage (Debian's torch lives in /usr/bin/python3):
     ./test_kernels --dump /tmp/kd && /usr/bin/python3 dev/kernels_ref.py /tmp/kd
 """
+import os as _os
+import sys as _sys
+from pyreq import require
+if __name__ == "__main__":
+    require('numpy', 'torch')
+
 import os
 import sys
 
@@ -58,7 +64,13 @@ def leaf(t):
 
 
 def main():
-    a, cfg = load(sys.argv[1] if len(sys.argv) > 1 else "/tmp/kd")
+    d = sys.argv[1] if len(sys.argv) > 1 else "/tmp/kd"
+    if d in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    if not os.path.isfile(os.path.join(d, "manifest.txt")):
+        sys.exit("error: %s: no manifest.txt there: give the directory that `test_kernels --dump DIR` wrote" % d)
+    a, cfg = load(d)
     B, T, C, NH, V, Vp = (cfg[k] for k in ("B", "T", "C", "NH", "V", "Vp"))
     N, hs = B * T, C // NH
 

@@ -504,8 +504,8 @@ def plot_loss(runs, out, title=None):
             s = sorted(log["val"])
             ax.plot(s, [log["val"][k] for k in s], color=c, lw=1.2, ls="--", marker="o", ms=4,
                     label="%s: val" % lab)
-            for k in (s[0], s[-1]):
-                ax.annotate("%.3f" % log["val"][k], (k, log["val"][k]), textcoords="offset points", xytext=(4, 4),
+            for k in (s[0], s[-1]):  # each run's labels one line above the previous run's, so they never overprint
+                ax.annotate("%.3f" % log["val"][k], (k, log["val"][k]), textcoords="offset points", xytext=(4, 4 + 9 * i),
                             fontsize=7, color=c)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("cross-entropy loss (nats per token)")
@@ -1015,4 +1015,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from pyreq import require
+    require("matplotlib")
     sys.exit(main())

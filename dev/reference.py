@@ -57,6 +57,12 @@ Usage:
   /usr/bin/python3 dev/reference.py --config d6 --model-only --out data/ref
 """
 
+import os as _os
+import sys as _sys
+from pyreq import require
+if __name__ == "__main__":
+    require('numpy', 'torch')
+
 import argparse
 import math
 import os

@@ -21,16 +21,27 @@
    [12] train shards and [13] train tokens the position refers to (a resume
         with other train data is refused)
    [14] seed (--seed)
-   [15] zero_stage and [16] world size it was written with (informational:
-        the file does not depend on them)
+   [15], [16] 0 (files written before the state became stage- and
+        world-size-independent byte for byte hold the writer's zero_stage
+        and world size there; they are ignored)
    [17] has_master: 1 if the fp32 master weights follow v
    [18] shuffle: 1 if the train loader reads in a seeded random order
         (--shuffle; its seed is [14]), 0 in file order
    [19] epoch: passes over the train shards completed (with [10], [11] the
         whole loader position; shuffled, [11] counts the tokens of the
         shard's permuted sequences consumed)
-   [20..127] 0 (reserved; a file of the first layout, with 0 here, reads as
-        unshuffled, epoch 0)
+   [20] the run's optimizer steps (-x: the lr schedule's horizon),
+   [21] warmup steps (-u), [22] peak lr (-l) and [23] final lr fraction (-q)
+        as the bits of their float32 values, [24] tokens per optimizer step
+        (the global batch: ranks x B x T x micro-steps), [25] T: what a
+        resume compares with its own flags to say what changed (0 in older
+        files: not known)
+   [26..127] 0 (reserved; a file of the first layout, with 0 at [18], [19],
+        reads as unshuffled, epoch 0)
+ Nothing in the file depends on the ZeRO stage or the rank count: at one
+ rank count, runs at stages 0-3 write byte-identical states (and model
+ files); across rank counts with the same global batch the header is the
+ same and m, v agree to the last bits of the sums (another batch split).
  Then fp32 arrays of num_parameters elements each, in checkpoint order
  (gpt2_checkpoint_order: wte, wpe, ln1w[L], ..., fcprojb[L], lnfw, lnfb):
    Adam m at byte 1024, Adam v at 1024 + 4 Psi, and if has_master the fp32
@@ -89,6 +100,18 @@
 #define STATE_HEADER_BYTES 1024
 #define STATE_HEADER_WORDS 128
 
+/* What a run records about its schedule and batch (header words 20..25),
+   so that a resume can say what changed. */
+typedef struct {
+    int max_steps, warmup;        /* -x, -u */
+    float lr, final_frac;         /* -l, -q */
+    long long tokens_per_step;    /* ranks x B x T x micro-steps */
+    int seq_len;                  /* T */
+} StateRun;
+
+static inline int64_t state_float_word(float f) { uint32_t u; memcpy(&u, &f, 4); return (int64_t)u; }
+static inline float state_word_float(int64_t w) { uint32_t u = (uint32_t)w; float f; memcpy(&f, &u, 4); return f; }
+
 typedef struct {
     long long step;
     long long num_parameters;
@@ -96,10 +119,10 @@ typedef struct {
     long long data_shard, data_position;
     long long data_num_shards, data_num_tokens;
     unsigned long long seed;
-    int zero_stage, world_size;   /* informational */
     int has_master;
     int shuffle;
     long long epoch;
+    StateRun run;                 /* the saved run's schedule and batch (0: not recorded) */
 } TrainState;
 
 /* Byte offset of element 0 of every plan tensor in the m section: the
@@ -158,7 +181,9 @@ static inline int state_read_header(const char* path, TrainState* s, char* err, 
     if (h[12] < 1 || h[13] < 1 || h[10] < 0 || h[10] >= h[12] || h[11] < 0 || h[11] > h[13])
         return set_err(err, errlen, "state %s: data position (shard %lld, token %lld of %lld shards, %lld tokens) is invalid", path,
                        (long long)h[10], (long long)h[11], (long long)h[12], (long long)h[13]);
-    if (h[15] < 0 || h[15] > 3 || h[16] < 1) return set_err(err, errlen, "state %s: zero_stage %lld / world size %lld invalid", path, (long long)h[15], (long long)h[16]);
+    if (h[20] < 0 || h[20] > (1LL << 30) || h[21] < 0 || h[21] > (1LL << 30) || h[24] < 0 || h[25] < 0 || h[25] > 100000000)
+        return set_err(err, errlen, "state %s: run record (steps %lld, warmup %lld, tokens per step %lld, T %lld) is invalid", path,
+                       (long long)h[20], (long long)h[21], (long long)h[24], (long long)h[25]);
     if (h[17] != 0 && h[17] != 1) return set_err(err, errlen, "state %s: has_master flag %lld must be 0 or 1", path, (long long)h[17]);
     if (h[18] != 0 && h[18] != 1) return set_err(err, errlen, "state %s: shuffle flag %lld must be 0 or 1", path, (long long)h[18]);
     if (h[19] < 0 || h[19] > (1LL << 40)) return set_err(err, errlen, "state %s: data epoch %lld out of range", path, (long long)h[19]);
@@ -167,8 +192,11 @@ static inline int state_read_header(const char* path, TrainState* s, char* err, 
                                       psi, h[17] ? ", master" : "", expect);
     s->step = h[2]; s->num_parameters = h[3];
     s->data_shard = h[10]; s->data_position = h[11]; s->data_num_shards = h[12]; s->data_num_tokens = h[13];
-    s->seed = (unsigned long long)h[14]; s->zero_stage = (int)h[15]; s->world_size = (int)h[16]; s->has_master = (int)h[17];
+    s->seed = (unsigned long long)h[14]; s->has_master = (int)h[17];
     s->shuffle = (int)h[18]; s->epoch = h[19];
+    s->run.max_steps = (int)h[20]; s->run.warmup = (int)h[21];
+    s->run.lr = state_word_float(h[22]); s->run.final_frac = state_word_float(h[23]);
+    s->run.tokens_per_step = h[24]; s->run.seq_len = (int)h[25];
     return 0;
 }
 
@@ -247,12 +275,14 @@ static inline long state_test_die_step(void) {
 
 /* Collective: write the training state of optimizer step `step` (steps
    completed) to `path`, atomically (see the top comment). train is the
-   train loader at the step boundary; seed is recorded. with_master = 1 (or
+   train loader at the step boundary; seed and the run's schedule and batch
+   (run) are recorded. with_master = 1 (or
    LLMC_STATE_MASTER=1) stores the fp32 master weights too: needed for an
    exact resume when the model file beside it is bf16 (version 5). On failure every
    rank exits with one message (comm_check_all); the previous file at path,
    if any, is untouched and no .tmp is left behind. */
-static inline void state_save(GPT2* m, const char* path, int step, const DataLoader* train, unsigned long long seed, int with_master) {
+static inline void state_save(GPT2* m, const char* path, int step, const DataLoader* train, unsigned long long seed, int with_master,
+                              const StateRun* run) {
     Comm* c = m->comm;
     const ZeroPlan* P = &m->plan;
     char err[ERRLEN] = "";
@@ -274,8 +304,10 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     h[7] = g->num_layers; h[8] = g->num_heads; h[9] = g->channels;
     h[10] = train->current_shard; h[11] = (int64_t)train->current_position;
     h[12] = train->num_shards; h[13] = (int64_t)train->num_tokens;
-    h[14] = (int64_t)seed; h[15] = P->zero_stage; h[16] = P->num_ranks; h[17] = has_master;
+    h[14] = (int64_t)seed; h[17] = has_master;
     h[18] = train->shuffle; h[19] = train->epoch;
+    h[20] = run->max_steps; h[21] = run->warmup; h[22] = state_float_word(run->lr); h[23] = state_float_word(run->final_frac);
+    h[24] = run->tokens_per_step; h[25] = run->seq_len;
     CollectiveFile f;
     cfile_begin(&f, c, "state", path, h, sizeof(h), total, err);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
@@ -352,18 +384,25 @@ static inline int state_find_latest(const char* dir, long* step, char* err, size
 /* Collective (-y 1): find the latest complete checkpoint in dir (rank 0
    looks, the step is broadcast), load the weights from model_S.bin, m, v
    from state_S.bin, seek the train loader to the saved data position.
-   Returns S, the optimizer steps already done (0 and one line "starting
-   fresh" when dir holds none). Every error (a corrupt or mismatched file,
-   other train data, S > max_steps) ends every rank with one line. */
-static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int max_steps) {
+   Returns S, the optimizer steps already done, with the loaded header in
+   *saved (the caller compares the saved run's schedule and batch with its
+   own, saved->run) and what was loaded in `said` (one or two lines, for the
+   caller to print with its banner; "starting fresh" when dir holds no
+   checkpoint, and then saved->step = -1). Every error (a corrupt or
+   mismatched file, other train data, S > max_steps) ends every rank with
+   one line. */
+static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int max_steps, TrainState* saved, char* said, size_t saidlen) {
     Comm* c = m->comm;
     char err[ERRLEN] = "";
     long step = -1;
+    memset(saved, 0, sizeof(*saved));
+    saved->step = -1;
+    said[0] = 0;
     if (c->rank == 0) state_find_latest(dir, &step, err, ERRLEN);
     comm_check_all(c, err);
     MPI_Bcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD);
     if (step < 0) {
-        if (c->rank == 0) { printf("resume: no complete checkpoint (model_*.bin with state_*.bin) in %s, starting fresh\n", dir); fflush(stdout); }
+        snprintf(said, saidlen, "resume: no complete checkpoint (model_*.bin with state_*.bin) in %s, starting fresh\n", dir);
         return 0;
     }
     char mp[4096], sp[4096];
@@ -386,25 +425,39 @@ static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int 
     /* the data order continues as saved: the state's seed, epoch, shard, position */
     if (train->shuffle) dataloader_set_shuffle(train, 1, s.seed);
     dataloader_resume(train, s.epoch, (int)s.data_shard, (size_t)s.data_position);
-    if (c->rank == 0) {
-        printf("resumed from step %ld: %s and %s (written by %d rank%s at zero_stage %d%s), data at epoch %lld shard %lld token %lld%s\n", step, mp, sp,
-               s.world_size, s.world_size > 1 ? "s" : "", s.zero_stage, s.has_master ? ", with master weights" : "", s.epoch, s.data_shard,
-               s.data_position, s.shuffle ? " (shuffled)" : "");
-        if (s.shuffle != train->shuffle)
-            printf("note: the state was written with --shuffle %d, this run has --shuffle %d: the data order changes from here on\n", s.shuffle, train->shuffle);
-        fflush(stdout);
-    }
+    size_t n = (size_t)snprintf(said, saidlen, "resumed from step %ld: %s and %s%s, data at epoch %lld shard %lld token %lld%s\n", step, mp, sp,
+                                s.has_master ? " (with master weights)" : "", s.epoch, s.data_shard, s.data_position, s.shuffle ? " (shuffled)" : "");
+    if (s.shuffle != train->shuffle && n < saidlen)
+        snprintf(said + n, saidlen - n, "note: the state was written with --shuffle %d, this run has --shuffle %d: the data order changes from here on\n",
+                 s.shuffle, train->shuffle);
+    *saved = s;
     return (int)step;
 }
 
+/* mkdir -p: dir and every missing parent (mode 0755). 0, or -1 with errno. */
+static inline int state_mkdir_p(const char* dir) {
+    char p[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof(p)) { errno = ENAMETOOLONG; return -1; }
+    memcpy(p, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != 0) continue;
+        char keep = p[i];
+        p[i] = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST) return -1;
+        p[i] = keep;
+    }
+    return 0;
+}
+
 /* Collective: make sure every rank can create files in the output dir
-   before any training (rank 0 creates it if missing, then every rank
+   before any training (rank 0 creates it and its parents if missing, then every rank
    creates, writes, fsyncs and removes a probe file). Errors end every rank
    with one line naming the directory. */
 static inline void state_check_output_dir(Comm* c, const char* dir) {
     char err[ERRLEN] = "";
     struct stat st;
-    if (c->rank == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (c->rank == 0 && state_mkdir_p(dir) != 0)
         set_err(err, ERRLEN, "-o %s: cannot create the output directory (%s)", dir, strerror(errno));
     comm_check_all(c, err);
     if (stat(dir, &st) != 0) set_err(err, ERRLEN, "-o %s: cannot access the output directory (%s)", dir, strerror(errno));

