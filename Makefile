@@ -45,9 +45,13 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench plots clean sanitize fuzz _dnnl-headers
+.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench fit-demo plots clean sanitize fuzz _dnnl-headers
 
-all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16
+all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/train_gpt_cpu.workspace build/fit/train_gpt_cpu_bf16.workspace
+
+# the fit check's training workspace of each program, measured once per build (llmc/fit.h)
+build/fit/%.workspace: %
+	@./$< --calibrate-workspace
 
 help:
 	@echo "targets:"
@@ -58,6 +62,7 @@ help:
 	@echo "  make bench       CPU speed figures (a benchmark, not a test)"
 	@echo "  make cluster-bench   ZeRO stages x link rates on a simulated 2-node cluster (root; scripts/cluster.sh)"
 	@echo "  make bench-offload   memory, step time, I/O of --offload-optimizer disk (a benchmark, not a test)"
+	@echo "  make fit-demo    which stage fits: GPT-2 124M on 4 memory-limited nodes (root; scripts/cluster.sh --mem; dev/fit_demo.sh)"
 	@echo "  make plots       the README's pictures (dev/plot.py all; PNGs in PLOT_DIR)"
 	@echo "  make cuda        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt); make cuda-dev: dev/cuda kernel checks; make cuda-test:"
 	@echo "                   dev/cuda/test_backend (needs a GPU); make cuda-config: what was found (nvcc, MPI, NCCL); make cuda-clean"
@@ -78,6 +83,7 @@ help:
 	@echo "  TABLE_MODEL='$(TABLE_MODEL)'   make zero-table: model and batch per rank"
 	@echo "  FUZZ_SECONDS=$(FUZZ_SECONDS)        make fuzz: seconds per reader"
 	@echo "  CLUSTER_BENCH='$(CLUSTER_BENCH)'      make cluster-bench: environment for dev/cluster_bench.sh, e.g. 'STEPS=3'"
+	@echo "  FIT_DEMO='$(FIT_DEMO)'      make fit-demo: environment for dev/fit_demo.sh, e.g. 'NODES=4 STEPS=2'"
 	@echo "  BENCH_STEPS BENCH_NP BENCH_ZERO   make bench-offload: steps (4), ranks (1), stage (1)"
 	@echo "  PLOT_NP='$(PLOT_NP)' PLOT_STEPS=$(PLOT_STEPS) LOSS_STEPS=$(LOSS_STEPS) PLOT_DIR=$(PLOT_DIR) PLOT_ARGS='$(PLOT_ARGS)'   make plots"
 	@echo "  RUNS='$(RUNS)' PLOT='$(PLOT)' COMPARE_ARGS='$(COMPARE_ARGS)'   make compare"
@@ -118,7 +124,7 @@ ref: deps
 
 # (sub-makes: the BLAS choice above must see what `deps` installed)
 train: deps data
-	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM) build/fit/$(TRAIN_PROGRAM).workspace
 	$(MPIRUN) -np $(NP) ./$(TRAIN_PROGRAM) -z $(ZERO) -x $(STEPS) $(ARGS)
 
 test: deps data ref
@@ -153,6 +159,11 @@ CLUSTER_BENCH ?=
 cluster-bench: deps data
 	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)
 	PROG=./$(TRAIN_PROGRAM) $(CLUSTER_BENCH) bash dev/cluster_bench.sh
+
+# which stage fits memory-limited nodes (root): FIT_DEMO='NODES=4 STEPS=2 MODEL="-e d12 -b 2 -t 256"'
+fit-demo: deps data
+	@$(MAKE) --no-print-directory train_gpt_cpu_bf16 build/fit/train_gpt_cpu_bf16.workspace
+	$(FIT_DEMO) bash dev/fit_demo.sh
 
 bench-offload: deps data
 	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)

@@ -24,9 +24,11 @@
 #endif
 #include <stddef.h>
 #include <sys/stat.h>
+#include <malloc.h>
 #include <unistd.h>
 #include "llmc/flags.h"
 #include "llmc/gpt.h"
+#include "llmc/gpt_fit.h"
 #include "llmc/checkpoint.h"
 #include "llmc/state.h"
 #include "llmc/dataloader.h"
@@ -56,10 +58,17 @@ typedef struct {
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int ckpt_version;            /* --checkpoint-dtype: 3 (fp32) or 5 (bf16) */
+    int total_batch_given;       /* -d on the command line (-z auto may then trade micro-batch for accumulation) */
     int shuffle;                 /* --shuffle: train batches in a seeded random order (1) or file order (0) */
     unsigned long long seed;
     /* architecture overrides (-1: from descriptor / checkpoint) */
     int layers, heads, channels, max_seq_len, vocab;
+    /* memory: the fit check, -z auto (llmc/fit.h, llmc/gpt_fit.h) */
+    unsigned long long memory_limit; /* --memory-limit per rank (0: the cgroup's or MemAvailable) */
+    int fit_check;               /* --fit-check 1: refuse a configuration over the budget before allocating */
+    int zero_auto;               /* -z auto */
+    float link_inside_gbps, link_across_gbps; /* --link-gbps (0: measured) */
+    int calibrate_workspace;     /* --calibrate-workspace (make runs it once per program and build) */
     /* estimator */
     int estimate;
     double est_params, est_gpu_mem;
@@ -92,6 +101,7 @@ static void args_defaults(Args* a, int world) {
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     a->ckpt_version = 3; a->shuffle = 1;
+    a->fit_check = 1;
 }
 
 /* A count with an optional suffix: 124M, 1.5B, 70B, 2T, 350K (K = 1e3, M = 1e6,
@@ -121,6 +131,7 @@ static int flag_total_batch(void* p, const char* f, const char* v, char* err, si
     (void)f;
     if (parse_long(v, &n) || n < 1) return set_err(err, errlen, "flag -d: '%s' must be a positive integer (tokens)", v);
     ((Args*)p)->total_batch = n;
+    ((Args*)p)->total_batch_given = 1;
     return 0;
 }
 static int flag_trace_steps(void* p, const char* f, const char* v, char* err, size_t errlen) {
@@ -191,6 +202,35 @@ static int flag_ckpt_dtype(void* p, const char* f, const char* v, char* err, siz
     else return set_err(err, errlen, "flag --checkpoint-dtype: '%s' must be fp32 or bf16", v);
     return 0;
 }
+static int flag_zero(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    Args* a = (Args*)p;
+    long n;
+    (void)f;
+    if (!strcmp(v, "auto")) { a->zero_auto = 1; return 0; }
+    if (parse_long(v, &n) || n < 0 || n > 3) return set_err(err, errlen, "flag -z: '%s' must be 0, 1, 2, 3 or auto", v);
+    a->zero_stage = (int)n; a->zero_auto = 0;
+    return 0;
+}
+static int flag_memory_limit(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    (void)f;
+    if (fit_parse_size(v, &((Args*)p)->memory_limit))
+        return set_err(err, errlen, "flag --memory-limit: '%s' must be a size per rank such as 450M, 1.5G or 900Mi (M, G: 1e6, 1e9 bytes; Mi, Gi: 2^20, 2^30)", v);
+    return 0;
+}
+static int flag_link_gbps(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    Args* a = (Args*)p;
+    char tmp[64];
+    (void)f;
+    if (strlen(v) >= sizeof(tmp)) return set_err(err, errlen, "flag --link-gbps: '%s' is too long", v);
+    snprintf(tmp, sizeof(tmp), "%s", v);
+    char* comma = strchr(tmp, ',');
+    if (comma) *comma = 0;
+    double in = 0, across = 0;
+    if (parse_double(tmp, &in) || in <= 0 || (comma && (parse_double(comma + 1, &across) || across <= 0)))
+        return set_err(err, errlen, "flag --link-gbps: '%s' must be INSIDE[,ACROSS]: positive Gbit/s inside a node and across nodes", v);
+    a->link_inside_gbps = (float)in; a->link_across_gbps = (float)(comma ? across : in);
+    return 0;
+}
 static int flag_dtype(void* p, const char* f, const char* v, char* err, size_t errlen) {
     (void)f;
     if (strcmp(v, "bf16") && strcmp(v, "fp32")) return set_err(err, errlen, "flag --dtype: '%s' must be bf16 or fp32", v);
@@ -243,8 +283,10 @@ static const Flag FLAGS[] = {
        "to nearest even; llm.c's CUDA trainer reads only 5; the training state\n"
        "beside it then holds the fp32 master weights, so a resume stays exact)"),
     I(NULL, "-y", "<0|1>", resume, 0, 1, 0, "resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)"),
-    I("ZeRO", "-z", "<0..3>", zero_stage, 0, 3, 0, "zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params\n"
-      "(1 is make train's ZERO too)"),
+    FN("ZeRO", "-z", "<0..3|auto>", flag_zero, "1", "zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params;\n"
+       "auto: the fastest configuration that fits this rank's memory, predicted from the plan\n"
+       "(stages, --shard-group, --reshard-embedding, --keep-logits, -b with -d, offload last)\n"
+       "(1 is make train's ZERO too)"),
     I(NULL, "--reshard-after-forward", "<0|1>", reshard_after_forward, 0, 1, GIVEN(reshard_given), "stage 3: free blocks after forward"),
     I(NULL, "--prefetch", "<n>", prefetch, 0, 64, GIVEN(prefetch_given), "stage 3: units gathered ahead of use"),
     I(NULL, "--reshard-embedding", "<0|1>", reshard_embedding, 0, 1, GIVEN(reshard_emb_given),
@@ -270,6 +312,15 @@ static const Flag FLAGS[] = {
     ID(NULL, "--shard-group", "<G>", shard_group, 1, 1 << 20, "N (all ranks)", "HSDP: shard over groups of G consecutive ranks (one node when G = ranks\n"
       "per node), replicate across the N/G groups (stages 1-3; G must divide N)"),
     I(NULL, "--overlap", "<0|1>", overlap, 0, 1, 0, "run collectives beside computation (CPU: a communication thread)"),
+    FN("memory (docs/estimator.md)", "--memory-limit", "<size>", flag_memory_limit, "cgroup or MemAvailable",
+       "this rank's budget (e.g. 450M, 1.5G); else its cgroup's limit / ranks of the node,\n"
+       "else MemAvailable / ranks of the node"),
+    I(NULL, "--fit-check", "<0|1>", fit_check, 0, 1, 0, "1: refuse, before allocating anything, a configuration whose predicted\n"
+      "per-rank peak exceeds the budget (the message says what fits); 0: run anyway"),
+    FN(NULL, "--link-gbps", "<in[,across]>", flag_link_gbps, "measured", "-z auto's link rates in Gbit/s inside a node and across nodes\n"
+       "(else measured at start-up by a short all-gather)"),
+    {NULL, "--calibrate-workspace", "", FLAG_BOOL, AO(calibrate_workspace), 0, 0, NULL, 0, "off",
+     "measure the training workspace of this program (make runs it once: build/fit/)"},
     S("timeline", "--trace", "<file>", trace_path, "write a Chrome trace-event JSON timeline (open in Perfetto / chrome://tracing)"),
     FN(NULL, "--trace-steps", "<a:b>", flag_trace_steps, "2:3", "the optimizer steps it covers"),
     FN(NULL, "--ledger", "<rank0|all>", flag_ledger, "rank0", "print the memory ledger for rank 0 or every rank"),
@@ -305,13 +356,13 @@ static int check_args(const Args* a, int world, char* err, size_t errlen) {
        copies multiplies the host or disk bytes and the I/O by N for nothing;
        ZeRO-Offload starts from the sharded optimizer (stage 1 has the same
        traffic as stage 0). */
-    if (a->offload != OFFLOAD_NONE && a->zero_stage == 0)
+    if (a->offload != OFFLOAD_NONE && a->zero_stage == 0 && !a->zero_auto)
         return set_err(err, errlen, "--offload-optimizer %s%s: needs -z 1, 2 or 3 (stage 0 replicates the optimizer states on every rank; "
                        "offloading N identical copies is not ZeRO-Offload: use -z 1, which moves the same bytes per step)",
                        a->offload == OFFLOAD_DISK ? "disk:" : "host", a->offload == OFFLOAD_DISK ? a->offload_dir : "");
     int G = a->shard_group > 0 ? a->shard_group : world;
     if (world % G != 0) return set_err(err, errlen, "--shard-group %d: must divide the number of ranks %d", G, world);
-    if (G != world && a->zero_stage == 0) return set_err(err, errlen, "--shard-group %d: stage 0 shards nothing; HSDP needs -z 1, 2 or 3", G);
+    if (G != world && a->zero_stage == 0 && !a->zero_auto) return set_err(err, errlen, "--shard-group %d: stage 0 shards nothing; HSDP needs -z 1, 2 or 3", G);
     if (a->resume && !a->output_dir) return set_err(err, errlen, "-y 1: resuming needs -o <dir> (where the checkpoints are)");
     return 0;
 }
@@ -356,6 +407,54 @@ static GPT2Options model_options(const Args* a, int accum) {
 /* ------------------------------------------------------------------------ */
 /* The estimator (--estimate): the paper's table, no data, no training      */
 
+/* The full per-rank peak (llmc/gpt_fit.h) of a run of cfg with the
+   estimator's -b, -t on N ranks, stage s, accumulation 1, optimizer offloaded
+   to disk or not. The baseline is this process's VmRSS now; the data
+   loaders are not counted (they depend on the shards: a few MB). */
+static int estimate_peak(const Args* a, const GPT2Config* cfg, int from_ckpt, int N, int s, int off, unsigned long long budget,
+                         FitCandidate* c, char* err) {
+    FitContext x;
+    memset(&x, 0, sizeof(x));
+    x.cfg = cfg; x.base = model_options(a, 1);
+    x.N = N; x.L = N; x.B = a->B; x.T = a->T; x.total_batch = (long)a->B * a->T * N;
+    x.from_ckpt = from_ckpt; x.ckpt_in = 3; x.ckpt_out = a->ckpt_version;
+    x.baseline = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
+    char wpath[4200];
+    if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
+    x.budget = budget;
+    memset(c, 0, sizeof(*c));
+    c->opt = x.base; c->opt.zero_stage = s; c->opt.offload = off ? OFFLOAD_DISK : OFFLOAD_NONE;
+    c->G = N; c->B = a->B;
+    return gpt2_fit_evaluate(&x, c, err, ERRLEN);
+}
+
+/* Per stage (and offloaded, stages 1-3): the peak at -n ranks and the
+   smallest rank count whose peak fits budget (0: none up to 2^20; the peak
+   falls as N grows except for the replicated parts, so a doubling search
+   then a bisection). */
+static void estimate_peaks(const Args* a, const GPT2Config* cfg, int from_ckpt, unsigned long long budget, double* peak, long long* pmin,
+                           double* peak_off, long long* pmin_off, char* err) {
+    for (int off = 0; off <= 1; off++)
+        for (int s = off; s < 4; s++) {
+            FitCandidate c;
+            if (estimate_peak(a, cfg, from_ckpt, a->est_ranks, s, off, budget, &c, err)) return;
+            (off ? peak_off : peak)[s] = (double)c.mem.peak;
+            long long lo = 0, hi = 1, found = 0;   /* lo: known not to fit */
+            for (; hi <= (1LL << 20); lo = hi, hi *= 2) {
+                if (estimate_peak(a, cfg, from_ckpt, (int)hi, s, off, budget, &c, err)) { err[0] = 0; continue; }
+                if (c.fits) { found = 1; break; }
+                if (s == 0) break;   /* nothing of stage 0 shrinks with N */
+            }
+            if (found)
+                while (hi - lo > 1) {
+                    long long mid = lo + (hi - lo) / 2;
+                    if (estimate_peak(a, cfg, from_ckpt, (int)mid, s, off, budget, &c, err) == 0 && c.fits) hi = mid;
+                    else { err[0] = 0; lo = mid; }
+                }
+            (off ? pmin_off : pmin)[s] = found ? hi : 0;
+        }
+}
+
 static int run_estimate(Args* ap, Comm* comm) {
     Args a = *ap;
     char err[ERRLEN] = "";
@@ -369,7 +468,10 @@ static int run_estimate(Args* ap, Comm* comm) {
         psi = (double)gpt2_count_parameters(&cfg);
     }
     int bf16 = !strcmp(a.est_dtype, "bf16"), pb = bf16 ? 2 : 4;
-    ZeroEstimateInfo info = {NULL, NULL, -1.0, NULL};
+    if (a.est_gpu_mem <= 0 && a.memory_limit) a.est_gpu_mem = (double)a.memory_limit;   /* --memory-limit: the same budget */
+    ZeroEstimateInfo info = {NULL, NULL, -1.0, NULL, NULL, NULL, NULL, NULL};
+    double peak[4] = {0}, peak_off[4] = {0};
+    long long pmin[4] = {0}, pmin_off[4] = {0};
     double traffic[4];
     char tsrc[512], asrc[512];
     if (known) {
@@ -400,11 +502,81 @@ static int run_estimate(Args* ap, Comm* comm) {
             snprintf(asrc, sizeof(asrc), "-e %s, B=%d, T=%d (%d-byte activations of this build, as its memory ledger counts them)",
                      a.init, a.B, a.T, (int)sizeof(floatX));
             info.activation_source = asrc;
+            if (a.est_gpu_mem > 0 && bf16 == (sizeof(floatX) == 2)) {
+                backend_init(comm);   /* the baseline a run measures includes the backend's libraries */
+                estimate_peaks(&a, &cfg, from_ckpt, (unsigned long long)a.est_gpu_mem, peak, pmin, peak_off, pmin_off, err);
+                comm_check_all(comm, err);
+                info.peak_bytes = peak; info.peak_min_ranks = pmin; info.peak_bytes_off = peak_off; info.peak_min_ranks_off = pmin_off;
+            }
         }
     }
     if (comm->rank == 0) zero_estimate_print(stdout, psi, a.est_ranks, pb, pb, bf16 ? 12 : 8, a.est_gpu_mem, &info);
+    if (comm->rank == 0 && info.peak_bytes)
+        printf("fit check: baseline %.4g GB (this process's resident memory before a model; a run measures its own), data loaders not "
+               "counted (a few MB, they depend on the shards)\n", (backend_host_counts() ? fit_status_bytes("VmRSS:") : 0) / 1e9);
+    else if (comm->rank == 0 && known && a.est_gpu_mem > 0 && a.B_given && a.T_given)
+        printf("note: --dtype %s is not this build's precision: the full per-rank peak needs %s\n", a.est_dtype,
+               sizeof(floatX) == 2 ? "train_gpt_cpu (fp32)" : "train_gpt_cpu_bf16");
+    if (info.peak_bytes) backend_finalize(comm);
     if (comm->rank == 0 && a.shard_group > 0)
         printf("note: --shard-group %d is not modelled here: the table shards over all %d ranks\n", a.shard_group, a.est_ranks);
+    comm_finalize(comm);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* --calibrate-workspace: the training workspace of this program and build  */
+
+/* What the backend's libraries take during training beyond the ledger (the
+   fit check's "workspace", llmc/fit.h): one rank trains d6 (B=4, T=256,
+   random tokens, no data files) for 3 steps; the largest VmRSS after a step
+   minus the VmRSS before the model was allocated minus the ledger is
+   written to build/fit/<program>.workspace beside the binary. make runs it
+   once per program and build. */
+static int run_calibration(Comm* comm) {
+    char err[ERRLEN] = "";
+    if (comm->world_size != 1) set_err(err, ERRLEN, "--calibrate-workspace: run it as one process (it measures one rank)");
+    comm_check_all(comm, err);
+    backend_init(comm);
+    GPT2Config cfg;
+    int bad = 0;
+    gpt2_config_descriptor("d6", &cfg, &bad, err, ERRLEN);
+    const int B = 4, T = 256;
+    GPT2Options o = gpt2_default_options();
+    unsigned long long base = fit_status_bytes("VmRSS:");
+    GPT2 m;
+    if (gpt2_init(&m, &cfg, comm, &o, B, T, err, ERRLEN) == 0) gpt2_init_random(&m, 1337);
+    comm_check_all(comm, err);
+    int* tok = (int*)malloc_or_die((size_t)(B * T + 1) * sizeof(int), "calibration tokens");
+    Rng rg;
+    rng_seed(&rg, 7, 11);
+    for (int i = 0; i <= B * T; i++) tok[i] = (int)(rng_uniform(&rg) * cfg.vocab_size) % cfg.vocab_size;
+    AdamWConfig opt = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    long long extra = 0;
+    for (int step = 0; step < 3; step++) {
+        gpt2_begin_step(&m);
+        gpt2_forward(&m, tok, tok + 1, B, T, 1.0f / (B * T));
+        gpt2_backward(&m, B, T);
+        gpt2_reduce_grads(&m);
+        zero_optimizer_step(&m.engine, &opt, step + 1);
+        long long e = (long long)fit_status_bytes("VmRSS:") - (long long)base - (long long)m.ledger.current;
+        if (e > extra) extra = e;
+    }
+    char path[4200];
+    unsigned long long dummy;
+    fit_calibrated_workspace(&dummy, path, sizeof(path));
+    char dir[4200];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash) { *slash = 0; state_mkdir_p(dir); }
+    FILE* f = fopen(path, "w");
+    if (!f || fprintf(f, "%lld\n", extra) < 0 || fclose(f) != 0) set_err(err, ERRLEN, "--calibrate-workspace: cannot write %s (%s)", path, strerror(errno));
+    comm_check_all(comm, err);
+    printf("calibrated: training workspace %.2f MB beyond the ledger (d6, B=%d, T=%d, 1 rank, 3 steps, %s): wrote %s\n", extra / 1e6, B, T,
+           backend_matmul_desc(), path);
+    free(tok);
+    gpt2_free(&m);
+    backend_finalize(comm);
     comm_finalize(comm);
     return 0;
 }
@@ -432,6 +604,10 @@ typedef struct {
     double total_ms;             /* timed steps (all but a process's first) */
     int timed;
     int ledger_bad;
+    int ckpt_version_in;         /* the -e checkpoint's version (3, 5), 0 for a random init */
+    FitCandidate fit;            /* the configuration run and its predicted peak (fit_or_choose) */
+    unsigned long long budget;   /* the smallest per-rank budget over the ranks */
+    char budget_source[320];
 } Run;
 
 /* Mean loss over val_steps batches of the validation set, all ranks. */
@@ -521,10 +697,216 @@ static void print_report_all_ranks(GPT2* m, int all, int traffic, int steps, int
     free(text);
 }
 
-/* Setup: flags and their checks, shard groups, the backend, the model
-   (plan, engine, activations: every byte through the ledger), its
-   parameters (checkpoint or init), data, tokenizer, log, resume. Every
-   error ends every rank with one message (comm_check_all). */
+/* The train and val loaders for micro-batch B (again when -z auto changes
+   B), and the tokenizer. Errors end every rank with one line. */
+static void setup_data(Run* r, int B) {
+    const Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
+    if (r->have_train) dataloader_free(&r->train);
+    if (r->have_val) dataloader_free(&r->val);
+    memset(&r->train, 0, sizeof(r->train));
+    r->have_train = a->max_steps > 0 || a->resume; /* -x 0: no training, no train data needed */
+    r->have_val = 0;
+    r->val_batches = a->val_steps; r->val_capped = 0;
+    if (r->have_train && dataloader_init(&r->train, a->train_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN) == 0)
+        dataloader_set_shuffle(&r->train, a->shuffle, a->seed);
+    comm_check_all(comm, err);
+    if (a->val_every > 0) {
+        dataloader_init(&r->val, a->val_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN);
+        comm_check_all(comm, err);
+        r->have_val = 1;
+        /* an evaluation reads -m global batches from the start of the val
+           split; a split with fewer distinct batches is read once, never
+           counted twice */
+        size_t distinct = dataloader_batches_per_epoch(&r->val);
+        if ((size_t)r->val_batches > distinct) { r->val_batches = (int)distinct; r->val_capped = 1; }
+    }
+    if (a->sample_every > 0 && !r->have_tok) {
+        if (tokenizer_init(&r->tok, a->tokenizer_path, err, ERRLEN) == 0) r->have_tok = 1;
+        else if (access(a->tokenizer_path, F_OK) != 0 && !strcmp(a->tokenizer_path, "data/gpt2_tokenizer.bin")) {
+            if (comm->rank == 0) printf("note: no tokenizer at %s, samples print token ids\n", a->tokenizer_path);
+            err[0] = 0;
+        }
+        comm_check_all(comm, err);
+    }
+}
+
+/* The fit check and -z auto (llmc/gpt_fit.h), before anything of the model
+   is allocated: this rank's budget, the predicted peak of the configuration
+   (or of every candidate with -z auto), the choice. Rank 0 prints what it
+   decided; a configuration over the budget is refused with one message on
+   every rank (--fit-check 0 runs it anyway). */
+static void fit_or_choose(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
+    FitBudget bud = fit_budget(a->memory_limit, comm->local_size);
+    if (!a->memory_limit) backend_memory_budget(&bud.bytes, bud.source, sizeof(bud.source), comm->local_rank, comm->local_size); /* CUDA: the device's free memory */
+    FitContext x;
+    memset(&x, 0, sizeof(x));
+    x.cfg = &r->cfg; x.base = model_options(a, r->accum);
+    x.N = r->N; x.L = comm->local_size;
+    x.B = a->B; x.T = a->T; x.total_batch = a->total_batch; x.batch_given = a->total_batch_given;
+    x.offload_dir_given = a->offload == OFFLOAD_DISK;
+    x.offload_dir = a->offload == OFFLOAD_DISK ? a->offload_dir : NULL;
+    x.from_ckpt = r->from_ckpt; x.ckpt_in = r->ckpt_version_in; x.ckpt_out = a->ckpt_version;
+    x.baseline = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
+    char wpath[4200];
+    if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
+    x.loaders = backend_host_counts() ? dataloader_host_bytes(&r->train) * (r->have_train ? 1 : 0) +
+                                        dataloader_host_bytes(&r->val) * (r->have_val ? 1 : 0) : 0;
+    /* one decision for all ranks: the smallest budget, the largest baseline */
+    unsigned long long lo = bud.bytes, hi = x.baseline;
+    MPI_Allreduce(&bud.bytes, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&x.baseline, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    x.budget = lo; x.baseline = hi;
+    FitCandidate mine;
+    memset(&mine, 0, sizeof(mine));
+    mine.opt = x.base; mine.G = a->shard_group > 0 ? a->shard_group : r->N; mine.B = a->B;
+    if (a->zero_auto) {
+        if (a->link_inside_gbps > 0) { x.inside_Bps = a->link_inside_gbps * 1.25e8; x.across_Bps = a->link_across_gbps * 1.25e8; }
+        else fit_measure_links(comm, &x.inside_Bps, &x.across_Bps);
+        x.flops_per_s = backend_matmul_flops();
+        if (x.offload_dir_given) {
+            struct stat st;
+            if (stat(a->offload_dir, &st) != 0) set_err(err, ERRLEN, "--offload-optimizer disk:%s: %s (-z auto may put the optimizer states there)", a->offload_dir, strerror(errno));
+            else if (!S_ISDIR(st.st_mode)) set_err(err, ERRLEN, "--offload-optimizer disk:%s: not a directory (-z auto may put the optimizer states there)", a->offload_dir);
+            else x.disk_Bps = offload_probe_rate(a->offload_dir);
+            comm_check_all(comm, err);
+        }
+        /* the probes leave MPI's buffers for the new communicators and
+           the libraries' matmul state resident: measure the baseline again */
+        malloc_trim(0);   /* the probes' freed buffers back to the system */
+        unsigned long long now = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
+        MPI_Allreduce(&now, &x.baseline, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+        int cap = 4096;
+        FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "-z auto candidates");
+        int n = gpt2_fit_enumerate(&x, cs, cap);
+        int best = -1;
+        for (int pass = 0; pass < 2 && best < 0; pass++)   /* offload only when nothing else fits */
+            for (int i = 0; i < n; i++) {
+                FitCandidate* c = &cs[i];
+                if (!c->fits || (c->opt.offload == OFFLOAD_DISK) != (pass == 1)) continue;
+                if (pass == 1 && !x.offload_dir_given) continue;
+                if (a->shard_group > 0 && c->G != a->shard_group) continue;
+                if (best < 0 || gpt2_fit_better(c, &cs[best])) best = i;
+            }
+        if (comm->rank == 0) {
+            printf("-z auto: %d configurations on the plan, this rank's budget %.4g GB (%s), links %.3g Gbit/s inside a node, "
+                   "%.3g across nodes (%s), compute %.1f GFLOP/s per rank (measured)%s\n", n, x.budget / 1e9, bud.source,
+                   x.inside_Bps / 1.25e8, x.across_Bps / 1.25e8, a->link_inside_gbps > 0 ? "--link-gbps" : "measured", x.flops_per_s / 1e9,
+                   x.workspace ? "" : "; workspace not calibrated (make builds build/fit/)");
+            gpt2_fit_header(stdout);
+            /* the fitting ones by predicted time, then the five closest to fitting */
+            int* ord = (int*)malloc_or_die((size_t)(n > 0 ? n : 1) * sizeof(int), "-z auto order");
+            int k = 0;
+            for (int i = 0; i < n; i++) if (cs[i].fits) ord[k++] = i;
+            for (int i = 1; i < k; i++) for (int j = i; j > 0 && cs[ord[j]].step_ms < cs[ord[j - 1]].step_ms; j--) { int t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t; }
+            int shown = 0;
+            for (int i = 0; i < k && shown < 24; i++, shown++) gpt2_fit_row(stdout, &x, &cs[ord[i]], ord[i] == best ? "<- chosen" : "");
+            if (k > 24) printf("  ... %d more that fit\n", k - 24);
+            int nf = 0;
+            for (int i = 0; i < n; i++) if (!cs[i].fits) ord[nf++] = i;
+            for (int i = 1; i < nf; i++) for (int j = i; j > 0 && cs[ord[j]].mem.peak < cs[ord[j - 1]].mem.peak; j--) { int t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t; }
+            for (int i = 0; i < nf && i < 8; i++) gpt2_fit_row(stdout, &x, &cs[ord[i]], "");
+            if (nf > 8) printf("  ... %d more that do not fit\n", nf - 8);
+            free(ord);
+        }
+        if (best < 0) {
+            set_err(err, ERRLEN, "-z auto: none of the %d configurations fits this rank's budget of %.4g GB (%s): lower -b/-t or the model size, "
+                    "add ranks or memory%s", n, x.budget / 1e9, bud.source,
+                    x.offload_dir_given ? "" : ", or allow the offloaded optimizer (not tried) with --offload-optimizer disk:DIR");
+        } else {
+            FitCandidate* c = &cs[best];
+            a->zero_stage = c->opt.zero_stage; a->shard_group = c->G; a->reshard_embedding = c->opt.reshard_embedding;
+            a->keep_logits = c->opt.keep_logits; a->B = c->B;
+            if (c->opt.offload == OFFLOAD_NONE) a->offload = OFFLOAD_NONE;
+            mine = *c;
+            if (comm->rank == 0) {
+                char fl[600];
+                gpt2_fit_flags(&x, c, fl, sizeof(fl));
+                printf("-z auto: chose %s: %s of the configurations that fit %.4g GB per rank: %.4g GB per rank predicted, "
+                       "%.1f ms per step (compute %.1f, communication and I/O %.1f; no overlap assumed)\n", fl,
+                       c->opt.offload == OFFLOAD_DISK ? "nothing fits without offload; the fastest offloaded one" : "the fastest",
+                       x.budget / 1e9, c->mem.peak / 1e9, c->step_ms, c->compute_ms, c->comm_ms + c->io_ms);
+            }
+        }
+        free(cs);
+        comm_check_all(comm, err);
+        r->tokens_per_micro = (long)a->B * a->T * r->N;
+        r->accum = (int)(a->total_batch / r->tokens_per_micro);
+        if (a->B != x.B) setup_data(r, a->B);
+        r->fit = mine;
+        r->budget = x.budget;
+        snprintf(r->budget_source, sizeof(r->budget_source), "%s", bud.source);
+        return;
+    }
+    gpt2_fit_evaluate(&x, &mine, err, ERRLEN);
+    comm_check_all(comm, err);
+    r->fit = mine;
+    r->budget = x.budget;
+    snprintf(r->budget_source, sizeof(r->budget_source), "%s", bud.source);
+    const FitPeak* m = &mine.mem;
+    if (mine.fits || !a->fit_check) {
+        if (comm->rank == 0 && !mine.fits)
+            printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over this rank's budget of %.4g GB (%s): running anyway\n",
+                   a->zero_stage, m->peak / 1e9, x.budget / 1e9, bud.source);
+        return;
+    }
+    /* refused: say what would fit */
+    int cap = 4096;
+    FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "fit alternatives");
+    x.offload_dir_given = 1;   /* list the offloaded configurations too */
+    int n = gpt2_fit_enumerate(&x, cs, cap);
+    char alts[2000] = "";
+    int shown = 0, taken[3] = {-1, -1, -1};
+    for (; shown < 3; shown++) {   /* without offload first, then the fastest */
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            FitCandidate* c = &cs[i];
+            if (!c->fits || i == taken[0] || i == taken[1] || i == taken[2]) continue;
+            if (best >= 0) {
+                FitCandidate* b = &cs[best];
+                int co = c->opt.offload != OFFLOAD_NONE, bo = b->opt.offload != OFFLOAD_NONE;
+                if (co != bo ? co > bo : !gpt2_fit_better(c, b)) continue;
+            }
+            best = i;
+        }
+        if (best < 0) break;
+        taken[shown] = best;
+        char fl[600];
+        gpt2_fit_flags(&x, &cs[best], fl, sizeof(fl));
+        size_t l = strlen(alts);
+        snprintf(alts + l, sizeof(alts) - l, "%s%s (%.4g GB)", shown ? ", or " : "", fl, cs[best].mem.peak / 1e9);
+    }
+    free(cs);
+    char nothing[200];
+    snprintf(nothing, sizeof(nothing), "No stage fits %d rank%s at -b %d -t %d, even offloaded: add ranks or memory, or lower -b (with -d for the same "
+             "global batch) or -t", r->N, r->N > 1 ? "s" : "", a->B, a->T);
+    /* the stage's formula in numbers, e.g. "(p+g) Psi + k Psi/N = 4 Psi + 12 Psi/2" */
+    int pb = (int)sizeof(floatX), kb = pb == 2 ? 12 : 8, G = mine.G;
+    char form[160];
+    switch (a->zero_stage) {
+        case 0: snprintf(form, sizeof(form), "(p+g+k) Psi = %d Psi", 2 * pb + kb); break;
+        case 1: snprintf(form, sizeof(form), "(p+g) Psi + k Psi/N = %d Psi + %d Psi/%d", 2 * pb, kb, G); break;
+        case 2: snprintf(form, sizeof(form), "p Psi + (g+k) Psi/N = %d Psi + %d Psi/%d", pb, pb + kb, G); break;
+        default: snprintf(form, sizeof(form), "(p+g+k) Psi/N = %d Psi/%d", 2 * pb + kb, G); break;
+    }
+    if (a->offload != OFFLOAD_NONE) snprintf(form + strlen(form), sizeof(form) - strlen(form), ", the optimizer's k Psi/N offloaded");
+    char refusal[3000];   /* longer than ERRLEN: up to three alternatives with their flags */
+    set_err(refusal, sizeof(refusal), "zero_stage %d needs %.4g GB per rank (model states %.4g GB = %s, activations %.4g GB, other %.4g GB); "
+            "this rank's budget is %.4g GB (%s). %s%s (--fit-check 0 runs it anyway)",
+            a->zero_stage, m->peak / 1e9, m->model_states / 1e9, form, m->activations / 1e9,
+            (m->peak - m->model_states - m->activations) / 1e9, x.budget / 1e9, bud.source, shown ? "Fits: " : nothing, alts);
+    comm_check_all(comm, refusal);
+}
+
+/* Setup: flags and their checks, the model's config, the data, the fit
+   check (or -z auto's choice), shard groups, the backend, the model (plan,
+   engine, activations: every byte through the ledger), its parameters
+   (checkpoint or init), log, resume. Every error ends every rank with one
+   message (comm_check_all). */
 static void setup_run(Run* r, const Args* args, Comm* comm) {
     char err[ERRLEN] = "";
     memset(r, 0, sizeof(*r));
@@ -532,20 +914,10 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     Args* a = &r->a;
     check_args(a, comm->world_size, err, ERRLEN);
     comm_check_all(comm, err);
-    /* shard groups (HSDP) and overlap, before the backend starts its streams / thread */
-    int G = a->shard_group > 0 ? a->shard_group : comm->world_size;
-    if (G != comm->world_size) comm_set_groups(comm, G);
-    comm->overlap = a->overlap;
-    backend_init(comm); /* GPU + NCCL (CUDA build); -h and --estimate need no device */
-    if (comm->rank == 0 && a->zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
-        if (a->reshard_given) fprintf(stderr, "warning: --reshard-after-forward %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_after_forward, a->zero_stage);
-        if (a->prefetch_given) fprintf(stderr, "warning: --prefetch %d has no effect at zero_stage %d (stage 3 only)\n", a->prefetch, a->zero_stage);
-        if (a->reshard_emb_given) fprintf(stderr, "warning: --reshard-embedding %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_embedding, a->zero_stage);
-    }
     resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
     comm_check_all(comm, err);
+    r->ckpt_version_in = r->from_ckpt ? gpt2_checkpoint_version(a->init) : 0;
     signal(SIGXFSZ, SIG_IGN); /* a write beyond the file size limit fails with EFBIG, reported at the save */
-    if (a->output_dir) state_check_output_dir(comm, a->output_dir);
     int N = r->N = comm->world_size;
     r->tokens_per_micro = (long)a->B * a->T * N;
     if (a->total_batch < 0) a->total_batch = r->tokens_per_micro;
@@ -555,6 +927,19 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         set_err(err, ERRLEN, "-d %ld: grad accumulation of %ld micro-steps is too large (at most %ld)", a->total_batch, a->total_batch / r->tokens_per_micro, 1L << 20);
     comm_check_all(comm, err);
     r->accum = (int)(a->total_batch / r->tokens_per_micro);
+    setup_data(r, a->B);
+    fit_or_choose(r);
+    if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
+    /* shard groups (HSDP) and overlap, before the backend starts its streams / thread */
+    int G = a->shard_group > 0 ? a->shard_group : comm->world_size;
+    if (G != comm->world_size) comm_set_groups(comm, G);
+    comm->overlap = a->overlap;
+    backend_init(comm); /* GPU + NCCL (CUDA build); -h and --estimate need no device */
+    if (comm->rank == 0 && a->zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
+        if (a->reshard_given) fprintf(stderr, "warning: --reshard-after-forward %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_after_forward, a->zero_stage);
+        if (a->prefetch_given) fprintf(stderr, "warning: --prefetch %d has no effect at zero_stage %d (stage 3 only)\n", a->prefetch, a->zero_stage);
+        if (a->reshard_emb_given && !a->zero_auto) fprintf(stderr, "warning: --reshard-embedding %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_embedding, a->zero_stage);
+    }
 
     GPT2Options mopt = model_options(a, r->accum);
     if (gpt2_init(&r->model, &r->cfg, comm, &mopt, a->B, a->T, err, ERRLEN)) {
@@ -566,30 +951,6 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     if (r->from_ckpt) gpt2_load_checkpoint(&r->model, a->init, err, ERRLEN);
     else gpt2_init_random(&r->model, a->seed);
     comm_check_all(comm, err);
-
-    r->have_train = a->max_steps > 0 || a->resume; /* -x 0: no training, no train data needed */
-    r->val_batches = a->val_steps;
-    if (r->have_train && dataloader_init(&r->train, a->train_pattern, a->B, a->T, comm->rank, N, r->cfg.vocab_size, err, ERRLEN) == 0)
-        dataloader_set_shuffle(&r->train, a->shuffle, a->seed);
-    comm_check_all(comm, err);
-    if (a->val_every > 0) {
-        dataloader_init(&r->val, a->val_pattern, a->B, a->T, comm->rank, N, r->cfg.vocab_size, err, ERRLEN);
-        comm_check_all(comm, err);
-        r->have_val = 1;
-        /* an evaluation reads -m global batches from the start of the val
-           split; a split with fewer distinct batches is read once, never
-           counted twice */
-        size_t distinct = dataloader_batches_per_epoch(&r->val);
-        if ((size_t)r->val_batches > distinct) { r->val_batches = (int)distinct; r->val_capped = 1; }
-    }
-    if (a->sample_every > 0) {
-        if (tokenizer_init(&r->tok, a->tokenizer_path, err, ERRLEN) == 0) r->have_tok = 1;
-        else if (access(a->tokenizer_path, F_OK) != 0 && !strcmp(a->tokenizer_path, "data/gpt2_tokenizer.bin")) {
-            if (comm->rank == 0) printf("note: no tokenizer at %s, samples print token ids\n", a->tokenizer_path);
-            err[0] = 0;
-        }
-        comm_check_all(comm, err);
-    }
     if (a->output_dir) {
         if (comm->rank == 0) {
             char p[4096];
@@ -641,6 +1002,11 @@ static void print_banner(Run* r) {
                a->zero_stage == 3 ? (a->reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "",
                a->offload == OFFLOAD_DISK ? ", optimizer states offloaded to disk:" : a->offload == OFFLOAD_HOST ? ", optimizer states offloaded to host memory" : "",
                a->offload == OFFLOAD_DISK ? a->offload_dir : "");
+        const FitPeak* f = &r->fit.mem;
+        printf("memory: predicted peak %.4g GB per rank = ledger %.4g + baseline %.4g (code, libraries, MPI) + max(I/O staging %.4g, "
+               "host %.4g + workspace %.4g) GB; budget %.4g GB (%s)%s\n", f->peak / 1e9, f->ledger / 1e9, f->baseline / 1e9,
+               f->staging / 1e9, f->host / 1e9, f->workspace / 1e9, r->budget / 1e9, r->budget_source,
+               r->fit.fits ? "" : ": OVER the budget (--fit-check 0)");
         printf("matmul: %s\n", backend_matmul_desc());
         char cpu[1024];
         backend_cpu_desc(cpu, sizeof(cpu));
@@ -819,6 +1185,15 @@ static int finish(Run* r) {
                "process resident %.1f MB on rank 0\n",
 #endif
                m->ledger.peak / 1e6, m->ledger.gathered_peak / 1e6, backend_internal_bytes() / 1e6, backend_peak_process_bytes() / 1e6);
+    }
+    /* the fit check's prediction against what the ranks used (the largest) */
+    unsigned long long used = backend_peak_process_bytes(), used_max = used;
+    MPI_Allreduce(&used, &used_max, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (comm->rank == 0) {
+        if (r->fit.mem.peak > 0 && used_max > 0)
+            printf("fit check: predicted peak %.1f MB per rank, used %.1f MB (the largest %s over the ranks): used / predicted = %.3f; budget %.1f MB (%s)\n",
+                   r->fit.mem.peak / 1e6, used_max / 1e6, backend_host_counts() ? "VmHWM" : "device memory", (double)used_max / (double)r->fit.mem.peak,
+                   r->budget / 1e6, r->budget_source);
         if (r->timed > 0) {
             double tps = (double)a->total_batch * r->timed / (r->total_ms / 1000.0);
             /* flops per token: 6 Psi (forward + backward of every weight) + 12 L C T (attention scores and values) */
@@ -863,6 +1238,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (a.estimate) return run_estimate(&a, &comm);
+    if (a.calibrate_workspace) return run_calibration(&comm);
 
     Run r;
     setup_run(&r, &a, &comm);

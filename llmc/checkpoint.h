@@ -69,6 +69,15 @@ static inline int gpt2_read_checkpoint_header(const char* path, GPT2Config* c, i
     return 0;
 }
 
+/* The version (3 or 5) of an llm.c checkpoint whose header was checked
+   (gpt2_read_checkpoint_header), 0 if it cannot be read. */
+static inline int gpt2_checkpoint_version(const char* path) {
+    FILE* f = fopen(path, "rb");
+    int h[2] = {0, 0};
+    if (f) { if (fread(h, sizeof(int), 2, f) != 2) h[1] = 0; fclose(f); }
+    return h[1] == 3 || h[1] == 5 ? h[1] : 0;
+}
+
 /* Load the parameters of an llm.c checkpoint (version 3 or 5) whose
    config equals m->config into the ranges this rank holds. 0 or 1 with a
    message. */

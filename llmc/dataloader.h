@@ -382,6 +382,19 @@ static inline int dl_make_perm_(DataLoader* dl, char* err, size_t errlen) {
     return 0;
 }
 
+/* Host bytes this loader holds at most once it reads (the fit check counts
+   them: llmc/fit.h): the largest shard's tokens, the batch's inputs and
+   targets, the shard order and, shuffled, the permutation of the largest
+   shard's sequences. 0 for a loader never initialised. */
+static inline unsigned long long dataloader_host_bytes(const DataLoader* dl) {
+    if (!dl || !dl->shard_ntok) return 0;
+    unsigned long long BT = (unsigned long long)dl->B * (unsigned long long)dl->T;
+    unsigned long long b = (unsigned long long)dl->tokens_cap * sizeof(uint16_t) + 2 * BT * sizeof(int)
+                         + (unsigned long long)dl->num_shards * (sizeof(int) + sizeof(size_t) + sizeof(char*));
+    if (dl->shuffle && dl->T > 0) b += ((unsigned long long)dl->tokens_cap / (unsigned long long)dl->T + 1) * sizeof(uint32_t);
+    return b;
+}
+
 /* dataloader_set_shuffle: on = 1 reads the shards and their sequences in a
  * seeded random order (see the top comment), 0 in file order. Restarts at
  * epoch 0, the first shard of its order, position 0. */

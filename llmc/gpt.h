@@ -141,14 +141,60 @@ static inline void* gpt2_act(GPT2* m, size_t bytes) { return gpt2_alloc(m, MEM_A
    (its wpe) and the vocabulary chunks (wte): units 0..K. */
 static inline int gpt2_num_emb_units(const GPT2* m) { return 1 + m->layout.num_chunks; }
 
-/* Bytes of the embedding-gradient buffers: the all-gathered rows (N > 1)
-   and the accumulator (stages 0-1 with more than one micro-step). */
-static inline void gpt2_emb_bytes(const GPT2* m, int B, int T, unsigned long long* rows, unsigned long long* acc) {
-    const ZeroPlan* P = &m->plan;
-    *rows = P->num_ranks > 1 ? (unsigned long long)P->num_ranks * B * T * m->config.channels * sizeof(floatX) : 0;
+/* Bytes of the embedding-gradient buffers of plan P (C channels): the
+   all-gathered rows (N > 1) and the accumulator (stages 0-1 with more than
+   one micro-step): the own shards of units 0..K. */
+static inline void gpt2_emb_bytes(const ZeroPlan* P, const GPT2Layout* y, int C, int B, int T, unsigned long long* rows, unsigned long long* acc) {
+    *rows = P->num_ranks > 1 ? (unsigned long long)P->num_ranks * B * T * C * sizeof(floatX) : 0;
     *acc = 0;
     if (P->zero_stage <= 1 && P->grad_accum_steps > 1)
-        for (int u = 0; u < gpt2_num_emb_units(m); u++) *acc += (unsigned long long)P->units[u].shard * sizeof(floatX);
+        for (int u = 0; u < 1 + y->num_chunks; u++) *acc += (unsigned long long)P->units[u].shard * sizeof(floatX);
+}
+
+/* What a run of this model would allocate through the ledger on rank
+   group_rank of a shard group of G ranks (R replica groups), micro-batch
+   B x T: builds the plan and the layout (P, y: the caller frees P) and
+   fills L's predicted column (model states, transients, activations,
+   embedding rows). gpt2_init allocates exactly this; the fit check and
+   -z auto compare it with a rank's budget before anything is allocated.
+   0, or 1 with a message (an impossible configuration). */
+static inline int gpt2_predict(ZeroPlan* P, GPT2Layout* y, Ledger* L, const GPT2Config* cfg, const GPT2Options* opt, int G, int group_rank,
+                               int R, int B, int T, char* err, size_t errlen) {
+    if (gpt2_config_check(cfg, "model", err, errlen)) return 1;
+    if (T < 1 || T > cfg->max_seq_len) return set_err(err, errlen, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", T, cfg->max_seq_len);
+    if (B < 1) return set_err(err, errlen, "-b %d: micro-batch must be >= 1", B);
+    if (gpt2_plan_init(P, y, cfg, opt, G, group_rank, R, (int)sizeof(floatX), B, T, err, errlen)) return 1;
+    zero_predict_memory(P, gpt2_activation_bytes(cfg, y, opt, B, T), L);
+    gpt2_emb_bytes(P, y, cfg->channels, B, T, &L->predicted[MEM_EMB_ROWS], &L->predicted[MEM_EMB_ACC]);
+    return 0;
+}
+
+/* Host memory a run uses outside the ledger, from the plan alone: *held,
+   the model's bookkeeping for the whole run (losses; the embedding-row
+   exchange's token ids, positions, orders and segments: N x B x T ints
+   each, and the sort's pairs; the stage-3 schedules; a sample's
+   probabilities); *staging, the largest transient of parameter I/O: the
+   random init draws wte whole (4 Vp C bytes, or the largest tensor),
+   loading a checkpoint reads one tensor piece at a time (4 bytes per
+   element, 6 from a bf16 file), saving a checkpoint or a state likewise
+   (4, +2 for a bf16 file). Bytes. */
+static inline void gpt2_host_bytes(const GPT2Config* cfg, const GPT2Layout* y, const ZeroPlan* P, int B, int T, int from_checkpoint,
+                                   int ckpt_version_in, int ckpt_version_out, unsigned long long* held, unsigned long long* staging) {
+    unsigned long long BT = (unsigned long long)B * T, rows = (unsigned long long)P->num_ranks * BT, i4 = 4;
+    unsigned long long maxsz = 0;
+    for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
+    *held = BT * 4 + BT * i4                          /* host losses, host tokens */
+          + rows * i4 * 6 + i4                        /* emb tokens, positions, order by token and position, seg (+1), seg key */
+          + rows * 2 * i4                             /* the sort's (token, row) pairs */
+          + (unsigned long long)(1 + y->num_chunks) * sizeof(size_t)
+          + (unsigned long long)(2 + 3 * y->num_chunks + 2 * y->num_layers + y->num_chunks) * i4   /* schedules */
+          + (unsigned long long)cfg->vocab_size * 4 + (unsigned long long)T * i4;                  /* a sample */
+    unsigned long long wte = (unsigned long long)cfg->padded_vocab_size * cfg->channels;
+    unsigned long long init = 4 * (wte > maxsz ? wte : maxsz);
+    unsigned long long load = maxsz * (ckpt_version_in == 5 ? 6 : 4);
+    unsigned long long save = maxsz * (ckpt_version_out == 5 ? 6 : 4);
+    unsigned long long in = from_checkpoint ? load : init;
+    *staging = in > save ? in : save;
 }
 
 static int gpt2_cmp_pair(const void* a, const void* b) {
@@ -164,19 +210,12 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
                             char* err, size_t errlen) {
     memset(m, 0, sizeof(*m));
     m->config = *cfg; m->comm = comm; m->B = B; m->T = T; m->opt = *opt;
-    if (gpt2_config_check(cfg, "model", err, errlen)) return 1;
-    if (T < 1 || T > cfg->max_seq_len) return set_err(err, errlen, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", T, cfg->max_seq_len);
-    if (B < 1) return set_err(err, errlen, "-b %d: micro-batch must be >= 1", B);
     GPT2Layout* y = &m->layout;
-    if (gpt2_plan_init(&m->plan, y, cfg, opt, comm->group_size, comm->group_rank, comm->replica_size, (int)sizeof(floatX), B, T, err, errlen)) return 1;
+    if (gpt2_predict(&m->plan, y, &m->ledger, cfg, opt, comm->group_size, comm->group_rank, comm->replica_size, B, T, err, errlen)) return 1;
     ZeroPlan* P = &m->plan;
     int N = comm->group_size;   /* the embedding rows are exchanged inside the shard group */
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;
-    zero_predict_memory(P, gpt2_activation_bytes(cfg, y, opt, B, T), &m->ledger);
-    unsigned long long emb_rows, emb_acc;
-    gpt2_emb_bytes(m, B, T, &emb_rows, &emb_acc);
-    m->ledger.predicted[MEM_EMB_ROWS] = emb_rows;
-    m->ledger.predicted[MEM_EMB_ACC] = emb_acc;
+    unsigned long long emb_rows = m->ledger.predicted[MEM_EMB_ROWS], emb_acc = m->ledger.predicted[MEM_EMB_ACC];
     zero_engine_init(&m->engine, P, &m->ledger, comm);
     size_t x = sizeof(floatX), f = sizeof(float), Vp = (size_t)cfg->padded_vocab_size;
     m->encoded = (floatX*)gpt2_act(m, BT * C * x);

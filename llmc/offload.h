@@ -108,6 +108,31 @@ static inline long long offload_free_bytes(const char* dir) {
    err naming the file and the errno text (cannot create: missing or
    read-only dir; cannot reserve: no space). The caller checks the free
    space first, so that its message can name the total the node needs. */
+/* The rate (bytes per second, write and read together) of a 32 MB scratch
+   file in dir written and read back as the offloaded optimizer does
+   (pwrite, pread: through the page cache), for -z auto's cost model; 0 when
+   dir cannot be used (the offload's own checks then say why). */
+static inline double offload_probe_rate(const char* dir) {
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/.llmc_probe.%d", dir, (int)getpid());
+    int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return 0.0;
+    unlink(p);
+    size_t n = 32u << 20;
+    char* buf = (char*)malloc(n);
+    double rate = 0.0;
+    if (buf) {
+        memset(buf, 1, n);
+        double t0 = wall_seconds();
+        int bad = offload_rw(fd, 1, buf, n, 0) != 0 || offload_rw(fd, 0, buf, n, 0) != 0;
+        double t = wall_seconds() - t0;
+        if (!bad && t > 0) rate = 2.0 * (double)n / t;
+        free(buf);
+    }
+    close(fd);
+    return rate;
+}
+
 static inline int offload_file_create(OffloadFile* F, const char* dir, int rank, long long bytes, char* err, size_t errlen) {
     memset(F, 0, sizeof(*F));
     F->fd = -1;

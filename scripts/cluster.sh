@@ -11,11 +11,12 @@
 # machine's, so every node sees the working directory, as on a cluster with
 # a shared file system. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
 #
-#   scripts/cluster.sh up K [--rate R] [--cpus split|all] [--slots S]
+#   scripts/cluster.sh up K [--rate R] [--mem M] [--cpus split|all] [--slots S]
 #                          make K nodes (again: idempotent; a crashed `up` is cleaned first)
 #   scripts/cluster.sh run [mpirun args] -- program args
 #                          mpirun across the nodes, e.g. run -np 4 --map-by ppr:2:node -- ./train_gpt_cpu -z 3
 #   scripts/cluster.sh rate R        change the link rate of the running cluster
+#   scripts/cluster.sh mem M         change the memory size of every node of the running cluster
 #   scripts/cluster.sh status        nodes, addresses, cpus, rates, byte counters (exit 1 when not up)
 #   scripts/cluster.sh down          remove everything `up` made, and only that
 #   scripts/cluster.sh env           print `export OMPI_MCA_...` lines: `eval "$(scripts/cluster.sh env)"`
@@ -36,6 +37,15 @@
 # payload is about 95.6% of R). On this kind of machine an unlimited veth
 # moves about 11 Gbit/s between two nodes, so 10gbit is close to the CPU's
 # own limit there.
+# M: every node's memory, a size such as 900M, 1.5G, 2Gi (K M G T = 1e3 ..
+# 1e12 bytes, Ki Mi Gi Ti binary), or none. Each node is a memory cgroup
+# below the caller's own (v1: memory.limit_in_bytes and
+# memory.memsw.limit_in_bytes, so it cannot swap either; v2: memory.max and
+# memory.swap.max = 0) that every process started on the node joins (the
+# agent writes its pid into cgroup.procs before it runs anything): the
+# node's MPI daemon and all its ranks share M, and the kernel's OOM killer
+# ends a rank that goes over, as on a node without swap. The trainer reads
+# the limit (llmc/fit.h) and divides it by the ranks of the node.
 # --cpus split (default, when the machine has at least K cpus): node i gets
 # its own contiguous share of the cpus (taskset), as real nodes have their
 # own cores, so `nproc` and OpenMP's default inside a node see that share;
@@ -48,7 +58,8 @@
 # (bridge side), namespace and hostname NAME-nodeI, /etc/hosts lines marked
 # "# llmc-cluster NAME". State: /run/llmc-cluster/NAME/ (what was created is
 # recorded there before it is created, so `down` after a crash removes
-# exactly that); node temp dirs: /tmp/llmc-cluster-NAME/NODE.
+# exactly that); node temp dirs: /tmp/llmc-cluster-NAME/NODE; memory cgroups:
+# <the caller's memory cgroup>/llmc-NAME/NODE.
 set -euo pipefail
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 STATE_ROOT=/run/llmc-cluster
@@ -129,6 +140,80 @@ apply_rate() { # rate string
   st_set rate "${1,,}"
 }
 
+# --- memory: sizes -> bytes ("" for none); the node cgroups
+mem_bytes() {
+  local m=$1
+  case "${m,,}" in none|off|unlimited) echo ""; return 0 ;; esac
+  [[ "$m" =~ ^([0-9]+(\.[0-9]+)?)([kKmMgGtT]i?)?$ ]] || return 1
+  local n=${BASH_REMATCH[1]} u=${BASH_REMATCH[3]} f=1
+  case "$u" in
+    k|K) f=1e3 ;; m|M) f=1e6 ;; g|G) f=1e9 ;; t|T) f=1e12 ;;
+    ki|Ki|KI|kI) f=1024 ;; mi|Mi|MI|mI) f=1048576 ;; gi|Gi|GI|gI) f=1073741824 ;; ti|Ti|TI|tI) f=1099511627776 ;;
+  esac
+  awk -v n="$n" -v f="$f" 'BEGIN { v = n * f; if (v < 16777216) exit 1; printf "%.0f\n", v }'
+}
+# the caller's memory cgroup directory (v1 memory controller, else v2)
+cg_parent() {
+  local p
+  p=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup | head -1)
+  if [ -n "$p" ] && [ -d /sys/fs/cgroup/memory ]; then echo "v1 /sys/fs/cgroup/memory${p%/}"; return 0; fi
+  p=$(sed -n 's/^0::\(.*\)$/\1/p' /proc/self/cgroup | head -1)
+  if [ -n "$p" ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "v2 /sys/fs/cgroup${p%/}"; return 0; fi
+  return 1
+}
+mem_make() { # create the node cgroups (recorded first); sets state cgver, cg<i>
+  local K i par ver base
+  par=$(cg_parent) || die "--mem: no memory cgroup hierarchy here (/sys/fs/cgroup/memory or cgroup v2)"
+  ver=${par%% *}; base="${par#* }/llmc-$NAME"
+  if [ "$ver" = v2 ]; then
+    grep -qw memory "${par#* }/cgroup.controllers" 2>/dev/null || die "--mem: the memory controller is not available in ${par#* } (cgroup v2)"
+    grep -qw memory "${par#* }/cgroup.subtree_control" 2>/dev/null || echo +memory > "${par#* }/cgroup.subtree_control" 2>/dev/null \
+      || die "--mem: cannot enable the memory controller below ${par#* } (cgroup v2 allows it only in a cgroup without processes of its own)"
+  fi
+  K=$(st nodes)
+  record cgroup "$base"; mkdir -p "$base" || die "--mem: cannot create the cgroup $base"
+  if [ "$ver" = v2 ]; then echo +memory > "$base/cgroup.subtree_control" 2>/dev/null || die "--mem: cannot enable the memory controller in $base"; fi
+  for ((i = 0; i < K; i++)); do
+    record cgroup "$base/$NAME-node$i"; mkdir -p "$base/$NAME-node$i"
+    st_set "cg$i" "$base/$NAME-node$i"
+  done
+  st_set cgver "$ver"
+}
+apply_mem() { # size string
+  local b i K cg ver lim
+  b=$(mem_bytes "$1") || die "mem $1: expected a size such as 900M, 1.5G, 2Gi (at least 16 MiB), or none"
+  [ -n "$(st cg0)" ] || mem_make
+  K=$(st nodes); ver=$(st cgver)
+  for ((i = 0; i < K; i++)); do
+    cg=$(st "cg$i")
+    if [ "$ver" = v1 ]; then
+      lim=${b:--1}
+      # memsw >= limit at every moment: raise memsw first, lower it last
+      if [ -f "$cg/memory.memsw.limit_in_bytes" ]; then
+        echo -1 > "$cg/memory.memsw.limit_in_bytes" || die "mem $1: cannot write $cg/memory.memsw.limit_in_bytes"
+      fi
+      echo "$lim" > "$cg/memory.limit_in_bytes" || die "mem $1: cannot set $cg/memory.limit_in_bytes to $lim (the node uses more now?)"
+      if [ -f "$cg/memory.memsw.limit_in_bytes" ]; then
+        echo "$lim" > "$cg/memory.memsw.limit_in_bytes" || die "mem $1: cannot write $cg/memory.memsw.limit_in_bytes"
+      fi
+    else
+      echo "${b:-max}" > "$cg/memory.max" || die "mem $1: cannot write $cg/memory.max"
+      [ ! -f "$cg/memory.swap.max" ] || echo "$([ -n "$b" ] && echo 0 || echo max)" > "$cg/memory.swap.max" || true
+    fi
+  done
+  st_set mem "${b:+$1}"; [ -n "$b" ] || st_set mem none
+}
+# end every process in a cgroup of ours (each was started on the node), then remove it
+cg_remove() {
+  local cg=$1 pid
+  [ -d "$cg" ] || return 0
+  for pid in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(cat "$cg/cgroup.procs" 2>/dev/null)" ] && break; sleep 0.2; done
+  for pid in $(cat "$cg/cgroup.procs" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null || true; done
+  for _ in 1 2 3 4 5 6 7 8 9 10; do rmdir "$cg" 2>/dev/null && return 0; sleep 0.2; done
+  echo "warning: cluster.sh: could not remove the cgroup $cg" >&2
+}
+
 # --- cpus: the machine's allowed cpus as a list, and node i's share
 cpu_list() { # expand e.g. 0-3,6 into "0 1 2 3 6"
   local spec part a b
@@ -193,6 +278,7 @@ do_down() {
         link) ip link del "$what" 2>/dev/null || true ;;
         hosts) hosts_remove ;;
         dir) case "$what" in /tmp/llmc-cluster-*) rm -rf -- "$what" ;; esac ;;
+        cgroup) case "$what" in */llmc-"$NAME"|*/llmc-"$NAME"/*) cg_remove "$what" ;; esac ;;
       esac
     done < <(tac "$DIR/created")
   fi
@@ -216,10 +302,11 @@ pick_subnet() {
 }
 
 cmd_up() {
-  local K="" rate="" cpumode="" slots=""
+  local K="" rate="" cpumode="" slots="" mem=""
   while [ $# -gt 0 ]; do
     case "$1" in
       --rate) [ $# -ge 2 ] || die "up: --rate needs a value"; rate=$2; shift 2 ;;
+      --mem) [ $# -ge 2 ] || die "up: --mem needs a size"; mem=$2; shift 2 ;;
       --cpus) [ $# -ge 2 ] || die "up: --cpus needs split or all"; cpumode=$2; shift 2 ;;
       --slots) [ $# -ge 2 ] || die "up: --slots needs a value"; slots=$2; shift 2 ;;
       *) [ -z "$K" ] || die "up: unexpected argument '$1'"; K=$1; shift ;;
@@ -227,6 +314,7 @@ cmd_up() {
   done
   [[ "$K" =~ ^[0-9]+$ ]] && [ "$K" -ge 1 ] && [ "$K" -le 200 ] || die "up ${K:-}: the node count K must be a number in 1..200"
   [ -z "$rate" ] || rate_bps "$rate" >/dev/null || die "--rate $rate: expected a tc rate such as 100mbit, 1gbit, 10gbit (at least 8kbit), or none"
+  [ -z "$mem" ] || mem_bytes "$mem" >/dev/null || die "--mem $mem: expected a size such as 900M, 1.5G, 2Gi (at least 16 MiB), or none"
   case "$cpumode" in ""|split|all) ;; *) die "--cpus $cpumode: must be split or all" ;; esac
   [ -z "$slots" ] || [[ "$slots" =~ ^[1-9][0-9]*$ ]] || die "--slots $slots: must be a positive number"
   need_root; need_tools; need_netns; lock
@@ -235,8 +323,9 @@ cmd_up() {
     [ -n "$rate" ] && apply_rate "$rate"
     [ -n "$slots" ] && st_set slots "$slots"
     [ -n "$cpumode" ] && assign_cpus "$cpumode"
+    [ -n "$mem" ] && apply_mem "$mem"
     write_hostfile
-    echo "cluster $NAME: already up, $K nodes on 10.213.$(st subnet).0/24, rate $(st rate), cpus $(st cpumode)"
+    echo "cluster $NAME: already up, $K nodes on 10.213.$(st subnet).0/24, rate $(st rate), mem $(st mem), cpus $(st cpumode)"
     return 0
   fi
   [ -d "$DIR" ] && { echo "cluster $NAME: removing the remains of an incomplete 'up'" >&2; do_down; }
@@ -287,9 +376,11 @@ cmd_up() {
   write_hostfile
   printf '#!/bin/sh\nexec bash %s --name %s agent "$@"\n' "$SELF" "$NAME" > "$DIR/agent"; chmod +x "$DIR/agent"
   apply_rate "${rate:-none}"
+  st_set mem none
+  [ -z "$mem" ] || apply_mem "$mem"
   st_set complete 1
   UP_DONE=1
-  echo "cluster $NAME: up, $K nodes ($NAME-node0..$((K - 1))) on 10.213.$S.0/24, rate $(st rate), cpus $(st cpumode); hostfile $DIR/hostfile"
+  echo "cluster $NAME: up, $K nodes ($NAME-node0..$((K - 1))) on 10.213.$S.0/24, rate $(st rate), mem $(st mem), cpus $(st cpumode); hostfile $DIR/hostfile"
 }
 
 cmd_down() {
@@ -342,9 +433,10 @@ cmd_agent() {
   local i=${node##*-node}
   [ "$node" = "$NAME-node$i" ] && [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -lt "$(st nodes)" ] || die "agent: $node is not a node of cluster $NAME"
   local cpus; cpus=$(st "cpus$i")
+  local cg; cg=$(st "cg$i")
   mkdir -p "$TMPBASE/$node"
   exec nsenter --net="/run/netns/$node" unshare --uts -- env TMPDIR="$TMPBASE/$node" taskset -c "$cpus" \
-    sh -c 'hostname "$1" || exit 1; shift; eval "$*"' sh "$node" "$@"
+    sh -c 'if [ -n "$2" ]; then echo $$ > "$2/cgroup.procs" || exit 1; fi; hostname "$1" || exit 1; shift 2; eval "$*"' sh "$node" "$cg" "$@"
 }
 
 cmd_exec() {
@@ -362,6 +454,13 @@ cmd_rate() {
   echo "cluster $NAME: rate $(st rate) on every node's link"
 }
 
+cmd_mem() {
+  [ $# = 1 ] || die "mem: usage: $0 mem M (e.g. 900M, 1.5G, none)"
+  need_root; lock; need_up
+  apply_mem "$1"
+  echo "cluster $NAME: mem $(st mem) on every node"
+}
+
 cmd_counters() {
   need_up
   local K i; K=$(st nodes)
@@ -374,7 +473,7 @@ cmd_counters() {
 cmd_status() {
   if ! is_up; then echo "cluster $NAME: not up"; return 1; fi
   local K S i; K=$(st nodes); S=$(st subnet)
-  echo "cluster $NAME: $K nodes on 10.213.$S.0/24 (bridge lz${S}br 10.213.$S.254), rate $(st rate), cpus $(st cpumode)"
+  echo "cluster $NAME: $K nodes on 10.213.$S.0/24 (bridge lz${S}br 10.213.$S.254), rate $(st rate), mem $(st mem), cpus $(st cpumode)"
   echo "  hostfile $DIR/hostfile; state $DIR; node temp dirs $TMPBASE/"
   printf '  %-16s %-14s %-8s %-10s %-14s %16s %16s\n' node address cpus link qdisc "bytes in" "bytes out"
   while read -r node inb outb; do
@@ -383,6 +482,21 @@ cmd_status() {
     printf '  %-16s %-14s %-8s %-10s %-14s %16s %16s\n' "$node" "10.213.$S.$((i + 1))" "$(st "cpus$i")" "$(st "veth$i")" \
       "$([ -n "$q" ] && echo "tbf $q" || echo none)" "$inb" "$outb"
   done < <(cmd_counters)
+  if [ -n "$(st cg0)" ]; then
+    printf '  %-16s %-54s %14s %14s %14s %8s\n' node "memory cgroup" "limit B" "usage B" "max usage B" "OOM kills"
+    for ((i = 0; i < K; i++)); do
+      local cg lim use mx oom
+      cg=$(st "cg$i")
+      if [ "$(st cgver)" = v1 ]; then
+        lim=$(cat "$cg/memory.limit_in_bytes" 2>/dev/null); use=$(cat "$cg/memory.usage_in_bytes" 2>/dev/null)
+        mx=$(cat "$cg/memory.max_usage_in_bytes" 2>/dev/null); oom=$(sed -n 's/^oom_kill //p' "$cg/memory.oom_control" 2>/dev/null)
+      else
+        lim=$(cat "$cg/memory.max" 2>/dev/null); use=$(cat "$cg/memory.current" 2>/dev/null)
+        mx=$(cat "$cg/memory.peak" 2>/dev/null || echo -); oom=$(sed -n 's/^oom_kill //p' "$cg/memory.events" 2>/dev/null)
+      fi
+      printf '  %-16s %-54s %14s %14s %14s %8s\n' "$NAME-node$i" "$cg" "${lim:--}" "${use:--}" "${mx:--}" "${oom:--}"
+    done
+  fi
   [ "$(id -u)" = 0 ] || return 0
   for ((i = 0; i < K; i++)); do
     ip netns pids "$NAME-node$i" >/dev/null 2>&1 || echo "  warning: namespace $NAME-node$i is missing (run down, then up)"
@@ -394,6 +508,7 @@ case "$CMD" in
   down) cmd_down ;;
   run) cmd_run "$@" ;;
   rate) cmd_rate "$@" ;;
+  mem) cmd_mem "$@" ;;
   status) cmd_status ;;
   env) cmd_env ;;
   hostfile) need_up; echo "$DIR/hostfile" ;;

@@ -206,6 +206,38 @@ static inline unsigned long long backend_internal_bytes(void) {
 #endif
 }
 
+/* The fit check (llmc/fit.h): on the CPU the backend's memory is the
+   process's host memory, so the budget is the host's (cgroup, MemAvailable
+   or --memory-limit: nothing to change here) and the process's baseline,
+   host bookkeeping and data loaders count toward the peak. */
+static inline void backend_memory_budget(unsigned long long* bytes, char* source, size_t n, int local_rank, int ranks_on_node) {
+    (void)bytes; (void)source; (void)n; (void)local_rank; (void)ranks_on_node;
+}
+static inline int backend_host_counts(void) { return 1; }
+
+/* The compute rate of this program's matmuls on this rank (flops per
+   second): the best of 3 products of 512 x 512 x 512 through matmul_forward,
+   for -z auto's cost model. Every rank measures at once, so ranks sharing
+   cores measure their share. */
+static inline double backend_matmul_flops(void) {
+    const int n = 512;
+    size_t e = (size_t)n * n;
+    floatX* a = (floatX*)backend_malloc(e * sizeof(floatX));
+    floatX* w = (floatX*)backend_malloc(e * sizeof(floatX));
+    floatX* o = (floatX*)backend_malloc(e * sizeof(floatX));
+    if (!a || !w || !o) { backend_free(a); backend_free(w); backend_free(o); return 0.0; }
+    for (size_t i = 0; i < e; i++) { a[i] = stx(0.001f * (float)(i % 97)); w[i] = stx(0.002f * (float)(i % 89)); }
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        double t0 = wall_seconds();
+        matmul_forward(o, a, w, NULL, n, n, n);
+        double t = wall_seconds() - t0;
+        if (r > 0 && t < best) best = t;   /* the first call creates oneDNN's primitive */
+    }
+    backend_free(a); backend_free(w); backend_free(o);
+    return 2.0 * n * (double)n * n / best;
+}
+
 /* Peak resident memory of this process in bytes (VmHWM), 0 if unknown:
    an independent measure beside the ledger. */
 static inline unsigned long long backend_peak_process_bytes(void) {

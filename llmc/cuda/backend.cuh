@@ -80,6 +80,27 @@ static inline void backend_preinit(char** argv) { (void)argv; }
 
 static inline unsigned long long backend_internal_bytes(void) { return cuda_ctx.internal_bytes; }
 
+/* The fit check (llmc/fit.h) on a GPU: the budget is the free memory of this
+   rank's device (cudaMemGetInfo, device local_rank mod the devices, as
+   backend_init picks it) divided by the local ranks that share it; the
+   host's baseline and buffers do not count (they are host memory). Untested
+   on a GPU. */
+static inline void backend_memory_budget(unsigned long long* bytes, char* source, size_t n, int local_rank, int ranks_on_node) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) { (void)cudaGetLastError(); return; }
+    int dev = local_rank % ndev, share = 0;
+    for (int r = 0; r < ranks_on_node; r++) share += r % ndev == dev;
+    if (share < 1) share = 1;
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(dev) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) { (void)cudaGetLastError(); return; }
+    *bytes = (unsigned long long)free_b / (unsigned long long)share;
+    snprintf(source, n, "GPU %d: %.4g GB free / %d rank%s sharing it", dev, free_b / 1e9, share, share > 1 ? "s" : "");
+}
+static inline int backend_host_counts(void) { return 0; }
+/* compute rate for -z auto: not measured on the GPU (the cost model then
+   compares communication only) */
+static inline double backend_matmul_flops(void) { return 0.0; }
+
 static inline unsigned long long backend_peak_process_bytes(void) {
     cuda_mem_sample();
     return cuda_mem_peak_used;

@@ -54,6 +54,14 @@ typedef struct {
     const char* traffic_source;    /* one phrase naming the model and plan the figures come from */
     double activation_bytes;       /* per rank, added to every stage in the fit check; < 0: not known (ignored) */
     const char* activation_source; /* one phrase naming the model, B, T it was computed for */
+    /* a known model, B and T: the full per-rank peak of a run (the trainer's
+       fit check, llmc/gpt_fit.h) per stage 0..3 and offloaded 1..3 (index
+       s), and the smallest rank count whose peak fits (0: never); NULL:
+       the fit columns are the closed forms' lower bound */
+    const double* peak_bytes;
+    const long long* peak_min_ranks;
+    const double* peak_bytes_off;
+    const long long* peak_min_ranks_off;
 } ZeroEstimateInfo;
 
 /* Offloaded optimizer (ZeRO-Offload / ZeRO-Infinity, stages 1-3): the
@@ -68,7 +76,8 @@ static inline double zero_formula_offload_device_bytes(int stage, double psi, do
 }
 static inline double zero_formula_offload_bytes(double psi, double N, double k) { return k * psi / N; }
 
-static inline void zero_estimate_print_offload(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem, double act) {
+static inline void zero_estimate_print_offload(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem, double act,
+                                               const double* peak, const long long* peak_min) {
     fprintf(out, "optimizer offloaded (--offload-optimizer host or disk:DIR, stages 1-3): master, m, v = k Psi/N = %d Psi/N per rank off the device\n", k);
     fprintf(out, "%-6s %-28s %14s %14s %14s %6s %10s\n", "stage", "per-rank device bytes", "GB per rank", "offloaded GB", "disk GB/step", "fits", "min ranks");
     static const char* forms[4] = {"", "(p+g) Psi", "p Psi + g Psi/N", "(p+g) Psi/N"};
@@ -76,7 +85,11 @@ static inline void zero_estimate_print_offload(FILE* out, double psi, int N, int
         double b = zero_formula_offload_device_bytes(s, psi, (double)N, p, g);
         double off = zero_formula_offload_bytes(psi, (double)N, k);
         char fits[8] = "-", minr[24] = "-", label[16];
-        if (gpu_mem > 0) {
+        if (gpu_mem > 0 && peak) {
+            snprintf(fits, sizeof(fits), "%s", peak[s] <= gpu_mem ? "yes" : "no");
+            if (peak_min[s] <= 0) snprintf(minr, sizeof(minr), "never");
+            else snprintf(minr, sizeof(minr), "%lld", peak_min[s]);
+        } else if (gpu_mem > 0) {
             snprintf(fits, sizeof(fits), "%s", b + act <= gpu_mem ? "yes" : "no");  /* act: activations, 0 when not known */
             unsigned long long m = act >= gpu_mem ? 0 : zero_min_ranks(s, (unsigned long long)(psi + 0.5), (unsigned long long)p,
                                                   (unsigned long long)g, 0ULL, (unsigned long long)(gpu_mem - act + 0.5));
@@ -95,18 +108,22 @@ static inline void zero_estimate_print_offload(FILE* out, double psi, int N, int
    and the smallest rank count that fits; then one line on where the traffic
    came from and one on what the fit check included. info may be NULL. */
 static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem, const ZeroEstimateInfo* info) {
-    ZeroEstimateInfo none = {NULL, NULL, -1.0, NULL};
+    ZeroEstimateInfo none = {NULL, NULL, -1.0, NULL, NULL, NULL, NULL, NULL};
     if (!info) info = &none;
     double act = info->activation_bytes >= 0 ? info->activation_bytes : 0.0;
     fprintf(out, "ZeRO estimate: Psi = %.0f parameters (%.4g), N = %d ranks, %d+%d+%d = %d bytes/param", psi, psi, N, p, g, k, p + g + k);
-    if (gpu_mem > 0) fprintf(out, ", device memory %.1f GB", gpu_mem / 1e9);
+    if (gpu_mem > 0) fprintf(out, ", memory %.6g GB per rank", gpu_mem / 1e9);
     fprintf(out, "\n");
     fprintf(out, "%-6s %-28s %14s %12s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "traffic", "fits", "min ranks");
     static const char* forms[4] = {"(p+g+k) Psi", "(p+g) Psi + k Psi/N", "p Psi + (g+k) Psi/N", "(p+g+k) Psi/N"};
     for (int s = 0; s < 4; s++) {
         double b = zero_formula_bytes(s, psi, (double)N, p, g, k);
         char fits[8] = "-", minr[24] = "-";
-        if (gpu_mem > 0) {
+        if (gpu_mem > 0 && info->peak_bytes) {
+            snprintf(fits, sizeof(fits), "%s", info->peak_bytes[s] <= gpu_mem ? "yes" : "no");
+            if (info->peak_min_ranks[s] <= 0) snprintf(minr, sizeof(minr), "never");
+            else snprintf(minr, sizeof(minr), "%lld", info->peak_min_ranks[s]);
+        } else if (gpu_mem > 0) {
             snprintf(fits, sizeof(fits), "%s", b + act <= gpu_mem ? "yes" : "no");
             unsigned long long m = act >= gpu_mem ? 0 : zero_min_ranks(s, (unsigned long long)(psi + 0.5), (unsigned long long)p,
                                                   (unsigned long long)g, (unsigned long long)k, (unsigned long long)(gpu_mem - act + 0.5));
@@ -116,7 +133,7 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
         double tr = info->traffic_psi ? info->traffic_psi[s] : zero_formula_traffic_psi(s);
         fprintf(out, "%-6d %-28s %14.3f %8.3f Psi %6s %10s\n", s, forms[s], b / 1e9, tr, fits, minr);
     }
-    zero_estimate_print_offload(out, psi, N, p, g, k, gpu_mem, act);
+    zero_estimate_print_offload(out, psi, N, p, g, k, gpu_mem, act, info->peak_bytes_off, info->peak_min_ranks_off);
     if (info->traffic_psi)
         fprintf(out, "traffic (first table): model-specific, from the shard plan of %s (what a run's traffic table counts)%s\n",
                 info->traffic_source ? info->traffic_source : "the model", N == 1 ? "; one rank: nothing crosses the wire" : "");
@@ -125,11 +142,17 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
     if (info->activation_bytes >= 0)
         fprintf(out, "activations: %.0f bytes = %.3f GB per rank for %s, not sharded by ZeRO%s\n", info->activation_bytes,
                 info->activation_bytes / 1e9, info->activation_source ? info->activation_source : "the model",
-                gpu_mem > 0 ? "; the fit check adds them to every stage" : "");
-    if (gpu_mem > 0 && info->activation_bytes < 0)
-        fprintf(out, "fit check: model states only, activations ignored (give -e, -b and -t to add them)\n");
+                gpu_mem > 0 ? (info->peak_bytes ? "; part of every peak below" : "; the fit check adds them to every stage") : "");
+    if (gpu_mem > 0 && info->peak_bytes) {
+        fprintf(out, "fit check: the full per-rank peak of a run, as the trainer's fit check predicts it before allocating (ledger: model states, "
+                "activations, transients; host buffers; I/O staging or workspace; this process's baseline), in both tables; peaks at N = %d:", N);
+        for (int s = 0; s < 4; s++) fprintf(out, " %d: %.6g GB%s", s, info->peak_bytes[s] / 1e9, s < 3 ? "," : "");
+        fprintf(out, "; offloaded:");
+        for (int s = 1; s < 4; s++) fprintf(out, " %d: %.6g GB%s", s, info->peak_bytes_off[s] / 1e9, s < 3 ? "," : "\n");
+    } else if (gpu_mem > 0 && info->activation_bytes < 0)
+        fprintf(out, "fit check: a lower bound: model states only, activations ignored (give -e, -b and -t for the full per-rank peak)\n");
     else if (gpu_mem > 0)
-        fprintf(out, "fit check: model states + activations, in both tables (no transient buffers, no framework overhead)\n");
+        fprintf(out, "fit check: a lower bound: model states + activations (no transient buffers, no framework overhead)\n");
 }
 
 #endif /* LLMC_ZERO_ESTIMATE_H */

@@ -1,0 +1,184 @@
+/*
+ gpt_fit.h: which configuration of a GPT-2 run fits a rank's memory, and
+ which of those is fastest (-z auto), from the shard plan alone: nothing is
+ allocated. For every candidate (zero_stage 0-3; --shard-group G over the
+ divisors of N made of whole nodes; at stage 3 --reshard-embedding 1 and 0;
+ --keep-logits 0 and 1; with -d, smaller micro-batches with more
+ accumulation; the optimizer offloaded to disk, only when a disk:DIR is
+ given and only when nothing else fits) it builds the plan a run would build
+ (gpt2_predict), predicts the per-rank peak (fit.h: the process's baseline +
+ ledger + host bookkeeping + the larger of I/O staging and the calibrated
+ workspace) and the step time of a simple cost model: compute (flops per
+ rank / the measured matmul rate) + every collective's ring wire bytes / the
+ rate of the link it crosses (inside a node or across nodes; a collective
+ whose ranks span nodes runs at the across rate) + the offloaded optimizer's
+ disk bytes / the disk rate, with no overlap assumed. The model ranks the
+ candidates; its milliseconds are not a forecast (docs/fit.md). The fastest
+ candidate that fits wins; differences under 1% are ties, which go to the
+ lower stage, then the smaller peak.
+*/
+#ifndef LLMC_GPT_FIT_H
+#define LLMC_GPT_FIT_H
+
+#include "gpt.h"
+#include "fit.h"
+
+typedef struct {
+    GPT2Options opt;              /* the candidate's options (stage, reshard_embedding, keep_logits, offload, accumulation) */
+    int G;                        /* ranks per shard group (HSDP when < N) */
+    int B;                        /* micro-batch per rank */
+    FitPeak mem;                  /* predicted per-rank peak */
+    int fits;
+    double inside_bytes, across_bytes; /* ring wire bytes per rank per optimizer step */
+    double compute_ms, comm_ms, io_ms, step_ms;
+} FitCandidate;
+
+typedef struct {
+    const GPT2Config* cfg;
+    GPT2Options base;             /* the user's options (vocab_chunk, prefetch, reshard_after_forward, overlap, ...) */
+    int N, L;                     /* ranks; ranks per node */
+    int B, T;
+    long total_batch;             /* tokens per optimizer step, all ranks */
+    int batch_given;              /* -d given: smaller micro-batches with accumulation are candidates */
+    int offload_dir_given;        /* --offload-optimizer disk:DIR given: offload may be chosen (last resort) */
+    const char* offload_dir;      /* its DIR (NULL: the flags say DIR) */
+    int from_ckpt, ckpt_in, ckpt_out;
+    unsigned long long baseline;  /* VmRSS now (the largest over the ranks) */
+    unsigned long long workspace; /* calibrated training workspace (0: not calibrated) */
+    unsigned long long loaders;   /* data loaders' and tokenizer's host buffers */
+    unsigned long long budget;    /* the smallest budget over the ranks */
+    double flops_per_s;           /* measured compute rate (0: not measured) */
+    double inside_Bps, across_Bps, disk_Bps; /* link and disk rates (0: not measured / not applicable) */
+} FitContext;
+
+/* flops per token of the model (6 Psi + 12 L C T: forward and backward of
+   every weight, attention's scores and values), as the trainer counts them */
+static inline double gpt2_flops_per_token(const GPT2Config* c, int T) {
+    return 6.0 * (double)gpt2_count_parameters(c) + 12.0 * c->num_layers * (double)c->channels * T;
+}
+
+/* Predict one candidate (c->opt, c->G, c->B set): its per-rank peak and
+   step time. 0, or 1 with a message (an impossible configuration). */
+static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* err, size_t errlen) {
+    ZeroPlan P;
+    GPT2Layout y;
+    Ledger L;
+    int R = x->N / c->G;
+    if (gpt2_predict(&P, &y, &L, x->cfg, &c->opt, c->G, 0, R, c->B, x->T, err, errlen)) return 1;
+    FitPeak* m = &c->mem;
+    memset(m, 0, sizeof(*m));
+    for (int i = 0; i < MEM_NUM; i++) m->ledger += L.predicted[i];
+    m->model_states = ledger_model_states(L.predicted);
+    m->activations = L.predicted[MEM_ACTIVATIONS];
+    m->transients = m->ledger - m->model_states - m->activations;
+    unsigned long long held, staging;
+    gpt2_host_bytes(x->cfg, &y, &P, c->B, x->T, x->from_ckpt, x->ckpt_in, x->ckpt_out, &held, &staging);
+    m->baseline = x->baseline;
+    m->host = held + x->loaders;
+    m->staging = staging;
+    m->workspace = x->workspace;
+    fit_peak_total(m);
+    c->fits = m->peak <= x->budget;
+    /* traffic: ring wire bytes per rank of each collective per step; a
+       collective runs across nodes when its ranks span nodes (ranks are
+       placed node by node, L per node) */
+    unsigned long long h[COLL_NUM];
+    zero_predict_traffic(&P, h);
+    c->inside_bytes = c->across_bytes = 0.0;
+    c->comm_ms = 0.0;
+    for (int k = 0; k < COLL_NUM; k++) {
+        int n = k == COLL_ALL_REDUCE ? R : k == COLL_SCALARS ? x->N : c->G;
+        if (n < 2 || h[k] == 0) continue;
+        double w = (double)ring_wire_bytes(k, h[k], n);
+        int spans = k == COLL_ALL_REDUCE || k == COLL_SCALARS ? x->N > x->L : c->G > x->L;
+        double rate = spans ? x->across_Bps : x->inside_Bps;
+        if (spans) c->across_bytes += w; else c->inside_bytes += w;
+        if (rate > 0) c->comm_ms += 1000.0 * w / rate;
+    }
+    double tokens = (double)x->total_batch / x->N;
+    double flops = tokens * gpt2_flops_per_token(x->cfg, x->T);
+    if (!c->opt.keep_logits) flops += tokens * 2.0 * x->cfg->channels * (double)x->cfg->padded_vocab_size; /* the LM head's logits again in backward */
+    c->compute_ms = x->flops_per_s > 0 ? 1000.0 * flops / x->flops_per_s : 0.0;
+    unsigned long long off[OFFL_NUM];
+    zero_predict_offload_traffic(&P, off);
+    double io = (double)off[OFFL_DISK_READ] + (double)off[OFFL_DISK_WRITE];
+    c->io_ms = io > 0 && x->disk_Bps > 0 ? 1000.0 * io / x->disk_Bps : 0.0;
+    c->step_ms = c->compute_ms + c->comm_ms + c->io_ms;
+    zero_plan_free(&P);
+    return 0;
+}
+
+/* The candidates of -z auto (see the top), evaluated; at most max. Returns
+   the count. */
+static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int max) {
+    int n = 0;
+    char err[ERRLEN];
+    int Bs[16], nb = 0;
+    for (int b = x->B; b >= 1 && nb < 16; b = b / 2) {
+        if (!x->batch_given && b != x->B) break;
+        long tpm = (long)b * x->T * x->N;
+        if (x->total_batch % tpm == 0) Bs[nb++] = b;
+        if (b == 1) break;
+    }
+    for (int s = 0; s <= 3; s++)
+        for (int G = x->N; G >= 1; G--) {
+            if (x->N % G || (s == 0 && G != x->N)) continue;
+            if (G != x->N && G % x->L != 0) continue;   /* HSDP: shard groups of whole nodes (one node when G = L) */
+            if (s > 0 && G == 1 && x->N > 1) continue;  /* shards of one rank: stage 0's memory with extra copies */
+            for (int re = 1; re >= (s == 3 ? 0 : 1); re--)
+                for (int kl = 0; kl <= 1; kl++)
+                    for (int of = 0; of <= (s >= 1 && x->offload_dir_given ? 1 : 0); of++)
+                        for (int ib = 0; ib < nb && n < max; ib++) {
+                            FitCandidate* c = &out[n];
+                            memset(c, 0, sizeof(*c));
+                            c->opt = x->base;
+                            c->opt.zero_stage = s; c->opt.reshard_embedding = re; c->opt.keep_logits = kl;
+                            c->opt.offload = of ? OFFLOAD_DISK : OFFLOAD_NONE;
+                            c->opt.grad_accum_steps = (int)(x->total_batch / ((long)Bs[ib] * x->T * x->N));
+                            c->G = G; c->B = Bs[ib];
+                            if (gpt2_fit_evaluate(x, c, err, sizeof(err)) == 0) n++;
+                        }
+        }
+    return n;
+}
+
+/* Is a better than b for -z auto? Only fitting candidates compete; offload
+   only when nothing else fits (the caller filters); then the least
+   predicted step time (differences under 1% count as ties), then the lower
+   stage, the smaller peak. */
+static inline int gpt2_fit_better(const FitCandidate* a, const FitCandidate* b) {
+    double lo = a->step_ms < b->step_ms ? a->step_ms : b->step_ms;
+    if (fabs(a->step_ms - b->step_ms) > 0.01 * lo + 1e-9) return a->step_ms < b->step_ms;
+    if (a->opt.zero_stage != b->opt.zero_stage) return a->opt.zero_stage < b->opt.zero_stage;
+    return a->mem.peak < b->mem.peak;
+}
+
+/* The flags that give candidate c, e.g. "-z 3 --shard-group 2
+   --reshard-embedding 0 --keep-logits 1 -b 2" (only what differs from the
+   user's options and N, B). */
+static inline void gpt2_fit_flags(const FitContext* x, const FitCandidate* c, char* out, size_t n) {
+    size_t k = (size_t)snprintf(out, n, "-z %d", c->opt.zero_stage);
+    if (c->G != x->N && k < n) k += (size_t)snprintf(out + k, n - k, " --shard-group %d", c->G);
+    if (c->opt.zero_stage == 3 && c->opt.reshard_embedding != x->base.reshard_embedding && k < n)
+        k += (size_t)snprintf(out + k, n - k, " --reshard-embedding %d", c->opt.reshard_embedding);
+    if (c->opt.keep_logits != x->base.keep_logits && k < n) k += (size_t)snprintf(out + k, n - k, " --keep-logits %d", c->opt.keep_logits);
+    if (c->B != x->B && k < n) k += (size_t)snprintf(out + k, n - k, " -b %d", c->B);
+    if (c->opt.offload == OFFLOAD_DISK && k < n) snprintf(out + k, n - k, " --offload-optimizer disk:%s", x->offload_dir ? x->offload_dir : "DIR");
+}
+
+/* One table row (rank 0 prints them): predicted peak, whether it fits,
+   wire bytes across and inside nodes, the cost model's times, then the
+   flags (mark: "<- chosen" or ""). */
+static inline void gpt2_fit_row(FILE* f, const FitContext* x, const FitCandidate* c, const char* mark) {
+    char fl[600];
+    gpt2_fit_flags(x, c, fl, sizeof(fl));
+    fprintf(f, "  %10.4f %5s %10.2f %10.2f %9.1f %9.1f %9.1f  %s%s%s\n", c->mem.peak / 1e9, c->fits ? "yes" : "no",
+            c->across_bytes / 1e6, c->inside_bytes / 1e6, c->compute_ms, c->comm_ms + c->io_ms, c->step_ms, fl, mark[0] ? "  " : "", mark);
+}
+
+static inline void gpt2_fit_header(FILE* f) {
+    fprintf(f, "  %10s %5s %10s %10s %9s %9s %9s  %s\n", "peak GB", "fits", "across MB", "inside MB", "compute", "comm+io", "step ms",
+            "configuration (the flags that give it)");
+}
+
+#endif /* LLMC_GPT_FIT_H */
