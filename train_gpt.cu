@@ -207,7 +207,7 @@ static int flag_zero(void* p, const char* f, const char* v, char* err, size_t er
     long n;
     (void)f;
     if (!strcmp(v, "auto")) { a->zero_auto = 1; return 0; }
-    if (parse_long(v, &n) || n < 0 || n > 3) return set_err(err, errlen, "flag -z: '%s' must be 0, 1, 2, 3 or auto", v);
+    if (parse_long(v, &n) || n < 0 || n > 3) return set_err(err, errlen, "flag -z: '%s' must be an integer in 0..3 or auto", v);
     a->zero_stage = (int)n; a->zero_auto = 0;
     return 0;
 }
@@ -895,8 +895,9 @@ static void fit_or_choose(Run* r) {
     }
     if (a->offload != OFFLOAD_NONE) snprintf(form + strlen(form), sizeof(form) - strlen(form), ", the optimizer's k Psi/N offloaded");
     char refusal[3000];   /* longer than ERRLEN: up to three alternatives with their flags */
-    set_err(refusal, sizeof(refusal), "zero_stage %d needs %.4g GB per rank (model states %.4g GB = %s, activations %.4g GB, other %.4g GB); "
+    set_err(refusal, sizeof(refusal), "-e %s (L=%d C=%d, %.4g parameters) at zero_stage %d needs %.4g GB per rank (model states %.4g GB = %s, activations %.4g GB, other %.4g GB); "
             "this rank's budget is %.4g GB (%s). %s%s (--fit-check 0 runs it anyway)",
+            a->init, r->cfg.num_layers, r->cfg.channels, (double)gpt2_count_parameters(&r->cfg),
             a->zero_stage, m->peak / 1e9, m->model_states / 1e9, form, m->activations / 1e9,
             (m->peak - m->model_states - m->activations) / 1e9, x.budget / 1e9, bud.source, shown ? "Fits: " : nothing, alts);
     comm_check_all(comm, refusal);

@@ -179,7 +179,7 @@ bad descriptor_d0 "1 2" "d0" "dN|descriptor" train -e d0
 bad descriptor_heads_indivisible "1 2" "heads" "divisible" train -e d1 --heads 3
 bad descriptor_too_many_layers "1 2" "--layers" "1\.\.1000" train -e d1 --layers 1001
 bad descriptor_d200_memory "1 2" "d200" "memory" train -e d200
-bad batch_absurd_memory "1 2" "-b" "memory" train -e d1 -b 1048576 -t 1024
+bad batch_absurd_memory "1 2" "-b" "memory|too small" train -e d1 -b 1048576 -t 1024
 bad estimate_bad_dtype "1 2" "--dtype" "bf16 or fp32" train --estimate --dtype fp16
 bad estimate_bad_params "1 2" "--params" "positive" train --estimate --params -5
 bad estimate_bad_ckpt "1 2" "$D/ck_bad_magic.bin" "magic" train --estimate -e "$D/ck_bad_magic.bin"

@@ -89,12 +89,18 @@ else bad "-y 1 after the crash: exit $rc; $(grep -E "^resum|^error" "$tmp/die2.o
 # 3. unwritable -o
 echo "not a directory" > "$tmp/afile"
 for np in 1 2; do
-  for o in "$tmp/afile" "$tmp/afile/sub" "/proc/llmc_no_such_dir" "$tmp/no/such/parent"; do
+  for o in "$tmp/afile" "$tmp/afile/sub" "/proc/llmc_no_such_dir"; do
     timeout 60 $MPIRUN -np $np "$TRAIN" $TINY -x 2 -o "$o" > "$tmp/unw.out" 2> "$tmp/unw.err"
     rc=$?; n=$(grep -c "^error" "$tmp/unw.err"); line=$(grep "^error" "$tmp/unw.err" | head -1)
     if [ $rc -eq 1 ] && [ "$n" = 1 ] && echo "$line" | grep -q "^error: -o $o" && ! grep -q "^step " "$tmp/unw.out"; then ok "np $np -o $o: exit 1 before training: $line"
     else bad "np $np -o $o: exit $rc, $n error lines: $(head -c 300 "$tmp/unw.err")"; fi
   done
+  # missing parents are created (mkdir -p), as a user expects
+  o="$tmp/no$np/such/parent"
+  timeout 60 $MPIRUN -np $np "$TRAIN" $TINY -x 2 -o "$o" > "$tmp/unw.out" 2> "$tmp/unw.err"
+  rc=$?
+  if [ $rc -eq 0 ] && [ -s "$o/model_00000002.bin" ]; then ok "np $np -o $o (missing parents): created, model_00000002.bin written"
+  else bad "np $np -o $o: exit $rc: $(head -c 300 "$tmp/unw.err")"; fi
 done
 
 # 4. full disk at save time: the model file is 13.3 MB, the state 26.6 MB

@@ -126,7 +126,7 @@ else bad "stage-3 flag warnings: $w1 / $w0 / $w3 lines, '$w1p'"; fi
 # one -z default: the trainer's (no -z given) is make train's ZERO, and -h says it
 mk=$(sed -n 's/^ZERO ?= *//p' Makefile)
 dz=$(timeout 60 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 16 -x 1 -v 0 -s 0 2>&1 | sed -n 's/^train_gpt .*zero_stage \([0-3]\).*/\1/p')
-if [ -n "$mk" ] && [ "$dz" = "$mk" ] && ./train_gpt_cpu -h | grep -A1 -- "^  -z " | grep -q "($mk is make train's ZERO too)  default $mk$"; then
+if [ -n "$mk" ] && [ "$dz" = "$mk" ] && ./train_gpt_cpu -h | sed -n "/^  -z /,/default/p" | grep -q "($mk is make train's ZERO too)  default $mk$"; then
   ok "-z default $dz == make train's ZERO $mk, and -h says so"
 else bad "-z default: trainer '$dz', Makefile ZERO '$mk'"; fi
 
