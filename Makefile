@@ -45,13 +45,16 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench fit-demo plots clean sanitize fuzz _dnnl-headers
+.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench fit-demo bench-recompute plots clean sanitize fuzz _dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/train_gpt_cpu.workspace build/fit/train_gpt_cpu_bf16.workspace
 
 # the fit check's training workspace of each program, measured once per build (llmc/fit.h)
 build/fit/%.workspace: %
 	@./$< --calibrate-workspace
+# one at a time, even under make -j: two trainers starting together reach a
+# different (larger, 33-45 MB instead of 20.6) resident workspace
+build/fit/train_gpt_cpu_bf16.workspace: | build/fit/train_gpt_cpu.workspace
 
 help:
 	@echo "targets:"
@@ -63,6 +66,7 @@ help:
 	@echo "  make cluster-bench   ZeRO stages x link rates on a simulated 2-node cluster (root; scripts/cluster.sh)"
 	@echo "  make bench-offload   memory, step time, I/O of --offload-optimizer disk (a benchmark, not a test)"
 	@echo "  make fit-demo    which stage fits: GPT-2 124M on 4 memory-limited nodes (root; scripts/cluster.sh --mem; dev/fit_demo.sh)"
+	@echo "  make bench-recompute   activation bytes and step time of -r 0..3 (GPT-2 124M B=4 T=1024; make train's model)"
 	@echo "  make plots       the README's pictures (dev/plot.py all; PNGs in PLOT_DIR)"
 	@echo "  make cuda        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt); make cuda-dev: dev/cuda kernel checks; make cuda-test:"
 	@echo "                   dev/cuda/test_backend (needs a GPU); make cuda-config: what was found (nvcc, MPI, NCCL); make cuda-clean"
@@ -84,6 +88,7 @@ help:
 	@echo "  FUZZ_SECONDS=$(FUZZ_SECONDS)        make fuzz: seconds per reader"
 	@echo "  CLUSTER_BENCH='$(CLUSTER_BENCH)'      make cluster-bench: environment for dev/cluster_bench.sh, e.g. 'STEPS=3'"
 	@echo "  FIT_DEMO='$(FIT_DEMO)'      make fit-demo: environment for dev/fit_demo.sh, e.g. 'NODES=4 STEPS=2'"
+	@echo "  BENCH_RECOMPUTE='$(BENCH_RECOMPUTE)'   make bench-recompute: environment for dev/bench_recompute.sh (CONFIGS, OUT)"
 	@echo "  BENCH_STEPS BENCH_NP BENCH_ZERO   make bench-offload: steps (4), ranks (1), stage (1)"
 	@echo "  PLOT_NP='$(PLOT_NP)' PLOT_STEPS=$(PLOT_STEPS) LOSS_STEPS=$(LOSS_STEPS) PLOT_DIR=$(PLOT_DIR) PLOT_ARGS='$(PLOT_ARGS)'   make plots"
 	@echo "  RUNS='$(RUNS)' PLOT='$(PLOT)' COMPARE_ARGS='$(COMPARE_ARGS)'   make compare"
@@ -164,6 +169,11 @@ cluster-bench: deps data
 fit-demo: deps data
 	@$(MAKE) --no-print-directory train_gpt_cpu_bf16 build/fit/train_gpt_cpu_bf16.workspace
 	$(FIT_DEMO) bash dev/fit_demo.sh
+
+# activation recomputation, measured: BENCH_RECOMPUTE='CONFIGS=...' (dev/bench_recompute.sh)
+bench-recompute: deps data
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM) build/fit/$(TRAIN_PROGRAM).workspace
+	PROG=./$(TRAIN_PROGRAM) $(BENCH_RECOMPUTE) bash dev/bench_recompute.sh
 
 bench-offload: deps data
 	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)

@@ -57,6 +57,7 @@ typedef struct {
     int ledger_all, ledger_every;
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
+    int recompute, recompute_given; /* -r: activation recomputation (gpt.h); given: -z auto keeps it */
     int ckpt_version;            /* --checkpoint-dtype: 3 (fp32) or 5 (bf16) */
     int total_batch_given;       /* -d on the command line (-z auto may then trade micro-batch for accumulation) */
     int shuffle;                 /* --shuffle: train batches in a seeded random order (1) or file order (0) */
@@ -296,6 +297,10 @@ static const Flag FLAGS[] = {
     I(NULL, "--vocab-chunk", "<n>", vocab_chunk, 1, 1 << 24, 0, "rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)"),
     I(NULL, "--keep-logits", "<0|1>", keep_logits, 0, 1, 0, "keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
       "recomputing them in backward (same numbers, less compute, more memory)"),
+    I(NULL, "-r", "<0..3>", recompute, 0, 3, GIVEN(recompute_given), "activation recomputation: 0 keep every activation; 1 recompute GELU in\n"
+      "backward, 2 + both LayerNorms (llm.c's -r 1, 2); 3 keep only each block's output\n"
+      "and rerun the block's forward in its backward (activation checkpointing);\n"
+      "the same numbers bit for bit, less memory, more compute (llm.c's default is 1)"),
     FN(NULL, "--offload-optimizer",
 #ifdef __CUDACC__
        "<none|disk:DIR|host>",
@@ -400,7 +405,7 @@ static GPT2Options model_options(const Args* a, int accum) {
     GPT2Options o = gpt2_default_options();
     o.zero_stage = a->zero_stage; o.reshard_after_forward = a->reshard_after_forward; o.prefetch = a->prefetch;
     o.reshard_embedding = a->reshard_embedding; o.vocab_chunk = a->vocab_chunk; o.keep_logits = a->keep_logits;
-    o.overlap = a->overlap; o.grad_accum_steps = accum; o.offload = a->offload;
+    o.overlap = a->overlap; o.grad_accum_steps = accum; o.offload = a->offload; o.recompute = a->recompute;
     return o;
 }
 
@@ -498,7 +503,7 @@ static int run_estimate(Args* ap, Comm* comm) {
         info.traffic_psi = traffic; info.traffic_source = tsrc;
         if (a.B_given && a.T_given) {
             mopt.zero_stage = a.zero_stage;
-            info.activation_bytes = (double)gpt2_activation_bytes(&cfg, &lay, &mopt, a.B, a.T);
+            info.activation_bytes = (double)(gpt2_activation_bytes(&cfg, &lay, &mopt, a.B, a.T) + gpt2_recompute_bytes(&cfg, &mopt, a.B, a.T));
             snprintf(asrc, sizeof(asrc), "-e %s, B=%d, T=%d (%d-byte activations of this build, as its memory ledger counts them)",
                      a.init, a.B, a.T, (int)sizeof(floatX));
             info.activation_source = asrc;
@@ -749,6 +754,7 @@ static void fit_or_choose(Run* r) {
     x.N = r->N; x.L = comm->local_size;
     x.B = a->B; x.T = a->T; x.total_batch = a->total_batch; x.batch_given = a->total_batch_given;
     x.offload_dir_given = a->offload == OFFLOAD_DISK;
+    x.recompute_given = a->recompute_given;
     x.offload_dir = a->offload == OFFLOAD_DISK ? a->offload_dir : NULL;
     x.from_ckpt = r->from_ckpt; x.ckpt_in = r->ckpt_version_in; x.ckpt_out = a->ckpt_version;
     x.baseline = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
@@ -820,7 +826,7 @@ static void fit_or_choose(Run* r) {
         } else {
             FitCandidate* c = &cs[best];
             a->zero_stage = c->opt.zero_stage; a->shard_group = c->G; a->reshard_embedding = c->opt.reshard_embedding;
-            a->keep_logits = c->opt.keep_logits; a->B = c->B;
+            a->keep_logits = c->opt.keep_logits; a->B = c->B; a->recompute = c->opt.recompute;
             if (c->opt.offload == OFFLOAD_NONE) a->offload = OFFLOAD_NONE;
             mine = *c;
             if (comm->rank == 0) {
@@ -882,8 +888,8 @@ static void fit_or_choose(Run* r) {
     }
     free(cs);
     char nothing[200];
-    snprintf(nothing, sizeof(nothing), "No stage fits %d rank%s at -b %d -t %d, even offloaded: add ranks or memory, or lower -b (with -d for the same "
-             "global batch) or -t", r->N, r->N > 1 ? "s" : "", a->B, a->T);
+    snprintf(nothing, sizeof(nothing), "No stage fits %d rank%s at -b %d -t %d, even offloaded%s: add ranks or memory, or lower -b (with -d for the same "
+             "global batch) or -t", r->N, r->N > 1 ? "s" : "", a->B, a->T, a->recompute_given ? "" : " or with -r 3");
     /* the stage's formula in numbers, e.g. "(p+g) Psi + k Psi/N = 4 Psi + 12 Psi/2" */
     int pb = (int)sizeof(floatX), kb = pb == 2 ? 12 : 8, G = mine.G;
     char form[160];
@@ -999,7 +1005,9 @@ static void print_banner(Run* r) {
     const Args* a = &r->a;
     Comm* comm = r->comm;
     if (comm->rank == 0) {
-        printf("train_gpt (%s): %d rank%s, zero_stage %d%s%s%s\n", BACKEND_NAME, r->N, r->N > 1 ? "s" : "", a->zero_stage,
+        static const char* rnames[4] = {"", ", recompute -r 1 (GELU)", ", recompute -r 2 (GELU, LayerNorms)", ", recompute -r 3 (whole blocks)"};
+        printf("train_gpt (%s): %d rank%s, zero_stage %d%s%s%s%s\n", BACKEND_NAME, r->N, r->N > 1 ? "s" : "", a->zero_stage,
+               rnames[a->recompute],
                a->zero_stage == 3 ? (a->reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "",
                a->offload == OFFLOAD_DISK ? ", optimizer states offloaded to disk:" : a->offload == OFFLOAD_HOST ? ", optimizer states offloaded to host memory" : "",
                a->offload == OFFLOAD_DISK ? a->offload_dir : "");

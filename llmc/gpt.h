@@ -86,32 +86,74 @@ typedef struct {
     float *ln1m, *ln1r, *ln2m, *ln2r;
 } GPT2BlockActs;
 
+/* With recomputation (-r) some buffers hold one layer, reused by every
+   layer: index 0 then (gpt2_recompute_layout). */
 static inline GPT2BlockActs gpt2_block_acts(const GPT2* m, int l, int B, int T) {
     size_t BT = (size_t)B * T, C = (size_t)m->config.channels, NH = (size_t)m->config.num_heads, k = (size_t)l;
+    int r = m->opt.recompute;
+    size_t kb = r >= 3 ? 0 : k, kln = r >= 2 ? 0 : k, kg = r >= 1 ? 0 : k;   /* block, LayerNorm outputs, GELU output */
     GPT2BlockActs a;
     a.in = l == 0 ? m->encoded : m->residual3 + (k - 1) * BT * C;
-    a.ln1 = m->ln1 + k * BT * C;
-    a.ln1m = m->ln1_mean + k * BT;
-    a.ln1r = m->ln1_rstd + k * BT;
-    a.qkv = m->qkv + k * BT * 3 * C;
-    a.atty = m->atty + k * BT * C;
-    a.att = m->att + k * BT * NH * (size_t)T;
-    a.attproj = m->attproj + k * BT * C;
-    a.res2 = m->residual2 + k * BT * C;
-    a.ln2 = m->ln2 + k * BT * C;
-    a.ln2m = m->ln2_mean + k * BT;
-    a.ln2r = m->ln2_rstd + k * BT;
-    a.fch = m->fch + k * BT * 4 * C;
-    a.fchg = m->fch_gelu + k * BT * 4 * C;
-    a.fcproj = m->fcproj + k * BT * C;
+    a.ln1 = m->ln1 + kln * BT * C;
+    a.ln1m = m->ln1_mean + kb * BT;
+    a.ln1r = m->ln1_rstd + kb * BT;
+    a.qkv = m->qkv + kb * BT * 3 * C;
+    a.atty = m->atty + kb * BT * C;
+    a.att = m->att + kb * BT * NH * (size_t)T;
+    a.attproj = m->attproj + kb * BT * C;
+    a.res2 = m->residual2 + kb * BT * C;
+    a.ln2 = m->ln2 + kln * BT * C;
+    a.ln2m = m->ln2_mean + kb * BT;
+    a.ln2r = m->ln2_rstd + kb * BT;
+    a.fch = m->fch + kb * BT * 4 * C;
+    a.fchg = m->fch_gelu + kg * BT * 4 * C;
+    a.fcproj = m->fcproj + kb * BT * C;
     a.res3 = m->residual3 + k * BT * C;
     return a;
 }
 
-/* Closed-form bytes of every activation buffer for (B, T), per rank:
-   per layer and token 18C floatX (ln1, qkv 3C, atty, attproj, residual2,
-   ln2, fch 4C, fch_gelu 4C, fcproj, residual3) + NH*T floatX (att) + 4 fp32
-   LayerNorm statistics; per token 2C floatX (encoded, lnf) + the LM head
+/* Activation recomputation (-r, GPT2Options.recompute), the memory side:
+   what one layer keeps from forward to backward, bytes per token (x =
+   sizeof(floatX); 16 = the four fp32 LayerNorm statistics):
+     -r 0  18 C x + NH T x + 16  everything: ln1, qkv (3C), atty, att (NH T),
+                                 attproj, res2, ln2, fch (4C), fch_gelu (4C),
+                                 fcproj, res3
+     -r 1  14 C x + NH T x + 16  the GELU output is recomputed from fch in
+                                 backward (llm.c's -r 1)
+     -r 2  12 C x + NH T x + 16  + both LayerNorm outputs, from their inputs
+                                 and the kept statistics (llm.c's -r 2)
+     -r 3   1 C x                the block's output only (the residual
+                                 stream); backward reruns the block's forward
+                                 from the previous block's output (activation
+                                 checkpointing per block: DeepSpeed's
+                                 checkpointing, FSDP's full checkpointing)
+   and the one-layer buffers the recompute writes into, reused by every
+   layer (ledger: "recompute buffers (transient)"), bytes per token:
+     -r 1  4 C x (fch_gelu); -r 2  5 C x (+ one LayerNorm output, shared by
+     ln1 and ln2); -r 3  17 C x + NH T x + 16 (one block's every activation
+     but its output). */
+static inline void gpt2_recompute_per_token(int r, int C, int NH, int T, size_t x, size_t* kept, size_t* transient) {
+    size_t c = (size_t)C, h = (size_t)NH * (size_t)T;
+    switch (r) {
+        case 0: *kept = 18 * c * x + h * x + 16; *transient = 0; break;
+        case 1: *kept = 14 * c * x + h * x + 16; *transient = 4 * c * x; break;
+        case 2: *kept = 12 * c * x + h * x + 16; *transient = 5 * c * x; break;
+        default: *kept = c * x; *transient = 17 * c * x + h * x + 16; break;
+    }
+}
+
+/* Bytes of the recompute buffers (-r 1..3; 0 at -r 0), per rank. */
+static inline size_t gpt2_recompute_bytes(const GPT2Config* c, const GPT2Options* o, int B, int T) {
+    size_t kept, tr;
+    gpt2_recompute_per_token(o->recompute, c->channels, c->num_heads, T, sizeof(floatX), &kept, &tr);
+    return (size_t)B * (size_t)T * tr;
+}
+
+/* Closed-form bytes of every activation buffer for (B, T), per rank (the
+   recompute buffers apart: gpt2_recompute_bytes): per layer and token what
+   -r keeps (gpt2_recompute_per_token; -r 0: 18C floatX (ln1, qkv 3C, atty,
+   attproj, residual2, ln2, fch 4C, fch_gelu 4C, fcproj, residual3) + NH*T
+   floatX (att) + 4 fp32 LayerNorm statistics); per token 2C floatX (encoded, lnf) + the LM head
    (a chunk of logits: Vc floatX per token, or Vp with keep_logits; running
    max, target logit and loss in fp32, running sum in fp64: 20 bytes) + 2
    fp32 lnf statistics; B*Vp floatX last-position logits; three NH*T*T per
@@ -120,8 +162,9 @@ static inline GPT2BlockActs gpt2_block_acts(const GPT2* m, int l, int B, int T) 
    token (inputs, targets). */
 static inline size_t gpt2_activation_bytes(const GPT2Config* c, const GPT2Layout* y, const GPT2Options* o, int B, int T) {
     size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
-    size_t x = sizeof(floatX);
-    size_t per_layer = BT * (18 * C * x + NH * (size_t)T * x + 4 * sizeof(float));
+    size_t x = sizeof(floatX), kept, tr;
+    gpt2_recompute_per_token(o->recompute, (int)C, (int)NH, T, x, &kept, &tr);
+    size_t per_layer = BT * kept;   /* -r 0: 18C x + NH T x + 16 */
     size_t lm_cols = o->keep_logits ? (size_t)c->padded_vocab_size : (size_t)y->chunk_rows;
     size_t rest = BT * (2 * C * x + lm_cols * x + 3 * sizeof(float) + sizeof(double) + 2 * sizeof(float));
     size_t last = (size_t)B * (size_t)c->padded_vocab_size * x;
@@ -164,8 +207,20 @@ static inline int gpt2_predict(ZeroPlan* P, GPT2Layout* y, Ledger* L, const GPT2
     if (T < 1 || T > cfg->max_seq_len) return set_err(err, errlen, "-t %d: sequence length must be in 1..%d (the model's max_seq_len)", T, cfg->max_seq_len);
     if (B < 1) return set_err(err, errlen, "-b %d: micro-batch must be >= 1", B);
     if (gpt2_plan_init(P, y, cfg, opt, G, group_rank, R, (int)sizeof(floatX), B, T, err, errlen)) return 1;
-    zero_predict_memory(P, gpt2_activation_bytes(cfg, y, opt, B, T), L);
+    size_t act = gpt2_activation_bytes(cfg, y, opt, B, T);
+    zero_predict_memory(P, act, L);
     gpt2_emb_bytes(P, y, cfg->channels, B, T, &L->predicted[MEM_EMB_ROWS], &L->predicted[MEM_EMB_ACC]);
+    L->predicted[MEM_RECOMPUTE] = gpt2_recompute_bytes(cfg, opt, B, T);
+    /* the closed forms beside the ledger's activation rows */
+    static const char* kept_form[4] = {"18C x + NH T x + 16", "14C x + NH T x + 16", "12C x + NH T x + 16", "C x"};
+    static const char* tr_form[4] = {"", "4C x", "5C x", "17C x + NH T x + 16"};
+    size_t kept, tr, BT = (size_t)B * T, Lr = (size_t)cfg->num_layers;
+    int r = opt->recompute < 0 ? 0 : opt->recompute > 3 ? 3 : opt->recompute;
+    gpt2_recompute_per_token(r, cfg->channels, cfg->num_heads, T, sizeof(floatX), &kept, &tr);
+    snprintf(L->formula[MEM_ACTIVATIONS], sizeof(L->formula[MEM_ACTIVATIONS]),
+             "-r %d: L B T (%s) = %zu + %zu outside the blocks (x = %zu)", r, kept_form[r], Lr * BT * kept, act - Lr * BT * kept, sizeof(floatX));
+    if (r > 0)
+        snprintf(L->formula[MEM_RECOMPUTE], sizeof(L->formula[MEM_RECOMPUTE]), "-r %d: one layer, B T (%s)", r, tr_form[r]);
     return 0;
 }
 
@@ -218,21 +273,27 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     unsigned long long emb_rows = m->ledger.predicted[MEM_EMB_ROWS], emb_acc = m->ledger.predicted[MEM_EMB_ACC];
     zero_engine_init(&m->engine, P, &m->ledger, comm);
     size_t x = sizeof(floatX), f = sizeof(float), Vp = (size_t)cfg->padded_vocab_size;
+    /* the blocks' buffers: L layers, or one layer reused by every layer
+       (category MEM_RECOMPUTE) where -r recomputes them; at -r 2 ln1 and
+       ln2 share one buffer (gpt2_recompute_per_token) */
+    int r = opt->recompute;
+    size_t Lb = r >= 3 ? 1 : L, Lln = r >= 2 ? 1 : L, Lg = r >= 1 ? 1 : L;
+    int cb = r >= 3 ? MEM_RECOMPUTE : MEM_ACTIVATIONS, cln = r >= 2 ? MEM_RECOMPUTE : MEM_ACTIVATIONS, cg = r >= 1 ? MEM_RECOMPUTE : MEM_ACTIVATIONS;
     m->encoded = (floatX*)gpt2_act(m, BT * C * x);
-    m->ln1 = (floatX*)gpt2_act(m, L * BT * C * x);
-    m->ln1_mean = (float*)gpt2_act(m, L * BT * f);
-    m->ln1_rstd = (float*)gpt2_act(m, L * BT * f);
-    m->qkv = (floatX*)gpt2_act(m, L * BT * 3 * C * x);
-    m->atty = (floatX*)gpt2_act(m, L * BT * C * x);
-    m->att = (floatX*)gpt2_act(m, L * BT * NH * (size_t)T * x);
-    m->attproj = (floatX*)gpt2_act(m, L * BT * C * x);
-    m->residual2 = (floatX*)gpt2_act(m, L * BT * C * x);
-    m->ln2 = (floatX*)gpt2_act(m, L * BT * C * x);
-    m->ln2_mean = (float*)gpt2_act(m, L * BT * f);
-    m->ln2_rstd = (float*)gpt2_act(m, L * BT * f);
-    m->fch = (floatX*)gpt2_act(m, L * BT * 4 * C * x);
-    m->fch_gelu = (floatX*)gpt2_act(m, L * BT * 4 * C * x);
-    m->fcproj = (floatX*)gpt2_act(m, L * BT * C * x);
+    m->ln1 = (floatX*)gpt2_alloc(m, cln, Lln * BT * C * x);
+    m->ln1_mean = (float*)gpt2_alloc(m, cb, Lb * BT * f);
+    m->ln1_rstd = (float*)gpt2_alloc(m, cb, Lb * BT * f);
+    m->qkv = (floatX*)gpt2_alloc(m, cb, Lb * BT * 3 * C * x);
+    m->atty = (floatX*)gpt2_alloc(m, cb, Lb * BT * C * x);
+    m->att = (floatX*)gpt2_alloc(m, cb, Lb * BT * NH * (size_t)T * x);
+    m->attproj = (floatX*)gpt2_alloc(m, cb, Lb * BT * C * x);
+    m->residual2 = (floatX*)gpt2_alloc(m, cb, Lb * BT * C * x);
+    m->ln2 = r == 2 ? m->ln1 : (floatX*)gpt2_alloc(m, cln, Lln * BT * C * x);
+    m->ln2_mean = (float*)gpt2_alloc(m, cb, Lb * BT * f);
+    m->ln2_rstd = (float*)gpt2_alloc(m, cb, Lb * BT * f);
+    m->fch = (floatX*)gpt2_alloc(m, cb, Lb * BT * 4 * C * x);
+    m->fch_gelu = (floatX*)gpt2_alloc(m, cg, Lg * BT * 4 * C * x);
+    m->fcproj = (floatX*)gpt2_alloc(m, cb, Lb * BT * C * x);
     m->residual3 = (floatX*)gpt2_act(m, L * BT * C * x);
     m->lnf = (floatX*)gpt2_act(m, BT * C * x);
     m->lnf_mean = (float*)gpt2_act(m, BT * f);
@@ -398,11 +459,32 @@ static inline floatX* gpt2_chunk_logits_buf(GPT2* m, size_t BT, int k) {
    dloss). Without targets (sampling): m->last_logits (B, Vp) gets the
    logits of each sequence's last position; returns 0. Stage 3 gathers
    every unit before its use and releases it after, as its class says. */
+/* One block's forward from a->in with the block's gathered params w
+   (tensor b0 its first): every activation of a; full = 0 (the recompute of
+   -r 3 in backward) stops after the GELU: backward reads neither fcproj
+   nor the block's output. The same kernels on the same inputs: the
+   recompute writes the bits the first forward wrote. */
+static inline void gpt2_block_forward(GPT2* m, const GPT2BlockActs* a, floatX* w, int b0, int B, int T, int full) {
+    int C = m->config.channels, NH = m->config.num_heads;
+    size_t BT = (size_t)B * T;
+    layernorm_forward(a->ln1, a->ln1m, a->ln1r, a->in, gpt2_tp(m, w, b0 + B_LN1W), gpt2_tp(m, w, b0 + B_LN1B), (int)BT, C);
+    matmul_forward(a->qkv, a->ln1, gpt2_tp(m, w, b0 + B_QKVW), gpt2_tp(m, w, b0 + B_QKVB), (int)BT, C, 3 * C);
+    attention_forward(a->atty, m->preatt, a->att, a->qkv, B, T, C, NH);
+    matmul_forward(a->attproj, a->atty, gpt2_tp(m, w, b0 + B_ATTPROJW), gpt2_tp(m, w, b0 + B_ATTPROJB), (int)BT, C, C);
+    residual_forward(a->res2, a->in, a->attproj, BT * C);
+    layernorm_forward(a->ln2, a->ln2m, a->ln2r, a->res2, gpt2_tp(m, w, b0 + B_LN2W), gpt2_tp(m, w, b0 + B_LN2B), (int)BT, C);
+    matmul_forward(a->fch, a->ln2, gpt2_tp(m, w, b0 + B_FCW), gpt2_tp(m, w, b0 + B_FCB), (int)BT, C, 4 * C);
+    gelu_forward(a->fchg, a->fch, BT * 4 * C);
+    if (!full) return;
+    matmul_forward(a->fcproj, a->fchg, gpt2_tp(m, w, b0 + B_FCPROJW), gpt2_tp(m, w, b0 + B_FCPROJB), (int)BT, 4 * C, C);
+    residual_forward(a->res3, a->res2, a->fcproj, BT * C);
+}
+
 static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets, int B, int T, float dloss) {
     const GPT2Config* c = &m->config;
     const GPT2Layout* y = &m->layout;
     ZeroEngine* E = &m->engine;
-    int C = c->channels, NH = c->num_heads, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int C = c->channels, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
     m->dloss = dloss;
     backend_to_device(m->inputs, inputs, BT * sizeof(int));
@@ -426,17 +508,7 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
         floatX* w = zero_unit_params(E, u);
         trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         GPT2BlockActs a = gpt2_block_acts(m, l, B, T);
-        int b0 = gpt2_block_tensor(y, l, 0);
-        layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.in, gpt2_tp(m, w, b0 + B_LN1W), gpt2_tp(m, w, b0 + B_LN1B), (int)BT, C);
-        matmul_forward(a.qkv, a.ln1, gpt2_tp(m, w, b0 + B_QKVW), gpt2_tp(m, w, b0 + B_QKVB), (int)BT, C, 3 * C);
-        attention_forward(a.atty, m->preatt, a.att, a.qkv, B, T, C, NH);
-        matmul_forward(a.attproj, a.atty, gpt2_tp(m, w, b0 + B_ATTPROJW), gpt2_tp(m, w, b0 + B_ATTPROJB), (int)BT, C, C);
-        residual_forward(a.res2, a.in, a.attproj, BT * C);
-        layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, gpt2_tp(m, w, b0 + B_LN2W), gpt2_tp(m, w, b0 + B_LN2B), (int)BT, C);
-        matmul_forward(a.fch, a.ln2, gpt2_tp(m, w, b0 + B_FCW), gpt2_tp(m, w, b0 + B_FCB), (int)BT, C, 4 * C);
-        gelu_forward(a.fchg, a.fch, BT * 4 * C);
-        matmul_forward(a.fcproj, a.fchg, gpt2_tp(m, w, b0 + B_FCPROJW), gpt2_tp(m, w, b0 + B_FCPROJB), (int)BT, 4 * C, C);
-        residual_forward(a.res3, a.res2, a.fcproj, BT * C);
+        gpt2_block_forward(m, &a, w, gpt2_block_tensor(y, l, 0), B, T, 1);
         zero_release_unit(E, u, 1);
         trace_end(TRACE_TID_COMPUTE);
     }
@@ -574,6 +646,25 @@ static inline void gpt2_embedding_backward(GPT2* m, int B, int T) {
    dloss != 0), into the engine's gradient buffers: each unit's grads are
    handed to the engine as soon as they are complete (stages 2-3
    reduce-scatter them at once). */
+/* LLMC_POISON=1: the one-layer recompute buffers filled with NaN before a
+   layer's backward, so anything backward reads that the recompute did not
+   write again shows in the loss. */
+static inline void gpt2_poison_recompute(GPT2* m, int B, int T) {
+    size_t BT = (size_t)B * T, C = (size_t)m->config.channels, NH = (size_t)m->config.num_heads, x = sizeof(floatX), f = sizeof(float);
+    int r = m->opt.recompute;
+    backend_memset_nan(m->fch_gelu, BT * 4 * C * x);
+    if (r == 2) backend_memset_nan(m->ln1, BT * C * x);
+    if (r >= 3) {
+        backend_memset_nan(m->ln1, BT * C * x); backend_memset_nan(m->ln2, BT * C * x);
+        backend_memset_nan(m->qkv, BT * 3 * C * x); backend_memset_nan(m->atty, BT * C * x);
+        backend_memset_nan(m->att, BT * NH * (size_t)m->T * x); backend_memset_nan(m->attproj, BT * C * x);
+        backend_memset_nan(m->residual2, BT * C * x); backend_memset_nan(m->fch, BT * 4 * C * x);
+        backend_memset_nan(m->fcproj, BT * C * x);
+        backend_memset_nan(m->ln1_mean, BT * f); backend_memset_nan(m->ln1_rstd, BT * f);
+        backend_memset_nan(m->ln2_mean, BT * f); backend_memset_nan(m->ln2_rstd, BT * f);
+    }
+}
+
 static inline void gpt2_backward(GPT2* m, int B, int T) {
     const GPT2Config* c = &m->config;
     const GPT2Layout* y = &m->layout;
@@ -614,6 +705,19 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
         trace_begin(TRACE_TID_COMPUTE, u, "block %d", l);
         int b0 = gpt2_block_tensor(y, l, 0);
         GPT2BlockActs a = gpt2_block_acts(m, l, B, T);
+        int r = m->opt.recompute;
+        if (r > 0 && m->engine.poison) gpt2_poison_recompute(m, B, T);   /* LLMC_POISON=1: what is not recomputed reads NaN */
+        if (r >= 3) {   /* the block's forward again, from its input, with the params this backward gathered */
+            trace_begin(TRACE_TID_COMPUTE, u, "recompute block %d", l);
+            gpt2_block_forward(m, &a, w, b0, B, T, 0);
+            trace_end(TRACE_TID_COMPUTE);
+        } else if (r >= 1) {
+            trace_begin(TRACE_TID_COMPUTE, u, "recompute gelu%s %d", r >= 2 ? ", ln2" : "", l);
+            gelu_forward(a.fchg, a.fch, BT * 4 * C);
+            if (r >= 2)
+                layernorm_forward(a.ln2, a.ln2m, a.ln2r, a.res2, gpt2_tp(m, w, b0 + B_LN2W), gpt2_tp(m, w, b0 + B_LN2B), (int)BT, C);
+            trace_end(TRACE_TID_COMPUTE);
+        }
         /* dres holds d(residual3); the MLP half */
         backend_memset_zero(m->dfch_gelu, BT * 4 * C * x);
         matmul_backward(m->dfch_gelu, gpt2_tp(m, g, b0 + B_FCPROJW), gpt2_tp(m, g, b0 + B_FCPROJB), m->dres, a.fchg,
@@ -632,6 +736,11 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
                         gpt2_tp(m, w, b0 + B_ATTPROJW), (int)BT, C, C);
         backend_memset_zero(m->dqkv, BT * 3 * C * x);
         attention_backward(m->dqkv, m->dpreatt, m->datt, m->datty, a.qkv, a.att, B, T, C, NH);
+        if (r == 2) {   /* ln1 shares its buffer with ln2: recomputed now */
+            trace_begin(TRACE_TID_COMPUTE, u, "recompute ln1 %d", l);
+            layernorm_forward(a.ln1, a.ln1m, a.ln1r, a.in, gpt2_tp(m, w, b0 + B_LN1W), gpt2_tp(m, w, b0 + B_LN1B), (int)BT, C);
+            trace_end(TRACE_TID_COMPUTE);
+        }
         backend_memset_zero(m->dln, BT * C * x);
         matmul_backward(m->dln, gpt2_tp(m, g, b0 + B_QKVW), gpt2_tp(m, g, b0 + B_QKVB), m->dqkv, a.ln1,
                         gpt2_tp(m, w, b0 + B_QKVW), (int)BT, C, 3 * C);

@@ -3,8 +3,8 @@
  which of those is fastest (-z auto), from the shard plan alone: nothing is
  allocated. For every candidate (zero_stage 0-3; --shard-group G over the
  divisors of N made of whole nodes; at stage 3 --reshard-embedding 1 and 0;
- --keep-logits 0 and 1; with -d, smaller micro-batches with more
- accumulation; the optimizer offloaded to disk, only when a disk:DIR is
+ --keep-logits 0 and 1; -r 0..3 unless -r is given; with -d, smaller
+ micro-batches with more accumulation; the optimizer offloaded to disk, only when a disk:DIR is
  given and only when nothing else fits) it builds the plan a run would build
  (gpt2_predict), predicts the per-rank peak (fit.h: the process's baseline +
  ledger + host bookkeeping + the larger of I/O staging and the calibrated
@@ -15,7 +15,8 @@
  disk bytes / the disk rate, with no overlap assumed. The model ranks the
  candidates; its milliseconds are not a forecast (docs/fit.md). The fastest
  candidate that fits wins; differences under 1% are ties, which go to the
- lower stage, then the smaller peak.
+ less recomputation, then the lower stage, then the smaller peak (-r 1 and
+ 2 cost no flops in the model, only elementwise passes).
 */
 #ifndef LLMC_GPT_FIT_H
 #define LLMC_GPT_FIT_H
@@ -42,6 +43,7 @@ typedef struct {
     int batch_given;              /* -d given: smaller micro-batches with accumulation are candidates */
     int offload_dir_given;        /* --offload-optimizer disk:DIR given: offload may be chosen (last resort) */
     const char* offload_dir;      /* its DIR (NULL: the flags say DIR) */
+    int recompute_given;          /* -r given: only that level; else -r 0..3 are candidates */
     int from_ckpt, ckpt_in, ckpt_out;
     unsigned long long baseline;  /* VmRSS now (the largest over the ranks) */
     unsigned long long workspace; /* calibrated training workspace (0: not calibrated) */
@@ -98,6 +100,8 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     double tokens = (double)x->total_batch / x->N;
     double flops = tokens * gpt2_flops_per_token(x->cfg, x->T);
     if (!c->opt.keep_logits) flops += tokens * 2.0 * x->cfg->channels * (double)x->cfg->padded_vocab_size; /* the LM head's logits again in backward */
+    if (c->opt.recompute >= 3)   /* every block's forward again but fcproj: qkv 6C^2, attproj 2C^2, fc 8C^2, attention 4CT per token */
+        flops += tokens * x->cfg->num_layers * (16.0 * x->cfg->channels * (double)x->cfg->channels + 4.0 * x->cfg->channels * (double)x->T);
     c->compute_ms = x->flops_per_s > 0 ? 1000.0 * flops / x->flops_per_s : 0.0;
     unsigned long long off[OFFL_NUM];
     zero_predict_offload_traffic(&P, off);
@@ -128,12 +132,13 @@ static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int
             for (int re = 1; re >= (s == 3 ? 0 : 1); re--)
                 for (int kl = 0; kl <= 1; kl++)
                     for (int of = 0; of <= (s >= 1 && x->offload_dir_given ? 1 : 0); of++)
-                        for (int ib = 0; ib < nb && n < max; ib++) {
+                        for (int ib = 0; ib < nb; ib++)
+                        for (int rc = x->recompute_given ? x->base.recompute : 0; rc <= (x->recompute_given ? x->base.recompute : 3) && n < max; rc++) {
                             FitCandidate* c = &out[n];
                             memset(c, 0, sizeof(*c));
                             c->opt = x->base;
                             c->opt.zero_stage = s; c->opt.reshard_embedding = re; c->opt.keep_logits = kl;
-                            c->opt.offload = of ? OFFLOAD_DISK : OFFLOAD_NONE;
+                            c->opt.offload = of ? OFFLOAD_DISK : OFFLOAD_NONE; c->opt.recompute = rc;
                             c->opt.grad_accum_steps = (int)(x->total_batch / ((long)Bs[ib] * x->T * x->N));
                             c->G = G; c->B = Bs[ib];
                             if (gpt2_fit_evaluate(x, c, err, sizeof(err)) == 0) n++;
@@ -144,11 +149,12 @@ static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int
 
 /* Is a better than b for -z auto? Only fitting candidates compete; offload
    only when nothing else fits (the caller filters); then the least
-   predicted step time (differences under 1% count as ties), then the lower
-   stage, the smaller peak. */
+   predicted step time (differences under 1% count as ties), then the less
+   recomputation, the lower stage, the smaller peak. */
 static inline int gpt2_fit_better(const FitCandidate* a, const FitCandidate* b) {
     double lo = a->step_ms < b->step_ms ? a->step_ms : b->step_ms;
     if (fabs(a->step_ms - b->step_ms) > 0.01 * lo + 1e-9) return a->step_ms < b->step_ms;
+    if (a->opt.recompute != b->opt.recompute) return a->opt.recompute < b->opt.recompute;   /* -r 1, 2 cost what the model leaves out */
     if (a->opt.zero_stage != b->opt.zero_stage) return a->opt.zero_stage < b->opt.zero_stage;
     return a->mem.peak < b->mem.peak;
 }
@@ -163,6 +169,7 @@ static inline void gpt2_fit_flags(const FitContext* x, const FitCandidate* c, ch
         k += (size_t)snprintf(out + k, n - k, " --reshard-embedding %d", c->opt.reshard_embedding);
     if (c->opt.keep_logits != x->base.keep_logits && k < n) k += (size_t)snprintf(out + k, n - k, " --keep-logits %d", c->opt.keep_logits);
     if (c->B != x->B && k < n) k += (size_t)snprintf(out + k, n - k, " -b %d", c->B);
+    if (c->opt.recompute != x->base.recompute && k < n) k += (size_t)snprintf(out + k, n - k, " -r %d", c->opt.recompute);
     if (c->opt.offload == OFFLOAD_DISK && k < n) snprintf(out + k, n - k, " --offload-optimizer disk:%s", x->offload_dir ? x->offload_dir : "DIR");
 }
 

@@ -124,10 +124,11 @@ typedef struct {
     int keep_logits;            /* 1: keep every chunk's logits from forward to backward (B*T*Vp) */
     int overlap;                /* 1: two unit-grad buffers per class */
     int offload;                /* OFFLOAD_NONE, _HOST or _DISK (zero.h): where master, m, v live */
+    int recompute;              /* activation recomputation (-r): 0 keep all, 1 GELU, 2 + LayerNorms, 3 whole blocks (gpt.h) */
 } GPT2Options;
 
 static inline GPT2Options gpt2_default_options(void) {
-    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE};
+    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE, 0};
     return o;
 }
 

@@ -545,6 +545,23 @@ test_gpt_stages() { # config nranks mode
   for z in 0 1 2 3; do run_stage "test_gpt $1 N=$2 $3 -z $z" 1 8 90 st_test_gpt "$1" "$2" "$3" -z $z; done
 }
 
+# activation recomputation: -r 1, 2, 3 must give -r 0's checkpoint bit for bit (as on the CPU)
+st_recompute() { # nranks
+  ranks_ok "$1" || return 2
+  local r rc differ="" same=""
+  for r in 0 1 2 3; do
+    launch "$1" ./train_gpt -e d2 -i "$CARRY/data/brown/brown_train_*.bin" --tokenizer "$CARRY/data/gpt2_tokenizer.bin" \
+      -b 4 -t 128 -x 3 -v 0 -s 0 -z 3 -r $r -o "$WORK/rc$1_$r" > "$WORK/rc$1_$r.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && { tail -5 "$WORK/rc$1_$r.log"; STAGE_NOTE="-r $r: exit $rc"; return 1; }
+    [ $r = 0 ] && continue
+    if cmp -s "$WORK/rc$1_0/model_00000003.bin" "$WORK/rc$1_$r/model_00000003.bin"; then same="$same $r"; else differ="$differ $r"; fi
+  done
+  grep -E "^  (activations|recompute)" "$WORK/rc$1_3.log"
+  STAGE_NOTE="-z 3, N=$1: -r equal to -r 0:${same:- none}${differ:+; DIFFERENT:$differ}"
+  [ -z "$differ" ]
+}
+
 TRAIN_LOG="$OUTDIR/train_d12.log"
 run_d12() { # steps batch logfile
   launch 1 ./train_gpt -e d12 -i "$CARRY/data/brown/brown_train_*.bin" -j "$CARRY/data/brown/brown_val_*.bin" \
@@ -640,6 +657,7 @@ else
   test_gpt_stages odd 2 host
   test_gpt_stages odd 4 host
   run_stage "GPT-2 124M timed run" 1 60 $((TRAIN_SECONDS + 120)) st_d12
+  run_stage "train_gpt -r 1,2,3 == -r 0 bitwise (N=1)" 1 10 90 st_recompute 1
   test_gpt_stages small 1 nccl
   test_gpt_stages small 2 host
   test_gpt_stages small 4 host

@@ -38,11 +38,11 @@
    shard and param shard in host memory. */
 enum { MEM_PARAMS = 0, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_ACTIVATIONS,
        MEM_GATHERED, MEM_UNIT_GRADS, MEM_COMM_SCRATCH, MEM_EMB_ROWS, MEM_EMB_ACC,
-       MEM_OFFLOAD_BUF, MEM_OFFLOAD_STAGING, MEM_NUM };
+       MEM_OFFLOAD_BUF, MEM_OFFLOAD_STAGING, MEM_RECOMPUTE, MEM_NUM };
 static const char* mem_names[MEM_NUM] = {"params", "grads", "master weights", "adam m", "adam v",
                                          "activations", "gathered units (transient)", "unit grads (transient)",
                                          "comm scratch", "gathered embedding rows", "embedding grad accumulator",
-                                         "optimizer streaming buffers", "offload staging (grad, param)"};
+                                         "optimizer streaming buffers", "offload staging (grad, param)", "recompute buffers (transient)"};
 
 typedef struct {
     unsigned long long predicted[MEM_NUM];
@@ -62,6 +62,7 @@ typedef struct {
     unsigned long long predicted_disk[MEM_NUM], allocated_disk[MEM_NUM];
     long long disk_file_bytes, disk_reserved_bytes;
     char disk_file[4096];
+    char formula[MEM_NUM][200];                 /* a category's closed form from the model (activations), printed beside it; "" none */
 } Ledger;
 
 /* The tiers of an offloaded optimizer (P->offload != OFFLOAD_NONE), from the

@@ -61,14 +61,15 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
     for (int i = 0; i < MEM_NUM; i++) {
         if (i == MEM_MASTER && P->master_bytes == 0) continue;
         int used = L->predicted[i] || L->allocated[i] || L->predicted_host[i] || L->allocated_host[i] || L->predicted_disk[i] || L->allocated_disk[i];
-        if ((i == MEM_OFFLOAD_BUF || i == MEM_OFFLOAD_STAGING) && !used) continue;
+        if ((i == MEM_OFFLOAD_BUF || i == MEM_OFFLOAD_STAGING || i == MEM_RECOMPUTE) && !used) continue;
         int ok = L->predicted[i] == L->allocated[i] && L->predicted_host[i] == L->allocated_host[i] && L->predicted_disk[i] == L->allocated_disk[i];
         bad += !ok;
         tp += L->predicted[i]; ta += L->allocated[i];
         th[0] += L->predicted_host[i]; th[1] += L->allocated_host[i];
         td[0] += L->predicted_disk[i]; td[1] += L->allocated_disk[i];
-        char fs[64] = "";
+        char fs[300] = "";
         if (f[i] >= 0) { snprintf(fs, sizeof(fs), "%16.0f  %s", f[i], forms[P->zero_stage][i < 5 ? i : 0]); tf += f[i]; }
+        else if (L->formula[i][0]) snprintf(fs, sizeof(fs), "%16s  %s", "", L->formula[i]);   /* the model's own (activations) */
         fprintf(out, "  %-28s %16llu %16llu", mem_names[i], L->predicted[i], L->allocated[i]);
         if (hostcol) fprintf(out, " %16llu %16llu", L->predicted_host[i], L->allocated_host[i]);
         if (diskcol) fprintf(out, " %16llu %16llu", L->predicted_disk[i], L->allocated_disk[i]);

@@ -68,7 +68,7 @@ P0=$(sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$out"
 LIM=$(awk -v p="$P0" 'BEGIN { printf "%.0f", p * 1e9 * 0.9 }')   # 10% below the stage-0 peak
 out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --memory-limit $LIM -o "$tmp/refused/ck" 2>&1); rc=$?
 n_err=$(grep -c "^error: " <<<"$out")
-if [ $rc -ne 0 ] && [ "$n_err" = 1 ] && grep -q "^error: zero_stage 0 needs [0-9.]* GB per rank (model states [0-9.]* GB = (p+g+k) Psi = 16 Psi, .*this rank's budget is [0-9.]* GB (--memory-limit: .*Fits: -z [123]" <<<"$out"; then
+if [ $rc -ne 0 ] && [ "$n_err" = 1 ] && grep -q "^error: -e d2 (L=2 C=128, [0-9.e+]* parameters) at zero_stage 0 needs [0-9.]* GB per rank (model states [0-9.]* GB = (p+g+k) Psi = 16 Psi, .*this rank's budget is [0-9.]* GB (--memory-limit: .*Fits: -z [123]" <<<"$out"; then
   ok "-z 0 --memory-limit $LIM (90% of its peak $P0 GB): refused, exit $rc, one error line naming the budget and what fits"
 else bad "-z 0 --memory-limit $LIM: rc $rc, $n_err error lines: $(grep -m1 '^error' <<<"$out")"; fi
 if grep -q "^step\|^memory ledger" <<<"$out"; then bad "the refused run allocated or trained"; else ok "the refused run printed no ledger and no step (refused before allocating)"; fi
@@ -77,15 +77,16 @@ out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --memory-limit $LIM --fit-ch
 if [ $rc = 0 ] && grep -q "^warning: --fit-check 0: zero_stage 0 needs" <<<"$out" && grep -q "^step    2/2" <<<"$out"; then ok "--fit-check 0: runs anyway, with one warning"
 else bad "--fit-check 0: rc $rc"; echo "$out" | tail -3; fi
 out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 3 --memory-limit 1000000 2>&1); rc=$?
-if [ $rc -ne 0 ] && grep -q "^error: zero_stage 3 needs .*No stage fits 2 ranks at -b 2 -t 64, even offloaded" <<<"$out"; then ok "a budget nothing fits: says so"
+if [ $rc -ne 0 ] && grep -q "^error: -e d2 .* at zero_stage 3 needs .*No stage fits 2 ranks at -b 2 -t 64, even offloaded or with -r 3" <<<"$out"; then ok "a budget nothing fits: says so"
 else bad "--memory-limit 1000000: rc $rc: $(grep -m1 '^error' <<<"$out")"; fi
 out=$($BIN -e d2 --memory-limit 12X 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -q "^error: flag --memory-limit: '12X'" <<<"$out"; then ok "--memory-limit 12X: one error naming the flag"; else bad "--memory-limit 12X: rc $rc: $out"; fi
 
 # --- 3. -z auto
 mkdir -p "$tmp/odir"
+# -r 0 given: the recompute levels are not candidates here (tests/suites/recompute.sh has them)
 auto() { # budget extra...: sets OUT, RC, CHOSEN (the flags it chose)
-  OUT=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z auto ${1:+--memory-limit $1} "${@:2}" 2>&1); RC=$?
+  OUT=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -r 0 -z auto ${1:+--memory-limit $1} "${@:2}" 2>&1); RC=$?
   CHOSEN=$(sed -n 's/^-z auto: chose \(.*\): \(the fastest\|nothing fits\).*/\1/p' <<<"$OUT")
 }
 auto "" --offload-optimizer "disk:$tmp/odir"
@@ -119,12 +120,12 @@ auto 1000000
 if [ $RC -ne 0 ] && [ "$(grep -c '^error' <<<"$OUT")" = 1 ] && grep -q "^error: -z auto: none of the" <<<"$OUT"; then ok "budget 1 MB: one error line, exit $RC"; else bad "budget 1 MB: rc $RC"; fi
 
 # the auto run's model == the run of the flags it chose (bitwise)
-$MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 -z auto --memory-limit "$TIGHT" -o "$tmp/a" >/dev/null 2>&1
+$MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 -r 0 -z auto --memory-limit "$TIGHT" -o "$tmp/a" >/dev/null 2>&1
 $MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 $AUTO_FLAGS -o "$tmp/b" >/dev/null 2>&1
 if [ -s "$tmp/a/model_00000004.bin" ] && cmp -s "$tmp/a/model_00000004.bin" "$tmp/b/model_00000004.bin"; then ok "-z auto (chose $AUTO_FLAGS) == the same flags given: model bitwise equal"
 else bad "-z auto vs $AUTO_FLAGS: models differ or missing"; fi
 # a -z auto state resumed under a roomy budget (another stage) == uninterrupted
-$MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 2 -n 2 -z auto --memory-limit "$TIGHT" -o "$tmp/c" >/dev/null 2>&1
+$MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 2 -n 2 -r 0 -z auto --memory-limit "$TIGHT" -o "$tmp/c" >/dev/null 2>&1
 out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 -z auto -y 1 -o "$tmp/c" 2>&1)
 if [ -s "$tmp/c/model_00000004.bin" ] && cmp -s "$tmp/c/model_00000004.bin" "$tmp/a/model_00000004.bin"; then
   ok "-z auto state (stage 3) resumed by -z auto under no limit ($(sed -n 's/^-z auto: chose \([^:]*\):.*/\1/p' <<<"$out")) == uninterrupted, bitwise"
@@ -144,7 +145,7 @@ lim=$(cat "$CG0/memory.limit_in_bytes" 2>/dev/null || cat "$CG0/memory.max" 2>/d
 [ -n "$lim" ] && [ $((MEM - lim)) -ge 0 ] && [ $((MEM - lim)) -lt 4096 ] && ok "node 0's cgroup limit $lim B (= $MEM rounded to a page)" || bad "node 0's cgroup limit '$lim' (wanted $MEM)"
 run_cl() { timeout 300 $CL run -np 2 --map-by ppr:1:node -- $BIN $DATA -v 0 -s 0 $ARGS "$@" 2>&1; }
 out=$(run_cl -z 0); rc=$?
-if [ $rc -ne 0 ] && grep -q "^error: zero_stage 0 needs .*this rank's budget is [0-9.]* GB (cgroup v[12] .*llmc-$NAME/$NAME-node[01]: [0-9.]* GB / 1 rank of the node)" <<<"$out"; then
+if [ $rc -ne 0 ] && grep -q "^error: -e d2 .* at zero_stage 0 needs .*this rank's budget is [0-9.]* GB (cgroup v[12] .*llmc-$NAME/$NAME-node[01]: [0-9.]* GB / 1 rank of the node)" <<<"$out"; then
   ok "-z 0 on nodes of $MEM B: refused, names the node's cgroup"
 else bad "-z 0 on nodes of $MEM B: rc $rc: $(grep -m1 '^error' <<<"$out")"; fi
 out=$(run_cl -z 3); rc=$?
