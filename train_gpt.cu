@@ -55,6 +55,8 @@ typedef struct {
     int offload;                 /* --offload-optimizer: OFFLOAD_NONE, _HOST (CUDA build) or _DISK */
     const char* offload_dir;     /* disk:DIR */
     int ledger_all, ledger_every;
+    float collective_timeout;    /* --collective-timeout seconds (0: wait forever), comm.h's watch */
+    int straggler_report;        /* --straggler-report: per-rank waits at the end */
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int recompute, recompute_given; /* -r: activation recomputation (gpt.h); given: -z auto keeps it */
@@ -99,6 +101,7 @@ static void args_defaults(Args* a, int world) {
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;
+    a->collective_timeout = 60.0f; a->straggler_report = 0;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     a->ckpt_version = 3; a->shuffle = 1;
@@ -330,6 +333,12 @@ static const Flag FLAGS[] = {
     FN(NULL, "--trace-steps", "<a:b>", flag_trace_steps, "2:3", "the optimizer steps it covers"),
     FN(NULL, "--ledger", "<rank0|all>", flag_ledger, "rank0", "print the memory ledger for rank 0 or every rank"),
     I(NULL, "--ledger-every", "<n>", ledger_every, 0, 1 << 30, 0, "print the traffic table every n steps (0: only at the end)"),
+    F("faults (docs/faults.md)", "--collective-timeout", "<s>", collective_timeout, 0, 1e6,
+      "a collective not complete after s seconds ends the rank with one line naming\n"
+      "the collective, unit, step and the ranks (and nodes) whose data never came\n"
+      "(a cut link, a lost node); 0: wait forever. Longer than the slowest checkpoint write"),
+    I(NULL, "--straggler-report", "<0|1>", straggler_report, 0, 1, 0, "at the end, per rank: step, compute and wait times, and how long the\n"
+      "others waited for its data; names the rank (and node) the others wait for"),
     {"estimator (no training, no data)", "--estimate", "", FLAG_BOOL, AO(estimate), 0, 0, NULL, 0, "off",
      "print per-rank model-state memory for stages 0-3 and exit"},
     FN(NULL, "--params", "<n>", flag_params, "from -e", "parameter count: 124M, 1.5B, 70B, 70e9 (else from -e; then the traffic\n"
@@ -607,6 +616,7 @@ typedef struct {
     AdamWConfig opt;
     float dloss;
     double total_ms;             /* timed steps (all but a process's first) */
+    double total_wait_ms;        /* their waits on communication (this rank's) */
     int timed;
     int ledger_bad;
     int ckpt_version_in;         /* the -e checkpoint's version (3, 5), 0 for a random init */
@@ -1094,6 +1104,7 @@ static StepStats train_step(Run* r, int step) {
     char err[ERRLEN] = "";
     StepStats s;
     r->comm->phase = PHASE_TRAIN;
+    comm_watch.step = step + 1;   /* for a timeout's message */
     tracer.on = a->trace_path && step + 1 >= a->trace_first && step + 1 <= a->trace_last;
     trace_begin(TRACE_TID_COMPUTE, -1, "step %d", step + 1);
     if (tracer.on) zero_trace_memory(&m->engine);
@@ -1137,7 +1148,7 @@ static void log_step(Run* r, int step, const StepStats* s) {
     else if (s->comm_ms > 0.0)   /* a wait also covers waking the communication thread and its hand-offs (comm_thread.h) */
         snprintf(commtxt, sizeof(commtxt), " | comm %.1f ms, waited %.1f ms (0%% hidden; the waits also cover the hand-offs to the communication thread)",
                  s->comm_ms, s->wait_ms);
-    if (step > r->start_step) { r->total_ms += s->ms; r->timed++; } /* the first step of a process warms up: not timed */
+    if (step > r->start_step) { r->total_ms += s->ms; r->total_wait_ms += s->wait_ms; r->timed++; } /* the first step of a process warms up: not timed */
     double tps = (double)a->total_batch / (s->ms / 1000.0);
     if (r->comm->rank == 0) {
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB%s\n", step + 1, a->max_steps,
@@ -1156,6 +1167,69 @@ static void log_step(Run* r, int step, const StepStats* s) {
 /* After the last step: the trace, the traffic table, the peaks and the
    average; frees everything. Returns the exit code: 2 when any rank's
    ledger or traffic differed from the plan. */
+/* --straggler-report: every rank's mean step, compute and wait times over
+   the timed steps, and how long the other ranks waited for its data (comm.h's
+   watch: from posting a collective's receive to that peer's data arriving,
+   mean per receive and over the other ranks). A rank the others wait for
+   well above the rest (over 1.5x the median and by 1 ms) is named, with
+   its node. Collective over all ranks; rank 0 prints. */
+static void straggler_report(Run* r) {
+    Comm* c = r->comm;
+    int N = c->world_size;
+    CommWatch* w = &comm_watch;
+    double mine[3] = {r->timed ? r->total_ms / r->timed : 0.0, r->timed ? r->total_wait_ms / r->timed : 0.0, 0.0};
+    double* row = (double*)malloc_or_die((size_t)(3 + 2 * N) * sizeof(double), "straggler report");
+    memcpy(row, mine, sizeof(mine));
+    pthread_mutex_lock(&w->mu);
+    for (int q = 0; q < N; q++) { row[3 + q] = w->wait_for[q]; row[3 + N + q] = (double)w->waits[q]; }
+    pthread_mutex_unlock(&w->mu);
+    double* all = c->rank == 0 ? (double*)malloc_or_die((size_t)N * (3 + 2 * N) * sizeof(double), "straggler report") : NULL;
+    MPI_Request rq;
+    MPI_Igather(row, 3 + 2 * N, MPI_DOUBLE, all, 3 + 2 * N, MPI_DOUBLE, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the straggler report's gather");
+    if (c->rank == 0) {
+        double* late = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
+        for (int p = 0; p < N; p++) {   /* mean over observers o != p of (o's wait for p per receive) */
+            double sum = 0.0;
+            int k = 0;
+            for (int o = 0; o < N; o++) {
+                const double* ro = all + (size_t)o * (3 + 2 * N);
+                if (o == p || ro[3 + N + p] <= 0) continue;
+                sum += ro[3 + p] / ro[3 + N + p]; k++;
+            }
+            late[p] = k ? 1000.0 * sum / k : 0.0;
+        }
+        printf("straggler report (%d timed steps; \"others waited\": from posting a collective's receive to this rank's data arriving, ms per "
+               "collective, the mean over the other ranks):\n", r->timed);
+        printf("  %5s  %-24s %10s %11s %10s %15s\n", "rank", "node", "step ms", "compute ms", "waited ms", "others waited");
+        for (int p = 0; p < N; p++) {
+            const double* rp = all + (size_t)p * (3 + 2 * N);
+            printf("  %5d  %-24s %10.1f %11.1f %10.1f %15.3f\n", p, w->host[p], rp[0], rp[0] - rp[1], rp[1], late[p]);
+        }
+        double* sorted = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
+        memcpy(sorted, late, (size_t)N * sizeof(double));
+        for (int i = 1; i < N; i++) for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) { double t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
+        double med = N ? sorted[(N - 1) / 2] : 0.0;
+        char names[512] = "";
+        size_t k = 0;
+        double worst = 0.0;
+        const char* last_host = NULL;
+        for (int p = 0; p < N && k < sizeof(names) - 80; p++) {
+            if (!(late[p] > 1.5 * med && late[p] - med > 1.0)) continue;
+            if (last_host && strcmp(last_host, w->host[p])) k += (size_t)snprintf(names + k, sizeof(names) - k, " (node %s)", last_host);
+            k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%d", k ? ", " : "", p);
+            last_host = w->host[p];
+            if (late[p] > worst) worst = late[p];
+        }
+        if (last_host) snprintf(names + k, sizeof(names) - k, " (node %s)", last_host);
+        if (names[0]) printf("straggler: rank%s %s: the others waited up to %.3f ms per collective for its data, against a median of %.3f ms\n",
+                             strchr(names, ',') ? "s" : "", names, worst, med);
+        else printf("straggler: none (no rank's data kept the others waiting over 1.5x the median of %.3f ms per collective)\n", med);
+        free(sorted); free(late); free(all);
+    }
+    free(row);
+}
+
 static int finish(Run* r) {
     const Args* a = &r->a;
     Comm* comm = r->comm;
@@ -1211,6 +1285,7 @@ static int finish(Run* r) {
                    r->total_ms / r->timed, r->start_step + 2, a->max_steps, r->timed, tps, tps * fpt / 1e9, fpt);
         }
     }
+    if (a->straggler_report) straggler_report(r);
     if (r->logf) fclose(r->logf);
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);
@@ -1233,6 +1308,7 @@ int main(int argc, char** argv) {
     args_defaults(&a, comm.world_size);
     flags_parse(FLAGS, NUM_FLAGS, &a, argc, argv, err, ERRLEN, &want_help, &want_md);
     comm_check_all(&comm, err);
+    comm_watch.timeout_s = a.collective_timeout;
     if (want_help || want_md) {
         Args d;
         args_defaults(&d, comm.world_size);

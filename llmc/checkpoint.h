@@ -197,7 +197,9 @@ static inline void cfile_commit(CollectiveFile* f) {
     }
     /* everyone must have written before the rename */
     int mine = f->err[0] ? 1 : 0, any = 0;
-    MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Request rq;
+    MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the checkpoint write's completion check (raise --collective-timeout above the slowest rank's write)");
     if (any) {
         if (c->rank == 0) unlink(f->tmp);
         comm_check_all(c, f->err); /* some rank has a message: every rank exits here */

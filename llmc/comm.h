@@ -13,6 +13,7 @@
 #define LLMC_COMM_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -24,6 +25,23 @@
 #include "utils.h"
 #include "bf16.h"
 #include "traffic.h"
+
+/* The collective watch (see "Timeouts and arrival times" below): one per
+   process. */
+typedef struct {
+    double timeout_s;           /* --collective-timeout: a collective not complete after this many seconds ends the rank (0: wait forever) */
+    volatile int step;          /* the optimizer step in progress, 1-based (0: before or after training), for the messages */
+    int rank, world;
+    char (*host)[64];           /* the node name of every world rank */
+    pthread_mutex_t mu;         /* the two threads both complete collectives */
+    double* wait_for;           /* per world rank: seconds this rank waited for that rank's data (the straggler report) */
+    unsigned long long* waits;  /* per world rank: receives from it */
+} CommWatch;
+static CommWatch comm_watch = {60.0, 0, 0, 1, NULL, PTHREAD_MUTEX_INITIALIZER, NULL, NULL};
+/* what the calling thread's next collective is for (messages): e.g.
+   "reduce-scatter" and the unit; NULL / -1 when unknown */
+static __thread const char* comm_ctx_what = NULL;
+static __thread int comm_ctx_unit = -1;
 
 typedef struct {
     int rank, world_size;       /* in MPI_COMM_WORLD */
@@ -104,6 +122,19 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     c->phase = PHASE_TRAIN;
     c->group_comm = c->replica_comm = c->group_host = MPI_COMM_NULL;
     comm_set_groups(c, c->world_size);
+    /* the watch: every rank's node name, the per-peer wait sums */
+    CommWatch* w = &comm_watch;
+    w->rank = c->rank; w->world = c->world_size;
+    w->host = (char (*)[64])calloc((size_t)c->world_size, 64);
+    w->wait_for = (double*)calloc((size_t)c->world_size, sizeof(double));
+    w->waits = (unsigned long long*)calloc((size_t)c->world_size, sizeof(unsigned long long));
+    if (!w->host || !w->wait_for || !w->waits) { fprintf(stderr, "error: out of host memory for %d ranks' names\n", c->world_size); MPI_Abort(MPI_COMM_WORLD, 1); }
+    char me[64] = "";
+    int len = 0;
+    char name[MPI_MAX_PROCESSOR_NAME];
+    MPI_Get_processor_name(name, &len);
+    snprintf(me, sizeof(me), "%.63s", name);
+    MPI_Allgather(me, 64, MPI_CHAR, w->host, 64, MPI_CHAR, MPI_COMM_WORLD);
 }
 
 static inline void comm_finalize(Comm* c) {
@@ -113,6 +144,8 @@ static inline void comm_finalize(Comm* c) {
     MPI_Finalize();
 }
 
+static inline void comm_wait_request(MPI_Request* req, int poll, const char* what);
+
 /* Collective error check: every rank passes its own error message (NULL or
    "" when fine). If any rank failed, the lowest failing rank prints its
    message as one line "error: ..." on stderr and EVERY rank exits with code 1
@@ -120,7 +153,9 @@ static inline void comm_finalize(Comm* c) {
 static inline void comm_check_all(Comm* c, const char* err) {
     int mine = (err && err[0]) ? c->rank : c->world_size;
     int first = c->world_size;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Request req;
+    MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
+    comm_wait_request(&req, 0, comm_ctx_what ? comm_ctx_what : "the error check (an all-reduce over every rank)");
     if (first == c->world_size) return;
     if (c->rank == first) {
         fprintf(stderr, "error: %s\n", err);
@@ -167,19 +202,171 @@ static inline void comm_fatal(Comm* c, const char* fmt, ...) {
 
 static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T : MPI_FLOAT; }
 
-/* Completes a non-blocking collective. poll = 0: MPI_Wait (the main
-   thread). poll = 1 (the communication thread): MPI_Test, sleeping 20 us
-   between tests, so that a thread waiting on the network leaves the cores
-   to the compute threads instead of spinning (Open MPI progresses the
-   transfer inside each MPI_Test; kernel socket buffers carry TCP between). */
-static inline void hostcoll_complete(MPI_Request* req, int poll) {
-    if (!poll) { MPI_Wait(req, MPI_STATUS_IGNORE); return; }
-    int done = 0;
-    for (unsigned long spins = 0;; spins++) {
-        MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (done) return;
-        if (spins > 64) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+/* ------------------------------------------------------------------------ */
+/* Timeouts and arrival times
+ Every collective of the trainer on host buffers is made of point-to-point
+ messages, one per peer (MPI_Irecv from each, MPI_Isend to each: the bytes
+ a ring moves, (n-1) shards per rank), so that its wait knows WHICH peers'
+ data has arrived. Two uses:
+   - a timeout (--collective-timeout S, default 60; 0 waits forever): a
+     collective not complete after S seconds ends this rank with one line
+     naming the collective, the unit, the optimizer step and the ranks whose
+     data never came, with their nodes, e.g.
+       error (rank 0, node llmc-node0): reduce-scatter of unit 3 (step 7) did not complete in 60 s: no data from ranks 2, 3 (node llmc-node1)
+     and exit code 1, without MPI_Finalize (which would wait for the lost
+     peers too). A cut link or a lost node thus ends every live rank within
+     S seconds instead of a hang in the TCP transport;
+   - the straggler report (--straggler-report): how long each rank waited
+     for each peer's data, summed; a peer the others wait for is behind.
+ The few collectives that stay MPI's own (the error check, a barrier,
+ state positions) wait with the same timeout and name the communicator
+ instead of the peers. The results do not change: the messages carry the
+ same bytes into the same places, and every sum is still made in rank
+ order afterwards. */
+
+static inline int comm_world_ranks(MPI_Comm mc, int n, int* out) {
+    MPI_Group g, w;
+    MPI_Comm_group(mc, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &w);
+    int* in = (int*)malloc((size_t)n * sizeof(int));
+    if (!in) return 1;
+    for (int q = 0; q < n; q++) in[q] = q;
+    MPI_Group_translate_ranks(g, n, in, w, out);
+    free(in);
+    MPI_Group_free(&g);
+    MPI_Group_free(&w);
+    return 0;
+}
+
+/* The timeout's one line (see above) and exit 1. missing[q] != 0: the
+   peers (ranks q of mc) whose data did not arrive (recv = 1) or that did
+   not take this rank's (recv = 0). */
+static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, int recv, const char* what, double waited) {
+    CommWatch* w = &comm_watch;
+    int* wr = (int*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    char list[1024] = "";
+    size_t k = 0;
+    int nmiss = 0;
+    for (int q = 0; q < n; q++) nmiss += missing[q] != 0;
+    if (wr && mc != MPI_COMM_NULL && comm_world_ranks(mc, n, wr) == 0) {
+        const char* last_host = NULL;
+        int first = 1;
+        for (int q = 0; q < n && k < sizeof(list) - 80; q++) {
+            if (!missing[q]) continue;
+            const char* h = w->host ? w->host[wr[q]] : "?";
+            if (last_host && strcmp(h, last_host)) k += (size_t)snprintf(list + k, sizeof(list) - k, " (node %s)", last_host);
+            k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%d", first ? "" : ", ", wr[q]);
+            first = 0; last_host = h;
+        }
+        if (last_host) snprintf(list + k, sizeof(list) - k, " (node %s)", last_host);
     }
+    char unit[32] = "", step[32] = "";
+    if (comm_ctx_unit >= 0) snprintf(unit, sizeof(unit), " of unit %d", comm_ctx_unit);
+    if (w->step > 0) snprintf(step, sizeof(step), " (step %d)", w->step);
+    fprintf(stderr, "error (rank %d, node %s): %s%s%s did not complete in %.0f s: %s%s%s (--collective-timeout %.0f; 0 waits forever)\n",
+            w->rank, w->host ? w->host[w->rank] : "?", what, unit, step, waited,
+            list[0] ? (recv ? (nmiss > 1 ? "no data from ranks " : "no data from rank ") : (nmiss > 1 ? "ranks " : "rank ")) : "a rank of the communicator did not take part",
+            list, list[0] && !recv ? " did not take this rank's data" : "", w->timeout_s);
+    fflush(stderr);
+    free(wr);
+    _exit(1);
+}
+
+/* Wait for one collective's receives rreq[q] and sends sreq[q] (q != r: the
+   peers of mc; rreq[r] = sreq[r] = MPI_REQUEST_NULL), adding to the watch
+   how long this rank waited for each peer's data. poll = 1 sleeps 20 us
+   between rounds of tests once 64 rounds found nothing (the communication
+   thread: a thread waiting on the network leaves the cores to the compute
+   threads; Open MPI progresses the transfers inside each MPI_Test), 0 spins
+   (the main thread). The timeout: see above. */
+static inline void hostcoll_wait_peers(MPI_Comm mc, int n, int r, MPI_Request* rreq, MPI_Request* sreq, int poll, const char* what) {
+    CommWatch* w = &comm_watch;
+    double t0 = wall_seconds(), now = t0;
+    char stack_done[512];
+    double stack_arr[256];
+    char* done = n * 2 <= (int)sizeof(stack_done) ? stack_done : (char*)malloc((size_t)n * 2);
+    double* arr = n <= 256 ? stack_arr : (double*)malloc((size_t)n * sizeof(double));
+    if (!done || !arr) { fprintf(stderr, "error: out of host memory in a collective\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+    int left = 0;
+    for (int q = 0; q < n; q++) {
+        done[q] = q == r; done[n + q] = q == r; arr[q] = t0;
+        left += 2 * (q != r);
+    }
+    for (unsigned long spins = 0; left > 0; spins++) {
+        for (int q = 0; q < n; q++) {
+            int flag;
+            if (!done[q]) { MPI_Test(&rreq[q], &flag, MPI_STATUS_IGNORE); if (flag) { done[q] = 1; left--; arr[q] = wall_seconds(); } }
+            if (!done[n + q]) { MPI_Test(&sreq[q], &flag, MPI_STATUS_IGNORE); if (flag) { done[n + q] = 1; left--; } }
+        }
+        if (left == 0) break;
+        if ((spins & 63) == 63 || poll) now = wall_seconds();
+        if (w->timeout_s > 0 && now - t0 > w->timeout_s) {
+            int any_recv = 0;
+            char* miss = (char*)calloc((size_t)n, 1);
+            for (int q = 0; q < n && miss; q++) if (!done[q]) { miss[q] = 1; any_recv = 1; }
+            if (miss && !any_recv) for (int q = 0; q < n; q++) miss[q] = !done[n + q];
+            comm_watch_expired(mc, n, miss ? miss : done, any_recv, what, now - t0);
+        }
+        if (poll && spins > 64) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    }
+    /* arrival times: the wait for each peer's data */
+    if (w->wait_for && n > 1) {
+        int* wr = (int*)malloc((size_t)n * sizeof(int));
+        if (wr && comm_world_ranks(mc, n, wr) == 0) {
+            pthread_mutex_lock(&w->mu);
+            for (int q = 0; q < n; q++) if (q != r) { w->wait_for[wr[q]] += arr[q] - t0; w->waits[wr[q]]++; }
+            pthread_mutex_unlock(&w->mu);
+        }
+        free(wr);
+    }
+    if (done != stack_done) free(done);
+    if (arr != stack_arr) free(arr);
+}
+
+/* Wait for one request of MPI's own collectives with the watch's timeout
+   (what names it; the peers are not known). poll as hostcoll_wait_peers. */
+static inline void comm_wait_request(MPI_Request* req, int poll, const char* what) {
+    CommWatch* w = &comm_watch;
+    if (w->timeout_s <= 0) { MPI_Wait(req, MPI_STATUS_IGNORE); return; }
+    double t0 = wall_seconds();
+    int flag = 0;
+    for (unsigned long spins = 0;; spins++) {
+        MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (flag) return;
+        double now = wall_seconds();
+        if (now - t0 > w->timeout_s) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
+        if (poll || spins > 1000) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    }
+}
+
+/* The messages of one collective over mc (n ranks, this one r), shard
+   elements of eb bytes each: alltoall = 1: block q of send goes to rank q,
+   rank q's block for this rank lands at recv + q*shard (the own block is
+   copied; send and recv must not overlap); alltoall = 0, an all-gather in
+   place (send == recv): the own block at recv + r*shard goes to every peer,
+   rank q's lands at recv + q*shard. Then hostcoll_wait_peers. */
+static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void* recv, size_t shard, int eb, int alltoall, int poll,
+                                     const char* what) {
+    MPI_Request sr[64], ss[64];
+    MPI_Request* rq = n <= 64 ? sr : (MPI_Request*)malloc((size_t)n * sizeof(MPI_Request));
+    MPI_Request* sq = n <= 64 ? ss : (MPI_Request*)malloc((size_t)n * sizeof(MPI_Request));
+    if (!rq || !sq) { fprintf(stderr, "error: out of host memory in a collective\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+    MPI_Datatype t = hostcoll_type(eb);
+    size_t bb = shard * (size_t)eb;
+    const int tag = alltoall ? 711 : 712;
+    for (int q = 0; q < n; q++) {
+        rq[q] = sq[q] = MPI_REQUEST_NULL;
+        if (q != r) MPI_Irecv((char*)recv + (size_t)q * bb, (int)shard, t, q, tag, mc, &rq[q]);
+    }
+    if (alltoall) memcpy((char*)recv + (size_t)r * bb, (const char*)send + (size_t)r * bb, bb);
+    for (int k = 1; k < n; k++) {   /* to r+1, r+2, ...: the peers do not all send to rank 0 first */
+        int q = (r + k) % n;
+        const char* src = alltoall ? (const char*)send + (size_t)q * bb : (const char*)send + (size_t)r * bb;
+        MPI_Isend(src, (int)shard, t, q, tag, mc, &sq[q]);
+    }
+    hostcoll_wait_peers(mc, n, r, rq, sq, poll, what);
+    if (rq != sr) free(rq);
+    if (sq != ss) free(sq);
 }
 
 /* Reduce-scatter, in place over n*shard elements of buf (n = size of mc,
@@ -197,9 +384,7 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
     int n, r;
     MPI_Comm_size(mc, &n);
     MPI_Comm_rank(mc, &r);
-    MPI_Request req;
-    MPI_Ialltoall(buf, (int)shard, hostcoll_type(eb), scratch, (int)shard, hostcoll_type(eb), mc, &req);
-    hostcoll_complete(&req, !threads);
+    hostcoll_exchange(mc, n, r, buf, scratch, shard, eb, 1, !threads, comm_ctx_what ? comm_ctx_what : "reduce-scatter");
     long ns = (long)shard;
     if (eb == 4) {
         const float* x = (const float*)scratch;
@@ -227,11 +412,12 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
 
 /* All-gather, in place: rank r's shard elements sit at buf + r*shard;
    afterwards every rank has all n*shard. Exact (no arithmetic). poll as
-   hostcoll_complete. */
+   hostcoll_wait_peers. */
 static inline void hostcoll_all_gather(MPI_Comm mc, void* buf, size_t shard, int eb, int poll) {
-    MPI_Request req;
-    MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)shard, hostcoll_type(eb), mc, &req);
-    hostcoll_complete(&req, poll);
+    int n, r;
+    MPI_Comm_size(mc, &n);
+    MPI_Comm_rank(mc, &r);
+    hostcoll_exchange(mc, n, r, buf, buf, shard, eb, 0, poll, comm_ctx_what ? comm_ctx_what : "all-gather");
 }
 
 /* All-reduce of n elements in place, deterministic: a reduce-scatter of the
@@ -247,10 +433,13 @@ static inline void hostcoll_all_reduce(MPI_Comm mc, void* buf, size_t n, int eb,
 
 /* Sum k doubles across the ranks of mc in place, in rank order (k <= 16). */
 static inline void hostcoll_sum_doubles(MPI_Comm mc, double* x, int k) {
-    int n;
+    int n, r;
     MPI_Comm_size(mc, &n);
+    MPI_Comm_rank(mc, &r);
     double* all = (double*)malloc_or_die((size_t)n * (size_t)k * sizeof(double), "scalar all-gather");
-    MPI_Allgather(x, k, MPI_DOUBLE, all, k, MPI_DOUBLE, mc);
+    memcpy(all + (size_t)r * k, x, (size_t)k * sizeof(double));
+    /* an all-gather in place of k doubles = 2k floats (the bits unchanged) */
+    hostcoll_exchange(mc, n, r, all, all, (size_t)(2 * k), 4, 0, 0, comm_ctx_what ? comm_ctx_what : "scalar all-gather (loss, grad norm)");
     for (int j = 0; j < k; j++) {
         double s = all[j];
         for (int q = 1; q < n; q++) s += all[(size_t)q * k + j];
@@ -278,18 +467,26 @@ static inline void comm_group_sum_host(Comm* c, double* x, int n) {
    (group_size*n) gets group rank q's values at out + q*n. Counted as an
    all-gather of the full output. */
 static inline void comm_group_gather_ints(Comm* c, const int* mine, int n, int* out) {
-    MPI_Allgather(mine, n, MPI_INT, out, n, MPI_INT, c->group_host);
+    memcpy(out + (size_t)c->group_rank * n, mine, (size_t)n * sizeof(int));
+    hostcoll_exchange(c->group_host, c->group_size, c->group_rank, out, out, (size_t)n, 4, 0, 0, "the embedding rows' token all-gather");
     comm_count(c, COLL_ALL_GATHER, (unsigned long long)n * (unsigned long long)c->group_size * sizeof(int), c->group_size);
 }
 
 static inline double comm_allreduce_max_host(Comm* c, double x) {
     double y = x;
     (void)c;
-    MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Request req;
+    MPI_Iallreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req);
+    comm_wait_request(&req, 0, "a max all-reduce over every rank");
     return y;
 }
 
-static inline void comm_barrier(Comm* c) { (void)c; MPI_Barrier(MPI_COMM_WORLD); }
+static inline void comm_barrier(Comm* c) {
+    (void)c;
+    MPI_Request req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    comm_wait_request(&req, 0, comm_ctx_what ? comm_ctx_what : "a barrier over every rank");
+}
 
 /* Cores this process may run on (its affinity mask), and the cores of its
    node: the affinity mask of its parent (mpirun, Open MPI's orted or

@@ -292,8 +292,11 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     long long total = STATE_HEADER_BYTES + 4LL * psi * (2 + has_master);
     /* the data position must agree on every rank (it is global) */
     long long pos[3] = {train->current_shard, (long long)train->current_position, train->epoch}, lo[3], hi[3];
-    MPI_Allreduce(pos, lo, 3, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(pos, hi, 3, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Request rq[2];
+    MPI_Iallreduce(pos, lo, 3, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &rq[0]);
+    MPI_Iallreduce(pos, hi, 3, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &rq[1]);
+    comm_wait_request(&rq[0], 0, "the state's data-position check");
+    comm_wait_request(&rq[1], 0, "the state's data-position check");
     if (lo[0] != hi[0] || lo[1] != hi[1] || lo[2] != hi[2])
         set_err(err, ERRLEN, "state %s: the ranks' data positions differ (shard %lld..%lld, token %lld..%lld, epoch %lld..%lld)", path, lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
     int64_t h[STATE_HEADER_WORDS];
@@ -400,7 +403,9 @@ static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int 
     said[0] = 0;
     if (c->rank == 0) state_find_latest(dir, &step, err, ERRLEN);
     comm_check_all(c, err);
-    MPI_Bcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    MPI_Request rq;
+    MPI_Ibcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "resume: the step broadcast");
     if (step < 0) {
         snprintf(said, saidlen, "resume: no complete checkpoint (model_*.bin with state_*.bin) in %s, starting fresh\n", dir);
         return 0;

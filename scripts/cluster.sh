@@ -15,7 +15,9 @@
 #                          make K nodes (again: idempotent; a crashed `up` is cleaned first)
 #   scripts/cluster.sh run [mpirun args] -- program args
 #                          mpirun across the nodes, e.g. run -np 4 --map-by ppr:2:node -- ./train_gpt_cpu -z 3
-#   scripts/cluster.sh rate R        change the link rate of the running cluster
+#   scripts/cluster.sh rate R [NODE] change the link rate of the running cluster (of one node: a straggler)
+#   scripts/cluster.sh link NODE down|up   cut a node's link (the bridge-side veth down: no packet in or
+#                                    out, no reset either, as a pulled cable) or restore it
 #   scripts/cluster.sh mem M         change the memory size of every node of the running cluster
 #   scripts/cluster.sh status        nodes, addresses, cpus, rates, byte counters (exit 1 when not up)
 #   scripts/cluster.sh down          remove everything `up` made, and only that
@@ -119,11 +121,12 @@ rate_bps() {
   case "$u" in kbit) m=1e3 ;; mbit) m=1e6 ;; gbit) m=1e9 ;; tbit) m=1e12 ;; esac
   awk -v n="$n" -v m="$m" 'BEGIN { v = n * m; if (v < 8000) exit 1; printf "%.0f\n", v }'
 }
-apply_rate() { # rate string
-  local bps burst i node veth K
+apply_rate() { # rate string [node index]
+  local bps burst i node veth K only=${2:-}
   bps=$(rate_bps "$1") || die "rate $1: expected a tc rate such as 100mbit, 1gbit, 10gbit (at least 8kbit), or none"
   K=$(st nodes)
   for ((i = 0; i < K; i++)); do
+    [ -z "$only" ] || [ "$only" = "$i" ] || continue
     node=$NAME-node$i; veth=$(st "veth$i")
     if [ -z "$bps" ]; then
       innode "$node" tc qdisc del dev eth0 root 2>/dev/null || true
@@ -136,8 +139,9 @@ apply_rate() { # rate string
       tc qdisc replace dev "$veth" root tbf rate "$bps"bit burst "$burst" latency 50ms \
         || die "rate $1: tc tbf failed on $veth"
     fi
+    st_set "rate$i" "${1,,}"
   done
-  st_set rate "${1,,}"
+  if [ -z "$only" ]; then st_set rate "${1,,}"; else st_set rate mixed; fi
 }
 
 # --- memory: sizes -> bytes ("" for none); the node cgroups
@@ -447,11 +451,30 @@ cmd_exec() {
   cmd_agent "$node" "$q"
 }
 
+node_index() { # NODE name -> index, or die
+  local node=$1 i=${1##*-node}
+  [ "$node" = "$NAME-node$i" ] && [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -lt "$(st nodes)" ] || die "$CMD: $node is not a node of cluster $NAME ($NAME-node0..$(( $(st nodes) - 1 )))"
+  echo "$i"
+}
 cmd_rate() {
-  [ $# = 1 ] || die "rate: usage: $0 rate R (e.g. 100mbit, 1gbit, none)"
+  [ $# = 1 ] || [ $# = 2 ] || die "rate: usage: $0 rate R [NODE] (e.g. 100mbit, 1gbit, none)"
   need_root; lock; need_up
-  apply_rate "$1"
-  echo "cluster $NAME: rate $(st rate) on every node's link"
+  if [ $# = 2 ]; then
+    local i; i=$(node_index "$2")
+    apply_rate "$1" "$i"
+    echo "cluster $NAME: rate ${1,,} on $2's link"
+  else
+    apply_rate "$1"
+    echo "cluster $NAME: rate $(st rate) on every node's link"
+  fi
+}
+cmd_link() {
+  [ $# = 2 ] && { [ "$2" = down ] || [ "$2" = up ]; } || die "link: usage: $0 link NODE down|up"
+  need_root; lock; need_up
+  local i; i=$(node_index "$1")
+  ip link set "$(st "veth$i")" "$2" || die "link $1 $2: ip link set $(st "veth$i") $2 failed"
+  st_set "link$i" "$2"
+  echo "cluster $NAME: $1's link $2"
 }
 
 cmd_mem() {
@@ -479,7 +502,8 @@ cmd_status() {
   while read -r node inb outb; do
     i=${node##*-node}
     local q; q=$(tc qdisc show dev "$(st "veth$i")" root 2>/dev/null | awk '/tbf/ { for (j = 1; j <= NF; j++) if ($j == "rate") print $(j + 1) }')
-    printf '  %-16s %-14s %-8s %-10s %-14s %16s %16s\n' "$node" "10.213.$S.$((i + 1))" "$(st "cpus$i")" "$(st "veth$i")" \
+    local state; state=$(cat "/sys/class/net/$(st "veth$i")/operstate" 2>/dev/null)
+    printf '  %-16s %-14s %-8s %-10s %-14s %16s %16s\n' "$node" "10.213.$S.$((i + 1))" "$(st "cpus$i")" "$(st "veth$i")$([ "$state" = down ] && echo " DOWN")" \
       "$([ -n "$q" ] && echo "tbf $q" || echo none)" "$inb" "$outb"
   done < <(cmd_counters)
   if [ -n "$(st cg0)" ]; then
@@ -508,6 +532,7 @@ case "$CMD" in
   down) cmd_down ;;
   run) cmd_run "$@" ;;
   rate) cmd_rate "$@" ;;
+  link) cmd_link "$@" ;;
   mem) cmd_mem "$@" ;;
   status) cmd_status ;;
   env) cmd_env ;;

@@ -62,6 +62,7 @@ suite "fit check and -z auto" bash tests/suites/fit.sh
 suite "activation recompute" bash tests/suites/recompute.sh
 suite "training" bash tests/suites/train.sh
 suite "cluster" bash tests/suites/cluster.sh
+suite "network faults" bash tests/suites/net_faults.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh
 suite "resume" bash tests/suites/resume.sh

@@ -19,7 +19,7 @@
  the main thread uses MPI_COMM_WORLD and group_host, so no communicator is
  ever used by two threads and each sees its collectives in issue order. The
  thread waits on the network by polling with short sleeps
- (hostcoll_complete), so it leaves the cores to the compute threads. Without
+ (hostcoll_wait_peers), so it leaves the cores to the compute threads. Without
  MPI_THREAD_MULTIPLE, or with --overlap 0, there is no thread and every
  collective runs to completion when it is issued (fence 0).
 
@@ -65,11 +65,13 @@ typedef struct {
 static CommThread cpu_ct;
 
 static inline void ct_execute(const CtOp* op, int on_thread, void* scratch) {
+    comm_ctx_what = coll_name(op->trace_kind); comm_ctx_unit = op->trace_unit;   /* for a timeout's message */
     switch (op->kind) {
         case CT_REDUCE_SCATTER: hostcoll_reduce_scatter(op->mc, op->buf, op->count, op->eb, scratch, op->acc, !on_thread); break;
         case CT_ALL_GATHER: hostcoll_all_gather(op->mc, op->buf, op->count, op->eb, on_thread); break;
         default: hostcoll_all_reduce(op->mc, op->buf, op->count, op->eb, scratch, !on_thread); break;
     }
+    comm_ctx_what = NULL; comm_ctx_unit = -1;
 }
 
 static void* ct_main(void* arg) {

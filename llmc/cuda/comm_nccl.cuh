@@ -142,8 +142,8 @@ static void nccl_poll_hook(double waited) {
     if (nccl_state.timeout_s > 0 && waited > nccl_state.timeout_s) {
         if (nccl_state.nccl) { ncclCommAbort(nccl_state.nccl); nccl_state.nccl = NULL; }
         if (nccl_state.nccl_rep) { ncclCommAbort(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
-        cuda_fatal("waited more than %.0f s for the GPU (a collective may be waiting for a rank that is "
-                   "gone; set LLMC_GPU_TIMEOUT to change the limit)", nccl_state.timeout_s);
+        cuda_fatal("waited more than %.0f s for the GPU at step %d (a collective may be waiting for a rank that is "
+                   "gone; NCCL communicators aborted; --collective-timeout or LLMC_GPU_TIMEOUT change the limit)", nccl_state.timeout_s, comm_watch.step);
     }
 }
 
@@ -214,7 +214,7 @@ static void backend_init(Comm* c) {
     cuda_blas_init();
     cublasCheck(cublasSetStream(gemm_state.blas, cuda_ctx.stream));
     const char* to = getenv("LLMC_GPU_TIMEOUT");
-    nccl_state.timeout_s = to ? atof(to) : 900.0;
+    nccl_state.timeout_s = to ? atof(to) : comm_watch.timeout_s;   /* --collective-timeout (comm.h); LLMC_GPU_TIMEOUT overrides */
     cuda_poll_hook = nccl_poll_hook;
 
     nccl_state.nccl_rep = NULL;
