@@ -63,6 +63,7 @@ suite "activation recompute" bash tests/suites/recompute.sh
 suite "training" bash tests/suites/train.sh
 suite "cluster" bash tests/suites/cluster.sh
 suite "network faults" bash tests/suites/net_faults.sh
+suite "slurm" bash tests/suites/slurm.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh
 suite "resume" bash tests/suites/resume.sh

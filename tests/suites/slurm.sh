@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The trainer under Slurm, on the simulated cluster (scripts/cluster.sh up 2
+# --slurm: munged, slurmctld, one slurmd per node; Debian's slurm-wlm 22.05):
+#  1. sinfo shows the 2 nodes idle;
+#  2. sbatch scripts/run_slurm.sbatch (CPU mode, srun --mpi=pmix) trains 2
+#     nodes x 2 tasks; its placement table shows the Slurm nodes and its
+#     final checkpoint is bitwise the same run launched by cluster.sh run
+#     (mpirun);
+#  3. --kill-on-bad-exit: kill -9 of one rank, or scancel of the job's step,
+#     ends the job within 10 s and scontrol shows it FAILED or CANCELLED
+#     (no accounting database here: sacct has nothing to show);
+#  4. down stops every daemon and leaves no /etc/hosts line.
+# Every wait is bounded. Needs root and Slurm (make deps installs it).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+cannot_run() {
+  if [ "${CI:-}" = true ]; then bad "slurm: $1"; else skip "slurm: skipped ($1)"; fi
+  summary; exit
+}
+[ "$(id -u)" = 0 ] || cannot_run "needs root: network namespaces"
+unshare --net --uts --mount true 2>/dev/null || cannot_run "needs network, UTS and mount namespaces"
+command -v slurmctld >/dev/null && command -v munged >/dev/null || cannot_run "needs slurmctld, slurmd, slurm-client, munge (make deps)"
+make -s train_gpt_cpu >/dev/null 2>&1 || { bad "make train_gpt_cpu"; summary; exit 1; }
+NAME=llmcslurm
+CL="scripts/cluster.sh --name $NAME"
+export OMP_NUM_THREADS=1
+# not under /tmp: every slurmd node has its own /tmp
+tmp=$(mktemp -d -p /var/tmp llmc-slurm-test.XXXXXX)
+cleanup() { $CL down >/dev/null 2>&1; rm -rf "$tmp"; }
+trap cleanup EXIT
+trap 'echo "interrupted"; exit 130' INT TERM
+if out=$(timeout 60 $CL up 2 --slurm 2>&1); then ok "up 2 --slurm: $out"; else bad "up 2 --slurm: $out"; summary; exit 1; fi
+eval "$($CL env)"
+n=$(timeout 20 sinfo -h -N -t idle -o %N | sort -u | tr '\n' ' ')
+[ "$n" = "$NAME-node0 $NAME-node1 " ] && ok "sinfo: 2 idle nodes ($n)" || bad "sinfo: idle nodes '$n'"
+
+A=(-e d2 -i "data/brown/brown_train_*.bin" -v 0 -s 0)
+sb() { # extra env, args...: submit, print the job id
+  local envs=$1; shift
+  timeout 20 sbatch --parsable --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
+    --cpus-per-task=1 --export="ALL,CPU=1,$envs" scripts/run_slurm.sbatch "${A[@]}" "$@"
+}
+state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+wait_state() { # job seconds: waits while PENDING/RUNNING/COMPLETING; prints the state
+  local i s
+  for ((i = 0; i < $2 * 5; i++)); do
+    s=$(state "$1"); case "$s" in PENDING|RUNNING|COMPLETING|CONFIGURING|"") sleep 0.2 ;; *) echo "$s"; return 0 ;; esac
+  done
+  echo "${s:-unknown} (still after $2 s)"; return 1
+}
+
+# --- 2. sbatch == cluster.sh run
+jid=$(sb "ZERO=3,B=2,T=64,STEPS=4" -o "$tmp/slurm")
+st=$(wait_state "$jid" 120)
+timeout 120 $CL run -np 4 --map-by ppr:2:node -- ./train_gpt_cpu "${A[@]}" -z 3 -b 2 -t 64 -x 4 -o "$tmp/mpirun" > "$tmp/mpirun.out" 2>&1 || bad "cluster.sh run: exit $?"
+if [ "$st" = COMPLETED ] && [ -s "$tmp/slurm/model_00000004.bin" ] && cmp -s "$tmp/slurm/model_00000004.bin" "$tmp/mpirun/model_00000004.bin" \
+   && cmp -s "$tmp/slurm/state_00000004.bin" "$tmp/mpirun/state_00000004.bin"; then
+  ok "sbatch run_slurm.sbatch (srun --mpi=pmix, 2 nodes x 2 tasks): COMPLETED, checkpoint and state bitwise those of cluster.sh run"
+else bad "sbatch: job $jid $st; the checkpoints differ or are missing"; tail -5 "$tmp/$jid.out"; fi
+if grep -qE "^ +2 +$NAME-node1 +0 +2 " "$tmp/$jid.out" && grep -qE "^ +0 +$NAME-node0 +0 +2 " "$tmp/$jid.out"; then
+  ok "the job's placement table shows the Slurm nodes (ranks 0-1 on $NAME-node0, 2-3 on $NAME-node1)"
+else bad "placement under Slurm:"; grep -A5 "^placement" "$tmp/$jid.out"; fi
+
+# --- 3. --kill-on-bad-exit: a rank killed, a step cancelled
+for how in kill scancel; do
+  jid=$(sb "ZERO=1,B=2,T=64,STEPS=1000")
+  for i in $(seq 1 300); do grep -qE "^step +5/" "$tmp/$jid.out" 2>/dev/null && break; sleep 0.2; done
+  t0=$(date +%s.%N)
+  if [ $how = kill ]; then
+    pid=$(for p in $(ip netns pids $NAME-node1); do [ "$(cat /proc/$p/comm 2>/dev/null)" = train_gpt_cpu ] && echo "$p"; done | head -1)
+    [ -n "$pid" ] && kill -9 "$pid"
+    what="kill -9 of rank pid $pid on $NAME-node1"
+  else
+    scancel "$jid.0"; what="scancel $jid.0 (the srun step)"
+  fi
+  st=$(wait_state "$jid" 10); dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  case "$st" in FAILED|CANCELLED) ok "$what: the job ended in $dt s, scontrol: JobState=$st, $(scontrol show job "$jid" | grep -o 'ExitCode=[0-9:]*')";;
+    *) bad "$what: JobState '$st' after $dt s"; tail -5 "$tmp/$jid.out"; scancel "$jid" 2>/dev/null ;; esac
+done
+
+# --- 4. down
+$CL down >/dev/null 2>&1
+left=$(pgrep -c -f "/run/llmc-cluster/$NAME/slurm" 2>/dev/null)
+[ "${left:-0}" = 0 ] && ! grep -q "# llmc-cluster $NAME$" /etc/hosts && ok "down: no slurmctld, slurmd or munged of the cluster left, no /etc/hosts line" \
+  || bad "down left $left daemons or /etc/hosts lines"
+summary
