@@ -982,6 +982,21 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     AdamWConfig opt = {a->lr, 0.9f, 0.95f, 1e-8f, a->weight_decay, a->grad_clip};
     r->opt = opt;
     r->dloss = 1.0f / (float)((double)a->B * a->T * N * r->accum);
+    /* DIR/runs.txt: one line per start, the concrete configuration (what
+       -z auto chose; the state itself does not depend on the stage) */
+    if (a->output_dir && comm->rank == 0) {
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/runs.txt", a->output_dir);
+        FILE* f = fopen(p, "a");
+        if (f) {
+            fprintf(f, "start step %d: ranks %d zero_stage %d shard_group %d reshard_after_forward %d reshard_embedding %d keep_logits %d "
+                    "recompute %d B %d T %d grad_accum %d offload %s%s%s\n", r->start_step, N, a->zero_stage, comm->group_size,
+                    a->reshard_after_forward, a->reshard_embedding, a->keep_logits, a->recompute, a->B, a->T, r->accum,
+                    a->offload == OFFLOAD_DISK ? "disk:" : a->offload == OFFLOAD_HOST ? "host" : "none",
+                    a->offload == OFFLOAD_DISK ? a->offload_dir : "", a->zero_auto ? " (chosen by -z auto)" : "");
+            fclose(f);
+        }
+    }
 }
 
 /* -y 1: what was loaded, and what the flags change against the saved run

@@ -360,6 +360,11 @@ static inline int MPI_Iallgather(const void* send, int scount, MPI_Datatype st, 
     *r = MPI_REQUEST_NULL;
     return MPI_Allgather(send, scount, st, recv, rcount, rt, c);
 }
+static inline int MPI_Igather(const void* send, int scount, MPI_Datatype st, void* recv, int rcount, MPI_Datatype rt,
+                              int root, MPI_Comm c, MPI_Request* r) {
+    *r = MPI_REQUEST_NULL;
+    return MPI_Gather(send, scount, st, recv, rcount, rt, root, c);
+}
 static inline int MPI_Ialltoall(const void* send, int scount, MPI_Datatype st, void* recv, int rcount, MPI_Datatype rt,
                                 MPI_Comm c, MPI_Request* r) {
     *r = MPI_REQUEST_NULL;

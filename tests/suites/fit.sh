@@ -124,16 +124,23 @@ $MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 -r 0 -z auto --memory-limit "$TIGH
 $MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 $AUTO_FLAGS -o "$tmp/b" >/dev/null 2>&1
 if [ -s "$tmp/a/model_00000004.bin" ] && cmp -s "$tmp/a/model_00000004.bin" "$tmp/b/model_00000004.bin"; then ok "-z auto (chose $AUTO_FLAGS) == the same flags given: model bitwise equal"
 else bad "-z auto vs $AUTO_FLAGS: models differ or missing"; fi
+if grep -q "^start step 0: ranks 2 zero_stage 3 .* (chosen by -z auto)$" "$tmp/a/runs.txt" 2>/dev/null; then ok "-o DIR/runs.txt records the concrete configuration: $(cat "$tmp/a/runs.txt")"
+else bad "runs.txt of the -z auto run: '$(cat "$tmp/a/runs.txt" 2>/dev/null)'"; fi
 # a -z auto state resumed under a roomy budget (another stage) == uninterrupted
 $MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 2 -n 2 -r 0 -z auto --memory-limit "$TIGHT" -o "$tmp/c" >/dev/null 2>&1
 out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 -z auto -y 1 -o "$tmp/c" 2>&1)
 if [ -s "$tmp/c/model_00000004.bin" ] && cmp -s "$tmp/c/model_00000004.bin" "$tmp/a/model_00000004.bin"; then
   ok "-z auto state (stage 3) resumed by -z auto under no limit ($(sed -n 's/^-z auto: chose \([^:]*\):.*/\1/p' <<<"$out")) == uninterrupted, bitwise"
 else bad "resume of a -z auto state: model differs or missing"; echo "$out" | grep -m3 "error\|resum"; fi
+if [ "$(wc -l < "$tmp/c/runs.txt" 2>/dev/null)" = 2 ] && grep -q "^start step 2: ranks 2 zero_stage 0 " "$tmp/c/runs.txt"; then ok "runs.txt after the resume: a second line, the new concrete stage"
+else bad "runs.txt after the resume: '$(cat "$tmp/c/runs.txt" 2>/dev/null)'"; fi
 
 # --- 4. memory-limited nodes (cgroups)
 if [ "$(id -u)" != 0 ]; then skip "memory-limited nodes: skipped (needs root: scripts/cluster.sh)"; summary; exit; fi
 if ! unshare --net --uts true 2>/dev/null; then skip "memory-limited nodes: skipped (needs network namespaces)"; summary; exit; fi
+if [ ! -d /sys/fs/cgroup/memory ] && [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then
+  skip "memory-limited nodes: skipped (needs a memory cgroup hierarchy: /sys/fs/cgroup/memory or cgroup v2; not mounted here)"; summary; exit
+fi
 CL="scripts/cluster.sh --name $NAME"
 # the 2-node budget: between the stage-3 and the stage-0 peak of one rank per node
 P0=$(sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 1 -z 0 2>&1)")

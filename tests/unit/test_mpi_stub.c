@@ -77,6 +77,11 @@ int main(int argc, char** argv) {
     MPI_Wait(&ir2, MPI_STATUS_IGNORE);
     check(done && iao[0] == 1 && iao[3] == 4 && ig[0] == 7 && ig[1] == 9 && ir == MPI_REQUEST_NULL,
           "Ialltoall + Test, Iallgather in place + Wait");
+    double gs[3] = {1.5, 2.5, 3.5}, gr[3] = {0};
+    MPI_Request ir3;
+    MPI_Igather(gs, 3, MPI_DOUBLE, gr, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD, &ir3);
+    MPI_Wait(&ir3, MPI_STATUS_IGNORE);
+    check(gr[0] == 1.5 && gr[2] == 3.5 && ir3 == MPI_REQUEST_NULL, "Igather to rank 0 + Wait");
     int b = 42;
     MPI_Bcast(&b, 1, MPI_INT, 0, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
