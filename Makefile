@@ -24,7 +24,7 @@ LIBS = $(BLAS_LIBS) -lm
 DNNL_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
 CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
 LIBS_BF16 = -ldnnl -lm
-HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h)
+HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h) $(wildcard llmc/zero/*.h)
 PY = /usr/bin/python3
 MPIRUN = mpirun --allow-run-as-root --oversubscribe --bind-to none
 

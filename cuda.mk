@@ -74,7 +74,7 @@ CUDA_INCLUDES = -I. $(CUDA_MPI_INC) -I$(CUDA_NCCL_INCDIR) $(filter-out -I$(CUDA_
 CUDA_BLAS_LIBS = -L$(CUDA_CUBLAS_LIBDIR) -lcublasLt -lcublas -Xlinker -rpath=$(CUDA_CUBLAS_LIBDIR)
 CUDA_LIBS = $(CUDA_NCCL_LIBS) $(CUDA_BLAS_LIBS) $(CUDA_MPI_LIBS) \
             $(if $(strip $(CUDA_MPI_OTHER)),-Xcompiler $(subst $(_cuda_space),$(_cuda_comma),$(strip $(CUDA_MPI_OTHER))),)
-CUDA_HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cuda/*.cuh) $(wildcard llmc/mpi_stub/*.h)
+CUDA_HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/zero/*.h) $(wildcard llmc/cuda/*.cuh) $(wildcard llmc/mpi_stub/*.h)
 CUDA_FLAGS_FILE = build/cuda_flags.txt
 
 .PHONY: cuda cuda-dev cuda-test cuda-clean cuda-config _cuda_force

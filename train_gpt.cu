@@ -60,6 +60,11 @@ typedef struct {
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int recompute, recompute_given; /* -r: activation recomputation (gpt.h); given: -z auto keeps it */
+    int quant_weights;           /* --quantize-weights int8 (1) or none (0): qwZ, stage 3 (llmc/quant.h) */
+    int quant_weights_block, quant_block_given; /* --quantize-weights-block: elements per fp32 scale */
+    int secondary;               /* --secondary-shard: hpZ's K (0 none, -1 node: the ranks per node, resolved at start) */
+    int quant_grads, quant_grads_block, quant_grads_block_given; /* --quantize-grads: qgZ's bits (0 none, 8, 4) */
+    int node_size;               /* --node-size: ranks per node of the shard group for hpZ's node and qgZ's hops (0: from the node names) */
     int ckpt_version;            /* --checkpoint-dtype: 3 (fp32) or 5 (bf16) */
     int total_batch_given;       /* -d on the command line (-z auto may then trade micro-batch for accumulation) */
     int shuffle;                 /* --shuffle: train batches in a seeded random order (1) or file order (0) */
@@ -106,6 +111,8 @@ static void args_defaults(Args* a, int world) {
     a->est_dtype = "bf16"; a->est_ranks = world;
     a->ckpt_version = 3; a->shuffle = 1;
     a->fit_check = 1;
+    a->quant_weights_block = 256;
+    a->quant_grads_block = 256;
 }
 
 /* A count with an optional suffix: 124M, 1.5B, 70B, 2T, 350K (K = 1e3, M = 1e6,
@@ -157,6 +164,43 @@ static int flag_seed(void* p, const char* f, const char* v, char* err, size_t er
     ((Args*)p)->seed = (unsigned long long)n;
     return 0;
 }
+static int flag_quantize_weights(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    (void)f;
+    if (!strcmp(v, "none")) { ((Args*)p)->quant_weights = 0; return 0; }
+    if (!strcmp(v, "int8")) { ((Args*)p)->quant_weights = 1; return 0; }
+    return set_err(err, errlen, "flag --quantize-weights: '%s' must be none or int8", v);
+}
+
+static int flag_quantize_grads(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    (void)f;
+    Args* a = (Args*)p;
+    if (!strcmp(v, "none")) { a->quant_grads = 0; return 0; }
+    if (!strcmp(v, "int8")) { a->quant_grads = 8; return 0; }
+    if (!strcmp(v, "int4")) { a->quant_grads = 4; return 0; }
+    return set_err(err, errlen, "flag --quantize-grads: '%s' must be none, int8 or int4", v);
+}
+
+static int flag_node_size(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    (void)f;
+    long k = 0;
+    if (!strcmp(v, "auto")) { ((Args*)p)->node_size = 0; return 0; }
+    if (parse_long(v, &k) || k < 1 || k > (1 << 20)) return set_err(err, errlen, "flag --node-size: '%s' must be auto or a rank count >= 1", v);
+    ((Args*)p)->node_size = (int)k;
+    return 0;
+}
+
+static int flag_secondary(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    (void)f;
+    Args* a = (Args*)p;
+    if (!strcmp(v, "none")) { a->secondary = 0; return 0; }
+    if (!strcmp(v, "node")) { a->secondary = -1; return 0; }
+    long k = 0;
+    if (parse_long(v, &k) || k < 2 || k > (1 << 20))
+        return set_err(err, errlen, "flag --secondary-shard: '%s' must be none, node or a rank count K >= 2", v);
+    a->secondary = (int)k;
+    return 0;
+}
+
 static int flag_offload(void* p, const char* f, const char* v, char* err, size_t errlen) {
     Args* a = (Args*)p;
     (void)f;
@@ -297,6 +341,26 @@ static const Flag FLAGS[] = {
       "stage 3: gather each wte chunk for every use (1), or keep the whole\n"
       "embedding gathered for the optimizer step (0: less traffic, more memory)\n"
       "(these three do nothing at stages 0-2; given there, a warning says so)"),
+    FN(NULL, "--quantize-weights", "<none|int8>", flag_quantize_weights, "none",
+       "stage 3: send every weight all-gather as int8 blocks with one fp32 scale each\n"
+       "(ZeRO++'s qwZ; every rank computes with the dequantized weights, the optimizer\n"
+       "updates the exact shards; changes the numbers: docs/zeropp.md)"),
+    I(NULL, "--quantize-weights-block", "<n>", quant_weights_block, 1, 1 << 20, GIVEN(quant_block_given),
+      "elements per scale (blocks never straddle a tensor)"),
+    FN(NULL, "--secondary-shard", "<none|node|K>", flag_secondary, "none",
+       "stage 3: ZeRO++'s hpZ: the K ranks of a node (node) or K consecutive ranks\n"
+       "keep 1/K of every unit gathered more than once per step after its first\n"
+       "all-gather; the later all-gathers of the step run among those K only\n"
+       "(the same numbers as --reshard-after-forward 0, bit for bit; memory p Psi/K)"),
+    FN(NULL, "--quantize-grads", "<none|int8|int4>", flag_quantize_grads, "none",
+       "stage 3: ZeRO++'s qgZ: every grad reduce-scatter as int8 or int4 blocks with\n"
+       "an fp32 scale each, an all-to-all inside each node, fp32 sums in rank order,\n"
+       "requantized, an all-to-all across the nodes (changes the numbers: docs/zeropp.md)"),
+    I(NULL, "--quantize-grads-block", "<n>", quant_grads_block, 1, 1 << 20, GIVEN(quant_grads_block_given),
+      "elements per scale of --quantize-grads"),
+    FN(NULL, "--node-size", "<auto|L>", flag_node_size, "auto", "ranks per node of the shard group for --secondary-shard node and the two\n"
+       "hops of --quantize-grads (auto: from the hosts' names; give it to try a\n"
+       "hierarchy on one machine)"),
     I(NULL, "--vocab-chunk", "<n>", vocab_chunk, 1, 1 << 24, 0, "rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)"),
     I(NULL, "--keep-logits", "<0|1>", keep_logits, 0, 1, 0, "keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
       "recomputing them in backward (same numbers, less compute, more memory)"),
@@ -378,6 +442,20 @@ static int check_args(const Args* a, int world, char* err, size_t errlen) {
     if (world % G != 0) return set_err(err, errlen, "--shard-group %d: must divide the number of ranks %d", G, world);
     if (G != world && a->zero_stage == 0 && !a->zero_auto) return set_err(err, errlen, "--shard-group %d: stage 0 shards nothing; HSDP needs -z 1, 2 or 3", G);
     if (a->resume && !a->output_dir) return set_err(err, errlen, "-y 1: resuming needs -o <dir> (where the checkpoints are)");
+    if (a->quant_weights && (a->zero_stage != 3 || a->zero_auto))
+        return set_err(err, errlen, "--quantize-weights int8: quantizes the stage-3 weight all-gather (qwZ); needs -z 3%s",
+                       a->zero_auto ? " (-z auto does not consider it yet: give -z 3)" : "");
+    if (a->quant_grads && (a->zero_stage != 3 || a->zero_auto))
+        return set_err(err, errlen, "--quantize-grads int%d: quantizes the stage-3 grad reduce-scatter (qgZ); needs -z 3%s", a->quant_grads,
+                       a->zero_auto ? " (-z auto does not consider it yet: give -z 3)" : "");
+    if (a->secondary && (a->zero_stage != 3 || a->zero_auto))
+        return set_err(err, errlen, "--secondary-shard: hpZ keeps a secondary copy of the stage-3 params; needs -z 3%s",
+                       a->zero_auto ? " (-z auto does not consider it yet: give -z 3)" : "");
+#ifdef __CUDACC__
+    if (a->quant_weights) return set_err(err, errlen, "--quantize-weights int8: the CUDA build has no quantized all-gather yet (the CPU programs do)");
+    if (a->secondary) return set_err(err, errlen, "--secondary-shard: the CUDA build has no secondary all-gather yet (the CPU programs do)");
+    if (a->quant_grads) return set_err(err, errlen, "--quantize-grads: the CUDA build has no quantized reduce-scatter yet (the CPU programs do)");
+#endif
     return 0;
 }
 
@@ -415,6 +493,9 @@ static GPT2Options model_options(const Args* a, int accum) {
     o.zero_stage = a->zero_stage; o.reshard_after_forward = a->reshard_after_forward; o.prefetch = a->prefetch;
     o.reshard_embedding = a->reshard_embedding; o.vocab_chunk = a->vocab_chunk; o.keep_logits = a->keep_logits;
     o.overlap = a->overlap; o.grad_accum_steps = accum; o.offload = a->offload; o.recompute = a->recompute;
+    o.quant_weights_block = a->quant_weights ? a->quant_weights_block : 0;
+    o.secondary = a->secondary > 1 ? a->secondary : 0;
+    o.quant_grads_bits = a->quant_grads; o.quant_grads_block = a->quant_grads_block; o.quant_grads_local = a->node_size > 0 ? a->node_size : 1;
     return o;
 }
 
@@ -944,12 +1025,26 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         set_err(err, ERRLEN, "-d %ld: grad accumulation of %ld micro-steps is too large (at most %ld)", a->total_batch, a->total_batch / r->tokens_per_micro, 1L << 20);
     comm_check_all(comm, err);
     r->accum = (int)(a->total_batch / r->tokens_per_micro);
+    if ((a->secondary == -1 || a->quant_grads) && a->node_size == 0) {   /* the ranks of the shard group on this node */
+        a->node_size = comm_group_ranks_per_node(comm, a->shard_group > 0 ? a->shard_group : N, err, ERRLEN);
+        if (!a->node_size && a->secondary != -1) { err[0] = 0; a->node_size = 1; }   /* qgZ alone: one hop over the group */
+    }
+    comm_check_all(comm, err);
+    if (a->node_size > 0 && (a->shard_group > 0 ? a->shard_group : N) % a->node_size)
+        set_err(err, ERRLEN, "--node-size %d: must divide the %d ranks of the shard group", a->node_size, a->shard_group > 0 ? a->shard_group : N);
+    if (!err[0] && a->secondary == -1) {   /* --secondary-shard node */
+        if (a->node_size == 1) set_err(err, ERRLEN, "--secondary-shard node: every node holds one rank of the shard group; there are no ranks to share a secondary shard");
+        a->secondary = a->node_size;
+    }
+    comm_check_all(comm, err);
     setup_data(r, a->B);
     fit_or_choose(r);
     if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
     /* shard groups (HSDP) and overlap, before the backend starts its streams / thread */
     int G = a->shard_group > 0 ? a->shard_group : comm->world_size;
     if (G != comm->world_size) comm_set_groups(comm, G);
+    if (a->secondary > 1) comm_set_secondary(comm, a->secondary);
+    if (a->quant_grads) comm_set_qg_groups(comm, a->node_size);
     comm->overlap = a->overlap;
     backend_init(comm); /* GPU + NCCL (CUDA build); -h and --estimate need no device */
     if (comm->rank == 0 && a->zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
@@ -957,6 +1052,14 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         if (a->prefetch_given) fprintf(stderr, "warning: --prefetch %d has no effect at zero_stage %d (stage 3 only)\n", a->prefetch, a->zero_stage);
         if (a->reshard_emb_given && !a->zero_auto) fprintf(stderr, "warning: --reshard-embedding %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_embedding, a->zero_stage);
     }
+    if (comm->rank == 0 && a->quant_weights && comm->group_size == 1)
+        fprintf(stderr, "warning: --quantize-weights int8 has no effect in a shard group of one rank (nothing is all-gathered)\n");
+    if (comm->rank == 0 && a->quant_grads && comm->group_size == 1)
+        fprintf(stderr, "warning: --quantize-grads int%d has no effect in a shard group of one rank (nothing is reduced)\n", a->quant_grads);
+    if (comm->rank == 0 && a->quant_grads_block_given && !a->quant_grads)
+        fprintf(stderr, "warning: --quantize-grads-block %d has no effect without --quantize-grads\n", a->quant_grads_block);
+    if (comm->rank == 0 && a->quant_block_given && !a->quant_weights)
+        fprintf(stderr, "warning: --quantize-weights-block %d has no effect without --quantize-weights int8\n", a->quant_weights_block);
 
     GPT2Options mopt = model_options(a, r->accum);
     if (gpt2_init(&r->model, &r->cfg, comm, &mopt, a->B, a->T, err, ERRLEN)) {
@@ -988,12 +1091,16 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         char p[4096];
         snprintf(p, sizeof(p), "%s/runs.txt", a->output_dir);
         FILE* f = fopen(p, "a");
+        char qw[32] = "none";
+        if (a->quant_weights) snprintf(qw, sizeof(qw), "int8/%d", a->quant_weights_block);
+        char qg[32] = "none";
+        if (a->quant_grads) snprintf(qg, sizeof(qg), "int%d/%d/node %d", a->quant_grads, a->quant_grads_block, a->node_size);
         if (f) {
             fprintf(f, "start step %d: ranks %d zero_stage %d shard_group %d reshard_after_forward %d reshard_embedding %d keep_logits %d "
-                    "recompute %d B %d T %d grad_accum %d offload %s%s%s\n", r->start_step, N, a->zero_stage, comm->group_size,
+                    "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d%s\n", r->start_step, N, a->zero_stage, comm->group_size,
                     a->reshard_after_forward, a->reshard_embedding, a->keep_logits, a->recompute, a->B, a->T, r->accum,
                     a->offload == OFFLOAD_DISK ? "disk:" : a->offload == OFFLOAD_HOST ? "host" : "none",
-                    a->offload == OFFLOAD_DISK ? a->offload_dir : "", a->zero_auto ? " (chosen by -z auto)" : "");
+                    a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, a->zero_auto ? " (chosen by -z auto)" : "");
             fclose(f);
         }
     }

@@ -5,7 +5,8 @@
 
  bfloat16 (Google Brain; IEEE fp32 with the low 16 mantissa bits dropped):
  1 sign bit, 8 exponent bits, 7 stored mantissa bits (8 significant bits),
- so relative rounding error <= 2^-9 under round-to-nearest.
+ so relative rounding error <= 2^-8 under round-to-nearest (half of the
+ 2^-7 spacing of 1 + k/128).
 
  Rounding: ROUND TO NEAREST, TIES TO EVEN, the mode of CUDA's
  __float2bfloat16_rn and of llm.c's model exporter; finite values whose

@@ -25,6 +25,7 @@
 #include "utils.h"
 #include "bf16.h"
 #include "traffic.h"
+#include "quant.h"
 
 /* The collective watch (see "Timeouts and arrival times" below): one per
    process. */
@@ -69,6 +70,20 @@ typedef struct {
     void* backend;              /* NCCL communicator and stream in the CUDA build */
     void* rs_scratch;           /* receive area of the host reduce-scatter (engine, via the ledger) */
     size_t rs_scratch_bytes;
+    /* hpZ: the secondary group, K consecutive ranks of the shard group (one
+       node), and the secondary rank in it (comm_set_secondary); K = 1: none */
+    MPI_Comm secondary_comm;
+    int secondary_size, secondary_rank;
+    /* hpZ: the next weight all-gather also copies its output's elements
+       [keep_off, keep_off + keep_count) into keep (the secondary shard),
+       once they have arrived; the backend takes and clears them */
+    void* keep;
+    size_t keep_off, keep_count;
+    /* qgZ: the node (L consecutive ranks of the shard group) and the nodes
+       (the M = G / L ranks of one local index) of the two hops
+       (comm_set_qg_groups); MPI_COMM_NULL where that hop has one rank */
+    MPI_Comm qg_intra, qg_inter;
+    int qg_L, qg_M;
 } Comm;
 
 /* Record one collective of `bytes` (full-buffer bytes, see traffic.h) over
@@ -120,7 +135,9 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     MPI_Comm_size(local, &c->local_size);
     MPI_Comm_free(&local);
     c->phase = PHASE_TRAIN;
-    c->group_comm = c->replica_comm = c->group_host = MPI_COMM_NULL;
+    c->group_comm = c->replica_comm = c->group_host = c->secondary_comm = c->qg_intra = c->qg_inter = MPI_COMM_NULL;
+    c->qg_L = c->qg_M = 1;
+    c->secondary_size = 1;
     comm_set_groups(c, c->world_size);
     /* the watch: every rank's node name, the per-peer wait sums */
     CommWatch* w = &comm_watch;
@@ -137,7 +154,47 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     MPI_Allgather(me, 64, MPI_CHAR, w->host, 64, MPI_CHAR, MPI_COMM_WORLD);
 }
 
+/* hpZ: the secondary groups, K consecutive ranks of the shard group each
+   (K divides the group's size; the caller checks). Collective over the
+   shard group. */
+static inline void comm_set_secondary(Comm* c, int K) {
+    if (c->secondary_comm != MPI_COMM_NULL) MPI_Comm_free(&c->secondary_comm);
+    MPI_Comm_split(c->group_comm, c->group_rank / K, c->group_rank, &c->secondary_comm);
+    MPI_Comm_size(c->secondary_comm, &c->secondary_size);
+    MPI_Comm_rank(c->secondary_comm, &c->secondary_rank);
+}
+
+/* qgZ: the two hops' communicators for L ranks per node (L divides the
+   shard group's size; the caller checks). Collective over the group. */
+static inline void comm_set_qg_groups(Comm* c, int L) {
+    if (c->qg_intra != MPI_COMM_NULL) MPI_Comm_free(&c->qg_intra);
+    if (c->qg_inter != MPI_COMM_NULL) MPI_Comm_free(&c->qg_inter);
+    c->qg_L = L; c->qg_M = c->group_size / L;
+    MPI_Comm_split(c->group_comm, c->group_rank / L, c->group_rank, &c->qg_intra);
+    MPI_Comm_split(c->group_comm, c->group_rank % L, c->group_rank, &c->qg_inter);
+}
+
+/* hpZ's "node": the ranks of this rank's shard group (G consecutive world
+   ranks) that run on its node (the node names of the watch), when every
+   node of the group holds the same number of consecutive group ranks; else
+   0 with a message. All ranks decide alike from the same table. */
+static inline int comm_group_ranks_per_node(const Comm* c, int G, char* err, size_t errlen) {
+    int base = c->rank - c->rank % G, L = 0;
+    while (L < G && !strcmp(comm_watch.host[base + L], comm_watch.host[base])) L++;
+    int ok = G % L == 0;
+    for (int j = 0; ok && j < G; j++) {
+        int start = j - j % L;
+        if (strcmp(comm_watch.host[base + j], comm_watch.host[base + start])) ok = 0;
+        if (start > 0 && !strcmp(comm_watch.host[base + start], comm_watch.host[base + start - 1])) ok = 0;
+    }
+    if (!ok) { set_err(err, errlen, "--secondary-shard node: the nodes of the shard group must hold equal runs of consecutive ranks (rank %d's node %s holds %d of them first)", base, comm_watch.host[base], L); return 0; }
+    return L;
+}
+
 static inline void comm_finalize(Comm* c) {
+    if (c->secondary_comm != MPI_COMM_NULL) MPI_Comm_free(&c->secondary_comm);
+    if (c->qg_intra != MPI_COMM_NULL) MPI_Comm_free(&c->qg_intra);
+    if (c->qg_inter != MPI_COMM_NULL) MPI_Comm_free(&c->qg_inter);
     if (c->group_comm != MPI_COMM_NULL) {
         MPI_Comm_free(&c->group_comm); MPI_Comm_free(&c->replica_comm); MPI_Comm_free(&c->group_host);
     }
@@ -418,6 +475,107 @@ static inline void hostcoll_all_gather(MPI_Comm mc, void* buf, size_t shard, int
     MPI_Comm_size(mc, &n);
     MPI_Comm_rank(mc, &r);
     hostcoll_exchange(mc, n, r, buf, buf, shard, eb, 0, poll, comm_ctx_what ? comm_ctx_what : "all-gather");
+}
+
+/* A non-finite value where a quantized collective must send it (bad = 1 +
+   its index in shard q of the unit): one line naming the flag, the tensor,
+   the element and the step, then MPI_Abort (every rank ends). */
+static inline void quant_refuse_nonfinite(const QuantLayout* Q, int q, size_t bad, int unit, const char* flag, const char* what) {
+    size_t at = (size_t)q * Q->shard + bad - 1;
+    int k = 0;
+    while (k + 1 < Q->nseg && Q->seg[k + 1] <= at) k++;
+    fprintf(stderr, "error (rank %d): %s: %s tensor %s (unit %d) has a non-finite value at element %zu at step %d; "
+            "int%d blocks cannot carry it, so the run ends here (lower -l?)\n",
+            comm_watch.rank, flag, what, Q->names ? Q->names[k] : "?", unit, at - Q->seg[k], comm_watch.step, Q->bits);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/* qgZ's reduce-scatter (ZeRO++ section 3.3: a hierarchical all-to-all of
+   quantized blocks), over the shard group of N = L x M ranks, rank
+   r = m L + l (node m, local index l), on buf: the full unit's grads (N
+   shards of Q->shard elements of eb bytes; Q->bits 8 or 4):
+     1. quantize every shard j of buf (quant_encode, shard j's layout) and
+        all-to-all inside the node (intra, L ranks): local rank l' gets the M
+        shards j = m' L + l' from each of the L ranks of its node;
+     2. dequantize and sum them in fp32 in local rank order: the node's
+        partial sum of each of those M shards; quantize each;
+     3. all-to-all across the nodes (inter: the M ranks of local index l):
+        node m' gets the partial of shard m' L + l; dequantize and sum in
+        fp32 in node order: s_i; then acc[i] = round(s_i + acc[i]).
+   Deterministic: the same order of sums on every run and rank. L = 1: no
+   first hop (the partials are this rank's own values, unquantized); M = 1:
+   no second hop (the partial is the sum, not quantized again); intra or
+   inter is then unused. So each value is quantized once per hop it takes.
+   scratch: zero_qg_scratch_bytes. nbmax: scales per record. A non-finite
+   gradient ends the run (quant_refuse_nonfinite). */
+/* (the scratch layout: send1, recv1: N records each; part: M x s fp32;
+   send2, recv2: M records each; tmp: s fp32) */
+static inline void hostcoll_reduce_scatter_quantized(MPI_Comm intra, MPI_Comm inter, int L, int M, void* buf, const QuantLayout* Q,
+                                                     size_t nbmax, int eb, void* scratch, void* acc, int unit, int poll) {
+    int l = 0, m = 0;
+    if (L > 1) MPI_Comm_rank(intra, &l);
+    if (M > 1) MPI_Comm_rank(inter, &m);
+    size_t s = Q->shard, rec = quant_record_bytes(nbmax, s, Q->bits), N = (size_t)L * M;
+    char* send1 = (char*)scratch;               /* N records: [l'][m'] = shard m' L + l' */
+    char* recv1 = send1 + N * rec;               /* N records: [p][m'] = local rank p's shard m' L + l */
+    float* part = (float*)(recv1 + N * rec);     /* M x s fp32 partial sums */
+    char* send2 = (char*)(part + (size_t)M * s); /* M records: [m'] = partial of shard m' L + l */
+    char* recv2 = send2 + (size_t)M * rec;       /* M records: [p] = node p's partial of shard m L + l */
+    float* tmp = (float*)(recv2 + (size_t)M * rec);   /* one shard of fp32 */
+    if (L > 1) {
+        for (int lp = 0; lp < L; lp++)
+            for (int mp = 0; mp < M; mp++) {
+                int j = mp * L + lp;
+                size_t bad = quant_encode(Q, j, nbmax, (const char*)buf + (size_t)j * s * (size_t)eb, eb, send1 + ((size_t)lp * M + mp) * rec);
+                if (bad) quant_refuse_nonfinite(Q, j, bad, unit, "--quantize-grads", "gradient of");
+            }
+        hostcoll_exchange(intra, L, l, send1, recv1, (size_t)M * rec / 4, 4, 1, poll, comm_ctx_what ? comm_ctx_what : "reduce-scatter node (qgZ)");
+    }
+    for (int mp = 0; mp < M; mp++) {
+        int j = mp * L + l;
+        float* ps = part + (size_t)mp * s;
+        if (L == 1) for (size_t i = 0; i < s; i++) ps[i] = quant_load((const char*)buf + (size_t)j * s * (size_t)eb, eb, i);
+        for (int p = 0; p < L && L > 1; p++) {
+            quant_decode(Q, j, nbmax, recv1 + ((size_t)p * M + mp) * rec, p == 0 ? ps : tmp, 4);
+            if (p > 0) for (size_t i = 0; i < s; i++) ps[i] += tmp[i];
+        }
+        if (M > 1) {
+            size_t bad = quant_encode(Q, j, nbmax, ps, 4, send2 + (size_t)mp * rec);
+            if (bad) quant_refuse_nonfinite(Q, j, bad, unit, "--quantize-grads", L > 1 ? "node-summed gradient of" : "gradient of");
+        }
+    }
+    float* sum = part;   /* M = 1: the node's partial is the sum; else the partials are sent and part[0..s) is reused */
+    if (M > 1) {
+        hostcoll_exchange(inter, M, m, send2, recv2, rec / 4, 4, 1, poll, comm_ctx_what ? comm_ctx_what : "reduce-scatter nodes (qgZ)");
+        int me = m * L + l;
+        for (int p = 0; p < M; p++) {
+            quant_decode(Q, me, nbmax, recv2 + (size_t)p * rec, p == 0 ? sum : tmp, 4);
+            if (p > 0) for (size_t i = 0; i < s; i++) sum[i] += tmp[i];
+        }
+    }
+    if (eb == 4) for (size_t i = 0; i < s; i++) ((float*)acc)[i] = sum[i] + ((float*)acc)[i];
+    else for (size_t i = 0; i < s; i++) ((uint16_t*)acc)[i] = bf16_bits_from_float(sum[i] + bf16_bits_to_float(((uint16_t*)acc)[i]));
+}
+
+/* qwZ's all-gather, in place as hostcoll_all_gather (buf: n shards of
+   Q->shard elements of eb bytes; Q: the unit's block layout, nbmax its
+   scales per record): this rank's shard is quantized (quant_encode) into
+   its record in `scratch` (n records of quant_record_bytes), the records
+   are all-gathered, and every shard of buf, this rank's too, becomes the
+   dequantized values of its record. A non-finite value in this rank's
+   shard ends the run with one line naming the tensor, the element and the
+   step (MPI_Abort: every rank ends). unit: for that message. */
+static inline void hostcoll_all_gather_quantized(MPI_Comm mc, void* buf, const QuantLayout* Q, size_t nbmax, int eb,
+                                                 void* scratch, int unit, int poll) {
+    int n, r;
+    MPI_Comm_size(mc, &n);
+    MPI_Comm_rank(mc, &r);
+    size_t rec = quant_record_bytes(nbmax, Q->shard, Q->bits), sb = Q->shard * (size_t)eb;
+    size_t bad = quant_encode(Q, r, nbmax, (char*)buf + (size_t)r * sb, eb, (char*)scratch + (size_t)r * rec);
+    if (bad) quant_refuse_nonfinite(Q, r, bad, unit, "--quantize-weights", "parameter");
+    hostcoll_exchange(mc, n, r, scratch, scratch, rec / 4, 4, 0, poll, comm_ctx_what ? comm_ctx_what : "all-gather (int8)");
+    for (int q = 0; q < n; q++) quant_decode(Q, q, nbmax, (const char*)scratch + (size_t)q * rec, (char*)buf + (size_t)q * sb, eb);
 }
 
 /* All-reduce of n elements in place, deterministic: a reduce-scatter of the

@@ -89,10 +89,11 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     c->inside_bytes = c->across_bytes = 0.0;
     c->comm_ms = 0.0;
     for (int k = 0; k < COLL_NUM; k++) {
-        int n = k == COLL_ALL_REDUCE ? R : k == COLL_SCALARS ? x->N : c->G;
+        int n = k == COLL_SCALARS ? x->N : zero_coll_ranks(&P, k);
         if (n < 2 || h[k] == 0) continue;
         double w = (double)ring_wire_bytes(k, h[k], n);
-        int spans = k == COLL_ALL_REDUCE || k == COLL_SCALARS ? x->N > x->L : c->G > x->L;
+        int spans = k == COLL_ALL_REDUCE || k == COLL_SCALARS ? x->N > x->L : k == COLL_SECONDARY_GATHER ? P.secondary > x->L
+                  : k == COLL_QG_INSIDE ? P.qg_local > x->L : k == COLL_QG_ACROSS ? P.num_ranks / P.qg_local > 1 : c->G > x->L;
         double rate = spans ? x->across_Bps : x->inside_Bps;
         if (spans) c->across_bytes += w; else c->inside_bytes += w;
         if (rate > 0) c->comm_ms += 1000.0 * w / rate;

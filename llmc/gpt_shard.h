@@ -125,10 +125,15 @@ typedef struct {
     int overlap;                /* 1: two unit-grad buffers per class */
     int offload;                /* OFFLOAD_NONE, _HOST or _DISK (zero.h): where master, m, v live */
     int recompute;              /* activation recomputation (-r): 0 keep all, 1 GELU, 2 + LayerNorms, 3 whole blocks (gpt.h) */
+    int quant_weights_block;    /* stage 3, qwZ (--quantize-weights int8): elements per fp32 scale; 0 off */
+    int secondary;              /* stage 3, hpZ (--secondary-shard): K ranks share a secondary shard; 0 off */
+    int quant_grads_bits;       /* stage 3, qgZ (--quantize-grads): 8 or 4; 0 off */
+    int quant_grads_block;      /* qgZ: elements per fp32 scale */
+    int quant_grads_local;      /* qgZ: ranks per node (the first hop) */
 } GPT2Options;
 
 static inline GPT2Options gpt2_default_options(void) {
-    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE, 0};
+    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE, 0, 0, 0, 0, 256, 1};
     return o;
 }
 
@@ -167,6 +172,9 @@ static inline int gpt2_plan_init(ZeroPlan* P, GPT2Layout* y, const GPT2Config* c
     s.rs_scratch = BACKEND_RS_SCRATCH;
     s.offload = opt->offload;
     s.offload_staging = opt->offload != OFFLOAD_NONE && BACKEND_OFFLOAD_STAGING;
+    s.quant_weights_block = opt->quant_weights_block;
+    s.secondary = opt->secondary;
+    s.quant_grads_bits = opt->quant_grads_bits; s.quant_grads_block = (size_t)opt->quant_grads_block; s.quant_grads_local = opt->quant_grads_local;
     s.emb_gather_bytes = G > 1 ? (unsigned long long)G * BT * (C * (size_t)elem_bytes + sizeof(int)) : 0; /* exchanged inside the shard group */
     int rc = zero_plan_init(P, &s, err, errlen);
     free(ts); free(uc);

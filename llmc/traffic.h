@@ -19,14 +19,21 @@
 /* COLL_EMB_GATHER: the all-gather of the rows of d(embedding output) and
    their token ids, from which each rank forms the embedding gradient of the
    rows it holds (gpt.h). */
-enum { COLL_ALL_REDUCE = 0, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_SCALARS, COLL_EMB_GATHER, COLL_NUM };
+/* COLL_SECONDARY_GATHER: hpZ (ZeRO++), a stage-3 weight all-gather from
+   the secondary shard, inside the K ranks that share it (one node). */
+/* COLL_QG_INSIDE, COLL_QG_ACROSS: qgZ (ZeRO++), the quantized gradient
+   reduce-scatter's two all-to-all hops, inside each node and across the
+   nodes (handed: the records each hop's input holds). */
+enum { COLL_ALL_REDUCE = 0, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_SCALARS, COLL_EMB_GATHER, COLL_SECONDARY_GATHER,
+       COLL_QG_INSIDE, COLL_QG_ACROSS, COLL_NUM };
 /* PHASE_TRAIN: traffic of optimizer steps (predicted by the shard plan);
    PHASE_OTHER: evaluation, sampling, checkpoint I/O (reported, not predicted). */
 enum { PHASE_TRAIN = 0, PHASE_OTHER, PHASE_NUM };
 
 static inline const char* coll_name(int k) {
     static const char* names[COLL_NUM] = {"all-reduce", "reduce-scatter", "all-gather", "scalars all-gather",
-                                          "embedding rows all-gather"};
+                                          "embedding rows all-gather", "secondary all-gather (hpZ)",
+                                          "reduce-scatter node (qgZ)", "reduce-scatter nodes (qgZ)"};
     return k >= 0 && k < COLL_NUM ? names[k] : "?";
 }
 

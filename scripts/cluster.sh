@@ -54,9 +54,10 @@
 # slurmd slurm-client munge): munged with its own key and socket in the
 # state dir; slurmctld on the machine, in a UTS namespace named NAME-ctl,
 # reached at the bridge address; one slurmd per node inside the node's
-# namespaces with the node's hostname, cpus and a private /tmp (a mount
-# namespace binding /tmp/llmc-cluster-NAME/NODE over /tmp: PMIx's per-step
-# directories would collide in a shared /tmp); a generated slurm.conf
+# namespaces with the node's hostname and cpus, and its own TmpFS
+# (slurm.conf's TmpFS=STATE/slurm/tmp/%n: PMIx's per-step directories
+# collide in a shared /tmp; a private /tmp would hide a checkout under /tmp
+# from the jobs); a generated slurm.conf
 # (proctrack/linuxproc, task/none: no systemd, no cgroup of Slurm's own; no
 # accounting database, so `sacct` has nothing: `scontrol show job` keeps a
 # finished job's state for 10 minutes). `srun --mpi=pmix` launches MPI
@@ -270,6 +271,7 @@ slurm_up() {
     echo "SlurmdUser=root"
     echo "StateSaveLocation=$sd/ctld"
     echo "SlurmdSpoolDir=$sd/d/%n"
+    echo "TmpFS=$sd/tmp/%n"
     echo "SlurmctldPidFile=$sd/slurmctld.pid"
     echo "SlurmdPidFile=$sd/slurmd.%n.pid"
     echo "SlurmctldLogFile=$sd/slurmctld.log"
@@ -298,10 +300,10 @@ slurm_up() {
   unshare --uts sh -c 'hostname "$1" && exec slurmctld -f "$2"' sh "$ctl" "$conf" 9>&- || die "up --slurm: slurmctld did not start (see $sd/slurmctld.log)"
   for ((i = 0; i < K; i++)); do
     local node=$NAME-node$i
-    mkdir -p "$TMPBASE/$node"
+    mkdir -p "$TMPBASE/$node" "$sd/tmp/$node"
     record daemon slurmd "$sd/slurmd.$node.pid"
     nsenter --net="/run/netns/$node" unshare --uts --mount -- taskset -c "$(st "cpus$i")" \
-      sh -c 'hostname "$1" && mount --bind "$2" /tmp && exec slurmd -f "$3" -N "$1"' sh "$node" "$TMPBASE/$node" "$conf" 9>&- \
+      sh -c 'hostname "$1" && exec slurmd -f "$3" -N "$1"' sh "$node" "$TMPBASE/$node" "$conf" 9>&- \
       || die "up --slurm: slurmd on $node did not start (see $sd/slurmd.$node.log)"
   done
   local idle=""

@@ -38,6 +38,8 @@ suite() { # name command...
 suite "reference selftest" /usr/bin/python3 tests/suites/reference_selftest.py --dir data/ref
 suite "dataloader" bash -c "$CC_TEST tests/unit/test_dataloader.c -o build/test_dataloader && ./build/test_dataloader"
 suite "shard plan" bash -c "$CC_TEST tests/unit/test_zero.c -o build/test_zero -lm && ./build/test_zero"
+suite "block quantization" bash -c "$CC_TEST tests/unit/test_quant.c -o build/test_quant -lm && ./build/test_quant"
+suite "quantized collectives" bash -c "mpicc -O2 -std=gnu11 -Wall -fopenmp -I. tests/unit/test_quant_coll.c -o build/test_quant_coll -lm && $MPIRUN -np 4 ./build/test_quant_coll"
 suite "cpu kernels" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp tests/unit/test_kernels.c -o build/test_kernels -lopenblas -lm && ./build/test_kernels"
 suite "cpu kernels bf16" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_BF16 tests/unit/test_kernels.c -o build/test_kernels_bf16 -ldnnl -lm && ./build/test_kernels_bf16"
 # the fp32 kernels on oneDNN's sgemm, as the programs build them when oneDNN is installed
@@ -60,6 +62,7 @@ suite "overlap and hsdp bf16" env PROG=./train_gpt_cpu_bf16 bash tests/suites/ov
 suite "memory by stage" bash tests/suites/memory.sh
 suite "fit check and -z auto" bash tests/suites/fit.sh
 suite "activation recompute" bash tests/suites/recompute.sh
+suite "zero++" bash tests/suites/zeropp.sh
 suite "training" bash tests/suites/train.sh
 suite "cluster" bash tests/suites/cluster.sh
 suite "network faults" bash tests/suites/net_faults.sh

@@ -153,7 +153,8 @@ static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* b
     if (c->rs_scratch_bytes < need) comm_fatal(c, "reduce-scatter of %zu bytes but the comm scratch holds %zu (a plan bug)", need, c->rs_scratch_bytes);
     unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
     comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
-    CtOp op = {CT_REDUCE_SCATTER, c->group_comm, buf, shard, acc, FLOATX_BYTES, COLL_REDUCE_SCATTER, c->cur_unit, bytes};
+    CtOp op = {.kind = CT_REDUCE_SCATTER, .mc = c->group_comm, .buf = buf, .count = shard, .acc = acc, .eb = FLOATX_BYTES,
+               .trace_kind = COLL_REDUCE_SCATTER, .trace_unit = c->cur_unit, .trace_bytes = bytes};
     return ct_submit(&op);
 }
 
@@ -162,7 +163,62 @@ static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, 
     unsigned long long bytes = (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX);
     int kind = c->purpose_embedding ? COLL_EMB_GATHER : COLL_ALL_GATHER;
     comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
-    CtOp op = {CT_ALL_GATHER, c->group_comm, buf, shard, NULL, FLOATX_BYTES, kind, c->cur_unit, bytes};
+    CtOp op = {.kind = CT_ALL_GATHER, .mc = c->group_comm, .buf = buf, .count = shard, .eb = FLOATX_BYTES, .trace_kind = kind,
+               .trace_unit = c->cur_unit, .trace_bytes = bytes, .keep = c->keep, .keep_off = c->keep_off,
+               .keep_count = c->keep_count};
+    c->keep = NULL;
+    return ct_submit(&op);
+}
+
+/* qwZ: the all-gather of backend_all_gather_start with every shard sent as
+   int8 blocks and fp32 scales (hostcoll_all_gather_quantized; Q: unit u's
+   layout, qblocks its scales per record), received into the comm scratch;
+   counted as an all-gather of the records' bytes. */
+static inline unsigned long long backend_all_gather_quantized_start(Comm* c, floatX* buf, const QuantLayout* Q, size_t qblocks, int u) {
+    size_t rec = quant_record_bytes(qblocks, Q->shard, 8);
+    backend_check_count(c, "all-gather (int8)", rec / 4);
+    size_t need = rec * (size_t)c->group_size;
+    if (c->rs_scratch_bytes < need) comm_fatal(c, "int8 all-gather of %zu bytes but the comm scratch holds %zu (a plan bug)", need, c->rs_scratch_bytes);
+    unsigned long long bytes = (unsigned long long)need;
+    comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
+    CtOp op = {.kind = CT_ALL_GATHER_QUANTIZED, .mc = c->group_comm, .buf = buf, .count = Q->shard, .eb = FLOATX_BYTES,
+               .trace_kind = COLL_ALL_GATHER, .trace_unit = u, .trace_bytes = bytes, .ql = Q, .qblocks = qblocks,
+               .keep = c->keep, .keep_off = c->keep_off, .keep_count = c->keep_count};
+    c->keep = NULL;
+    return ct_submit(&op);
+}
+
+/* qgZ: the reduce-scatter of backend_reduce_scatter_start (acc != NULL)
+   as hostcoll_reduce_scatter_quantized's two hops of int8/int4 records
+   (Q: unit u's layout with its bits, qblocks its scales per record), in the
+   comm scratch; counted as COLL_QG_INSIDE (the N records of the first hop)
+   and COLL_QG_ACROSS (the M of the second), each where it has peers. */
+static inline unsigned long long backend_reduce_scatter_quantized_start(Comm* c, floatX* buf, const QuantLayout* Q, size_t qblocks,
+                                                                        floatX* acc, int u) {
+    size_t rec = quant_record_bytes(qblocks, Q->shard, Q->bits);
+    backend_check_count(c, "reduce-scatter (qgZ)", (size_t)c->qg_M * rec / 4);
+    size_t need = 2 * (size_t)c->group_size * rec + 4 * (size_t)c->qg_M * Q->shard + 2 * (size_t)c->qg_M * rec + 4 * Q->shard;
+    if (c->rs_scratch_bytes < need) comm_fatal(c, "qgZ reduce-scatter needs %zu bytes but the comm scratch holds %zu (a plan bug)", need, c->rs_scratch_bytes);
+    unsigned long long inside = (unsigned long long)c->group_size * rec, across = (unsigned long long)c->qg_M * rec;
+    if (c->qg_L > 1) comm_count(c, COLL_QG_INSIDE, inside, c->qg_L);
+    if (c->qg_M > 1) comm_count(c, COLL_QG_ACROSS, across, c->qg_M);
+    CtOp op = {.kind = CT_REDUCE_SCATTER_QUANTIZED, .mc = c->qg_intra, .buf = buf, .count = Q->shard, .acc = acc,
+               .eb = FLOATX_BYTES, .trace_kind = COLL_QG_ACROSS, .trace_unit = u, .trace_bytes = inside + across, .ql = Q,
+               .qblocks = qblocks, .mc2 = c->qg_inter, .L = c->qg_L, .M = c->qg_M};
+    return ct_submit(&op);
+}
+
+/* hpZ: the all-gather of a unit from the secondary shard, in place over
+   the K ranks of c->secondary_comm: this rank's part (part elements, from
+   sec) lands at buf + k*part (k = its secondary rank), the others' after
+   it; counted as COLL_SECONDARY_GATHER of K*part elements. */
+static inline unsigned long long backend_all_gather_secondary_start(Comm* c, floatX* buf, size_t part, const floatX* sec) {
+    backend_check_count(c, "secondary all-gather", part);
+    unsigned long long bytes = (unsigned long long)part * (unsigned long long)c->secondary_size * sizeof(floatX);
+    comm_count(c, COLL_SECONDARY_GATHER, bytes, c->secondary_size);
+    CtOp op = {.kind = CT_SECONDARY_GATHER, .mc = c->secondary_comm, .buf = buf, .count = part, .eb = FLOATX_BYTES,
+               .trace_kind = COLL_SECONDARY_GATHER, .trace_unit = c->cur_unit, .trace_bytes = bytes, .keep = (void*)sec,
+               .keep_count = part};
     return ct_submit(&op);
 }
 
@@ -171,7 +227,8 @@ static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floa
     if (c->rs_scratch_bytes < n * sizeof(floatX)) comm_fatal(c, "all-reduce of %zu elements but the comm scratch holds %zu bytes (a plan bug)", n, c->rs_scratch_bytes);
     unsigned long long bytes = (unsigned long long)n * sizeof(floatX);
     comm_count(c, COLL_ALL_REDUCE, bytes, c->replica_size);
-    CtOp op = {CT_ALL_REDUCE, c->replica_comm, buf, n, NULL, FLOATX_BYTES, COLL_ALL_REDUCE, c->cur_unit, bytes};
+    CtOp op = {.kind = CT_ALL_REDUCE, .mc = c->replica_comm, .buf = buf, .count = n, .eb = FLOATX_BYTES,
+               .trace_kind = COLL_ALL_REDUCE, .trace_unit = c->cur_unit, .trace_bytes = bytes};
     return ct_submit(&op);
 }
 

@@ -35,7 +35,7 @@
 #include "../comm.h"
 #include "../trace.h"
 
-enum { CT_REDUCE_SCATTER = 0, CT_ALL_GATHER, CT_ALL_REDUCE };
+enum { CT_REDUCE_SCATTER = 0, CT_ALL_GATHER, CT_ALL_REDUCE, CT_ALL_GATHER_QUANTIZED, CT_SECONDARY_GATHER, CT_REDUCE_SCATTER_QUANTIZED };
 
 typedef struct {
     int kind;
@@ -46,6 +46,13 @@ typedef struct {
     int eb;              /* element bytes */
     int trace_kind, trace_unit;
     unsigned long long trace_bytes;
+    const QuantLayout* ql; /* CT_ALL_GATHER_QUANTIZED: the unit's block layout and scales per record */
+    size_t qblocks;
+    void* keep;            /* hpZ: all-gathers: afterwards copy buf's elements [keep_off, + keep_count) to keep;
+                              CT_SECONDARY_GATHER: first copy keep (count elements) to this rank's part */
+    size_t keep_off, keep_count;
+    MPI_Comm mc2;          /* CT_REDUCE_SCATTER_QUANTIZED: mc = the node's ranks, mc2 = the nodes' (qgZ) */
+    int L, M;
 } CtOp;
 
 #define CT_QUEUE 4096
@@ -69,8 +76,22 @@ static inline void ct_execute(const CtOp* op, int on_thread, void* scratch) {
     switch (op->kind) {
         case CT_REDUCE_SCATTER: hostcoll_reduce_scatter(op->mc, op->buf, op->count, op->eb, scratch, op->acc, !on_thread); break;
         case CT_ALL_GATHER: hostcoll_all_gather(op->mc, op->buf, op->count, op->eb, on_thread); break;
+        case CT_ALL_GATHER_QUANTIZED: hostcoll_all_gather_quantized(op->mc, op->buf, op->ql, op->qblocks, op->eb, scratch, op->trace_unit, on_thread); break;
+        case CT_REDUCE_SCATTER_QUANTIZED:
+            hostcoll_reduce_scatter_quantized(op->mc, op->mc2, op->L, op->M, op->buf, op->ql, op->qblocks, op->eb, scratch, op->acc,
+                                              op->trace_unit, on_thread);
+            break;
+        case CT_SECONDARY_GATHER: {
+            int r;
+            MPI_Comm_rank(op->mc, &r);
+            memcpy((char*)op->buf + (size_t)r * op->count * (size_t)op->eb, op->keep, op->count * (size_t)op->eb);
+            hostcoll_all_gather(op->mc, op->buf, op->count, op->eb, on_thread);
+            break;
+        }
         default: hostcoll_all_reduce(op->mc, op->buf, op->count, op->eb, scratch, !on_thread); break;
     }
+    if (op->keep && op->kind != CT_SECONDARY_GATHER)
+        memcpy(op->keep, (const char*)op->buf + op->keep_off * (size_t)op->eb, op->keep_count * (size_t)op->eb);
     comm_ctx_what = NULL; comm_ctx_unit = -1;
 }
 

@@ -430,6 +430,30 @@ static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floa
    (the comm stream runs asynchronously; a trace would need CUDA events). */
 static inline void backend_comm_seconds(double* busy, double* waited) { *busy = 0.0; *waited = 0.0; }
 
+/* qwZ's quantized all-gather (llmc/quant.h): not in the CUDA build yet
+   (train_gpt refuses --quantize-weights there before a plan is built);
+   the engine's call compiles to this error. */
+static inline unsigned long long backend_all_gather_quantized_start(Comm* c, floatX* buf, const QuantLayout* Q, size_t qblocks, int u) {
+    (void)buf; (void)Q; (void)qblocks; (void)u;
+    comm_fatal(c, "--quantize-weights: the CUDA build has no quantized all-gather yet");
+    return 0;
+}
+
+/* qgZ's quantized reduce-scatter: not in the CUDA build yet (refused there). */
+static inline unsigned long long backend_reduce_scatter_quantized_start(Comm* c, floatX* buf, const QuantLayout* Q, size_t qblocks,
+                                                                        floatX* acc, int u) {
+    (void)buf; (void)Q; (void)qblocks; (void)acc; (void)u;
+    comm_fatal(c, "--quantize-grads: the CUDA build has no quantized reduce-scatter yet");
+    return 0;
+}
+
+/* hpZ's secondary all-gather: not in the CUDA build yet (refused there). */
+static inline unsigned long long backend_all_gather_secondary_start(Comm* c, floatX* buf, size_t part, const floatX* sec) {
+    (void)buf; (void)part; (void)sec;
+    comm_fatal(c, "--secondary-shard: the CUDA build has no secondary all-gather yet");
+    return 0;
+}
+
 /* In place: rank r's shard elements sit at buf + r*shard; afterwards every
    rank has all. Returns the fence; the caller waits with backend_wait_comm
    before using buf (see the header comment). */

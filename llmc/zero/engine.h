@@ -58,6 +58,20 @@ typedef struct {
     unsigned long long off_staged[OFFL_NUM];    /* staging copies counted in optimizer steps */
     unsigned long long off_other_read, off_other_written; /* disk bytes outside the steps (init, checkpoints, states) */
     double off_wait_seconds;                    /* the step waited for reads of the next unit */
+    /* qwZ (P->quant_block): every unit's block layout (llmc/quant.h) over qseg, the tensor names for errors */
+    QuantLayout* qlayout;
+    QuantLayout* glayout;     /* qgZ (P->quant_grads_bits): the same over the grads' blocks */
+    size_t* qseg;
+    const char** qnames;
+    /* hpZ (P->secondary > 1): every rank's 1/K part of the units gathered more
+       than once per step (ZeroUnit.sec_offset), valid from the unit's first
+       gather of the step until zero_release_all (the params change) */
+    floatX* secondary;
+    unsigned char* sec_valid;
+    /* tests only (LLMC_TEST_NONFINITE=weights:S or grads:S): rank 0 puts a NaN
+       into the first weight all-gather or unit grad of step S, to see the
+       quantized collectives refuse it */
+    int test_nan_weights, test_nan_grads;
 } ZeroEngine;
 
 /* The bytes in use per ledger category right now, for the trace's memory
@@ -99,6 +113,9 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
     E->plan = P; E->ledger = L; E->comm = c;
     const char* poison = getenv("LLMC_POISON");
     E->poison = poison && poison[0] == '1';
+    const char* tn = getenv("LLMC_TEST_NONFINITE");
+    if (tn && !strncmp(tn, "weights:", 8)) E->test_nan_weights = atoi(tn + 8);
+    if (tn && !strncmp(tn, "grads:", 6)) E->test_nan_grads = atoi(tn + 6);
     size_t pb = (size_t)P->param_bytes, gb = (size_t)P->grad_bytes;
     E->params = (floatX*)ledger_alloc(L, MEM_PARAMS, pb * zero_held_elements(P, ZB_PARAMS));
     E->grads = (floatX*)ledger_alloc(L, MEM_GRADS, gb * zero_held_elements(P, ZB_GRADS));
@@ -114,9 +131,31 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
                 E->unit_grads[k][b] = (floatX*)ledger_alloc(L, MEM_UNIT_GRADS, gb * K->max_padded);
     }
     if (P->rs_scratch && (P->num_ranks > 1 || P->replicas > 1)) {
-        E->comm_scratch = (floatX*)ledger_alloc(L, MEM_COMM_SCRATCH, gb * P->max_padded);
+        E->comm_scratch = (floatX*)ledger_alloc(L, MEM_COMM_SCRATCH, zero_comm_scratch_bytes(P));
         c->rs_scratch = E->comm_scratch;
-        c->rs_scratch_bytes = E->comm_scratch ? gb * P->max_padded : 0;
+        c->rs_scratch_bytes = E->comm_scratch ? zero_comm_scratch_bytes(P) : 0;
+    }
+    if (P->secondary > 1) {
+        E->secondary = (floatX*)ledger_alloc(L, MEM_SECONDARY, pb * P->secondary_elements);
+        E->sec_valid = (unsigned char*)calloc_or_die((size_t)P->num_units, 1, "hpZ flags");
+    }
+    if (P->quant_block || P->quant_grads_bits) {   /* qwZ, qgZ: every unit's block layouts, for the quantized collectives */
+        E->qseg = (size_t*)malloc_or_die((size_t)P->num_tensors * sizeof(size_t), "qwZ layouts");
+        E->qlayout = (QuantLayout*)malloc_or_die((size_t)P->num_units * sizeof(QuantLayout), "qwZ layouts");
+        E->glayout = (QuantLayout*)malloc_or_die((size_t)P->num_units * sizeof(QuantLayout), "qgZ layouts");
+        E->qnames = (const char**)malloc_or_die((size_t)P->num_tensors * sizeof(char*), "qwZ layouts");
+        for (int u = 0; u < P->num_units; u++) {
+            const ZeroUnit* U = &P->units[u];
+            size_t* seg = E->qseg + U->first_tensor;
+            for (int k = 0; k < U->num_tensors; k++) {
+                seg[k] = P->tensors[U->first_tensor + k].offset;
+                E->qnames[U->first_tensor + k] = P->tensors[U->first_tensor + k].name;
+            }
+            QuantLayout Q = {seg, U->num_tensors, U->padded, U->shard, P->quant_block, 8, E->qnames + U->first_tensor};
+            E->qlayout[u] = Q;
+            QuantLayout G = {seg, U->num_tensors, U->padded, U->shard, P->quant_grads_block, P->quant_grads_bits, E->qnames + U->first_tensor};
+            E->glayout[u] = G;
+        }
     }
 }
 
@@ -132,24 +171,46 @@ static inline void zero_engine_free(ZeroEngine* E) {
         for (int s = 0; s < K->num_slots; s++) ledger_free(L, MEM_GATHERED, E->slots[K->first_slot + s], pb * K->max_padded);
         for (int b = 0; b < 2; b++) ledger_free(L, MEM_UNIT_GRADS, E->unit_grads[k][b], gb * K->max_padded);
     }
-    ledger_free(L, MEM_COMM_SCRATCH, E->comm_scratch, gb * P->max_padded);
+    ledger_free(L, MEM_COMM_SCRATCH, E->comm_scratch, zero_comm_scratch_bytes(P));
     if (E->comm_scratch) { E->comm->rs_scratch = NULL; E->comm->rs_scratch_bytes = 0; }
+    ledger_free(L, MEM_SECONDARY, E->secondary, pb * P->secondary_elements);
+    free(E->sec_valid); E->sec_valid = NULL;
+    free(E->qseg); free(E->qlayout); free(E->glayout); free((void*)E->qnames);
+    E->qseg = NULL; E->qlayout = NULL; E->glayout = NULL; E->qnames = NULL;
 }
 
 /* Start the all-gather of unit u into dst (padded elements), own shard taken
    from own_shard. Returns the backend fence that must be waited on
    (backend_wait_comm) before dst is read; 0 if nothing was sent. prev is the
    fence of the previous gather into dst: waited on first, so that the copy
-   of the own shard never races a gather still writing dst. */
+   of the own shard never races a gather still writing dst. With qwZ
+   (P->quant_block) every rank's shard crosses as int8 blocks with fp32
+   scales (llmc/quant.h) and every rank, this one included, dequantizes all
+   of them: the gathered unit is the same on every rank. */
 static inline unsigned long long zero_gather_into(ZeroEngine* E, int u, floatX* dst, const floatX* own_shard,
                                                   unsigned long long prev) {
     const ZeroPlan* P = E->plan;
     const ZeroUnit* U = &P->units[u];
     floatX* mine = dst + (size_t)P->rank * U->shard;
     backend_wait_comm(prev);
-    if (mine != own_shard) backend_memcpy(mine, own_shard, U->shard * sizeof(floatX));
     E->comm->cur_unit = u;
-    return P->num_ranks > 1 ? backend_all_gather_start(E->comm, dst, U->shard) : 0;
+    if (U->sec_offset != ZERO_NO_SECONDARY && P->num_ranks > 1) {   /* hpZ */
+        size_t part = U->padded / (size_t)P->secondary;
+        floatX* sec = E->secondary + U->sec_offset;
+        if (E->sec_valid[u]) return backend_all_gather_secondary_start(E->comm, dst, part, sec);
+        E->sec_valid[u] = 1;   /* this gather keeps this rank's part once it has arrived (in issue order) */
+        E->comm->keep = sec;
+        E->comm->keep_off = (size_t)(P->rank % P->secondary) * part;
+        E->comm->keep_count = part;
+    }
+    if (mine != own_shard) backend_memcpy(mine, own_shard, U->shard * sizeof(floatX));
+    if (E->test_nan_weights && E->test_nan_weights == comm_watch.step && P->rank == 0) {
+        E->test_nan_weights = 0;
+        backend_memset_nan(mine, sizeof(floatX));
+    }
+    if (P->num_ranks == 1) return 0;
+    if (P->quant_block) return backend_all_gather_quantized_start(E->comm, dst, &E->qlayout[u], U->qblocks, u);
+    return backend_all_gather_start(E->comm, dst, U->shard);
 }
 
 /* Stage 3: the slot of unit u (its class's slot idx mod num_slots). */
@@ -240,6 +301,7 @@ static inline void zero_release_all(ZeroEngine* E) {
         }
         E->slot_unit[s] = -1;
     }
+    if (E->sec_valid) memset(E->sec_valid, 0, (size_t)P->num_units);
     zero_engine_track_gathered(E);
 }
 
@@ -276,8 +338,14 @@ static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
     int b = U->idx % P->classes[U->cls].grad_buffers;
     floatX* g = E->unit_grads[U->cls][b];
     floatX* dst = E->grads + U->shard_offset;
+    if (E->test_nan_grads && E->test_nan_grads == comm_watch.step && P->rank == 0) {
+        E->test_nan_grads = 0;
+        backend_memset_nan(g, sizeof(floatX));
+    }
     E->comm->cur_unit = u;
-    if (P->num_ranks > 1) E->unit_grads_fence[U->cls][b] = backend_reduce_scatter_start(E->comm, g, U->shard, dst);
+    if (P->num_ranks > 1 && P->quant_grads_bits)   /* qgZ */
+        E->unit_grads_fence[U->cls][b] = backend_reduce_scatter_quantized_start(E->comm, g, &E->glayout[u], U->gblocks, dst, u);
+    else if (P->num_ranks > 1) E->unit_grads_fence[U->cls][b] = backend_reduce_scatter_start(E->comm, g, U->shard, dst);
     else backend_add(dst, g, U->shard);
 }
 

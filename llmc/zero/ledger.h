@@ -38,11 +38,12 @@
    shard and param shard in host memory. */
 enum { MEM_PARAMS = 0, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_ACTIVATIONS,
        MEM_GATHERED, MEM_UNIT_GRADS, MEM_COMM_SCRATCH, MEM_EMB_ROWS, MEM_EMB_ACC,
-       MEM_OFFLOAD_BUF, MEM_OFFLOAD_STAGING, MEM_RECOMPUTE, MEM_NUM };
+       MEM_OFFLOAD_BUF, MEM_OFFLOAD_STAGING, MEM_RECOMPUTE, MEM_SECONDARY, MEM_NUM };
 static const char* mem_names[MEM_NUM] = {"params", "grads", "master weights", "adam m", "adam v",
                                          "activations", "gathered units (transient)", "unit grads (transient)",
                                          "comm scratch", "gathered embedding rows", "embedding grad accumulator",
-                                         "optimizer streaming buffers", "offload staging (grad, param)", "recompute buffers (transient)"};
+                                         "optimizer streaming buffers", "offload staging (grad, param)", "recompute buffers (transient)",
+                                         "secondary shard (hpZ)"};
 
 typedef struct {
     unsigned long long predicted[MEM_NUM];
@@ -113,7 +114,8 @@ static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long act
     /* Collectives run in place (the own shard of a full unit buffer receives
        the sum); a backend whose reduce-scatter is an all-to-all plus a sum in
        rank order (the CPU's, comm.h) receives into one unit-sized area. */
-    if (P->rs_scratch && (P->num_ranks > 1 || P->replicas > 1)) L->predicted[MEM_COMM_SCRATCH] = g * P->max_padded;
+    if (P->rs_scratch && (P->num_ranks > 1 || P->replicas > 1)) L->predicted[MEM_COMM_SCRATCH] = zero_comm_scratch_bytes(P);
+    L->predicted[MEM_SECONDARY] = p * P->secondary_elements;
     zero_predict_offload_memory(P, L);
 }
 

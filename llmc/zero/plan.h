@@ -31,6 +31,7 @@
 #include <string.h>
 #include "../utils.h"
 #include "../traffic.h"
+#include "../quant.h"
 
 #define ZERO_ALIGN 16         /* elements; tensor starts and shard sizes are multiples */
 #define ZERO_MAX_TENSORS 65536
@@ -61,6 +62,13 @@ typedef struct {
     size_t shard_offset;/* start of the unit's own shard in a SHARDED buffer */
     int cls;            /* its unit class (ZeroClass) and its index within the class */
     int idx;
+    int first_tensor;   /* its tensors: P->tensors[first_tensor .. + num_tensors) */
+    int num_tensors;
+    size_t qblocks;     /* qwZ: scales per rank's record (the most blocks of any rank's shard); 0 off */
+    size_t sec_offset;  /* hpZ: start of its part in the secondary shard buffer; ZERO_NO_SECONDARY: none */
+    size_t qrecord;     /* qwZ: bytes of a rank's record, quant_record_bytes(qblocks, shard, 8); 0 off */
+    size_t gblocks;     /* qgZ: scales per shard's record; 0 off */
+    size_t grecord;     /* qgZ: bytes of a shard's record, quant_record_bytes(gblocks, shard, bits) */
 } ZeroUnit;
 
 /* Unit classes: how stage 3 gathers the units of a class, and how many
@@ -128,7 +136,20 @@ typedef struct {
     int offload;              /* OFFLOAD_NONE, _HOST or _DISK: where master, m, v live (stages 1-3) */
     int offload_staging;      /* 1: the backend cannot run AdamW on host memory (CUDA): each unit's grad
                                  shard goes to a host buffer, the updated param shard comes back */
+    size_t quant_block;       /* stage 3 on N > 1 ranks, qwZ: elements per scale of the quantized weight
+                                 all-gather (llmc/quant.h); 0 off */
+    size_t max_qrecord;       /* the largest unit's record (bytes) */
+    int secondary;            /* hpZ: K, the ranks sharing a secondary shard (consecutive in the group,
+                                 one node); 1 off. A unit gathered more than once per optimizer step
+                                 keeps padded/K elements of its first gather; later gathers in the step
+                                 all-gather those among the K ranks only */
+    size_t secondary_elements;/* the secondary shard buffer: sum over such units of padded / K */
+    int quant_grads_bits;     /* stage 3 on N > 1 ranks, qgZ: 8 or 4; 0 off */
+    size_t quant_grads_block;
+    int qg_local;             /* qgZ: L ranks per node (the first hop); M = N / L nodes (the second) */
+    size_t max_qg_scratch;    /* qgZ: bytes of the largest unit's records and partial sums (zero_qg_scratch_bytes) */
 } ZeroPlan;
+#define ZERO_NO_SECONDARY ((size_t)-1)
 
 static inline void zero_plan_free(ZeroPlan* P) {
     free(P->units); free(P->tensors);
@@ -165,6 +186,13 @@ typedef struct {
     int offload;               /* OFFLOAD_NONE, _HOST or _DISK: where master, m, v live (stages 1-3) */
     int offload_staging;       /* 1: the backend cannot run AdamW on host memory (CUDA) */
     unsigned long long emb_gather_bytes; /* per micro-step, handed to the model's embedding-row all-gather */
+    size_t quant_weights_block; /* stage 3, qwZ: the weight all-gather in int8 blocks of this many elements
+                                   (one fp32 scale each, llmc/quant.h); 0 off */
+    int secondary;             /* stage 3, hpZ: K ranks (one node) share a secondary shard; 0 or 1 off */
+    int quant_grads_bits;      /* stage 3, qgZ: the grad reduce-scatter in int8 (8) or int4 (4) blocks; 0 off */
+    size_t quant_grads_block;  /* qgZ: elements per fp32 scale */
+    int quant_grads_local;     /* qgZ: L, ranks per node (consecutive): the first hop inside the node, the
+                                  second across nodes; 1 or the group size: a single hop */
 } ZeroSpec;
 
 /* (zero_plan_init) Assign every unit to a class (unit_class[u] in
@@ -203,6 +231,45 @@ static inline int zero_plan_set_classes(ZeroPlan* P, int ncls, const int* unit_c
     }
     if (P->num_slots > ZERO_MAX_SLOTS) { zero_plan_free(P); return set_err(err, errlen, "shard plan: %d gathered slots exceed %d", P->num_slots, ZERO_MAX_SLOTS); }
     return 0;
+}
+
+/* All-gathers of each unit of class c per optimizer step at stage 3 (its
+   mode: once per step, once per micro-step, or before each of its uses). */
+static inline unsigned long long zero_class_gathers(const ZeroPlan* P, int c) {
+    const ZeroClass* K = &P->classes[c];
+    unsigned long long A = (unsigned long long)P->grad_accum_steps;
+    return K->mode == ZERO_KEEP_STEP ? 1 : K->mode == ZERO_KEEP_MICRO ? A : A * (unsigned long long)K->uses;
+}
+
+/* qwZ: the block layout (llmc/quant.h) of unit u: its tensors' offsets
+   into seg (ZERO_MAX_UNIT_TENSORS entries), Q pointing at them. 1 when the
+   unit has more tensors than that. */
+#define ZERO_MAX_UNIT_TENSORS 64
+static inline int zero_quant_layout(const ZeroPlan* P, int u, size_t block, int bits, size_t* seg, QuantLayout* Q) {
+    const ZeroUnit* U = &P->units[u];
+    if (U->num_tensors > ZERO_MAX_UNIT_TENSORS) return 1;
+    for (int k = 0; k < U->num_tensors; k++) seg[k] = P->tensors[U->first_tensor + k].offset;
+    Q->seg = seg; Q->nseg = U->num_tensors; Q->padded = U->padded; Q->shard = U->shard; Q->block = block; Q->bits = bits; Q->names = NULL;
+    return 0;
+}
+
+/* qgZ: bytes the hierarchical quantized reduce-scatter of one unit needs
+   (hostcoll_reduce_scatter_quantized): the N records this rank sends in the
+   first hop and the N it receives, the fp32 partial sums of its M shards,
+   the M records of each way of the second hop, and one shard of fp32. */
+static inline size_t zero_qg_scratch_bytes(size_t grecord, size_t shard, int N, int L) {
+    size_t M = (size_t)(N / L);
+    return 2 * (size_t)N * grecord + 4 * M * shard + 2 * M * grecord + 4 * shard;
+}
+
+/* Bytes of the backend's comm scratch (the receive area of the host
+   reduce-scatter and all-reduce: one full unit of grads; with qwZ also
+   every rank's quantized record of the largest unit). */
+static inline unsigned long long zero_comm_scratch_bytes(const ZeroPlan* P) {
+    unsigned long long b = (unsigned long long)P->grad_bytes * P->max_padded;
+    unsigned long long q = (unsigned long long)P->num_ranks * P->max_qrecord;
+    if (P->max_qg_scratch > q) q = P->max_qg_scratch;
+    return q > b ? q : b;
 }
 
 /* Build the plan from the spec: validate it, copy the tensors, lay out
@@ -248,6 +315,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
     for (int i = 0; i < n; i++) {
         ZeroTensor* t = &P->tensors[i];
         ZeroUnit* u = &P->units[t->unit];
+        if (u->num_tensors++ == 0) u->first_tensor = i;
         t->offset = u->size;
         u->size = round_up(t->offset + t->size, ZERO_ALIGN);
         P->num_parameters += t->size;
@@ -266,18 +334,69 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
     }
     P->padded_parameters = off;
     P->shard_parameters = soff;
+    if (s->quant_weights_block > 0 && zero_stage == 3 && num_ranks > 1) {
+        P->quant_block = s->quant_weights_block;
+        for (int u = 0; u < num_units; u++) {
+            ZeroUnit* U = &P->units[u];
+            size_t seg[ZERO_MAX_UNIT_TENSORS];
+            QuantLayout Q;
+            if (zero_quant_layout(P, u, P->quant_block, 8, seg, &Q)) { zero_plan_free(P); return set_err(err, errlen, "shard plan: unit %d has over %d tensors (qwZ)", u, ZERO_MAX_UNIT_TENSORS); }
+            U->qblocks = quant_max_blocks(&Q, num_ranks);
+            U->qrecord = quant_record_bytes(U->qblocks, U->shard, 8);
+            if (U->qrecord > P->max_qrecord) P->max_qrecord = U->qrecord;
+        }
+    }
+    if (s->quant_grads_bits && zero_stage == 3 && num_ranks > 1) {
+        int L = s->quant_grads_local;
+        if (s->quant_grads_bits != 8 && s->quant_grads_bits != 4) { zero_plan_free(P); return set_err(err, errlen, "shard plan: qgZ bits %d must be 8 or 4", s->quant_grads_bits); }
+        if (s->quant_grads_block < 1) { zero_plan_free(P); return set_err(err, errlen, "shard plan: qgZ block %zu must be >= 1", s->quant_grads_block); }
+        if (L < 1 || num_ranks % L) { zero_plan_free(P); return set_err(err, errlen, "qgZ: %d ranks per node must divide the %d ranks of the shard group", L, num_ranks); }
+        P->quant_grads_bits = s->quant_grads_bits; P->quant_grads_block = s->quant_grads_block; P->qg_local = L;
+        for (int u = 0; u < num_units; u++) {
+            ZeroUnit* U = &P->units[u];
+            size_t seg[ZERO_MAX_UNIT_TENSORS];
+            QuantLayout Q;
+            if (zero_quant_layout(P, u, P->quant_grads_block, P->quant_grads_bits, seg, &Q)) { zero_plan_free(P); return set_err(err, errlen, "shard plan: unit %d has over %d tensors (qgZ)", u, ZERO_MAX_UNIT_TENSORS); }
+            U->gblocks = quant_max_blocks(&Q, num_ranks);
+            U->grecord = quant_record_bytes(U->gblocks, U->shard, P->quant_grads_bits);
+            size_t b = zero_qg_scratch_bytes(U->grecord, U->shard, num_ranks, L);
+            if (b > P->max_qg_scratch) P->max_qg_scratch = b;
+        }
+    }
+    P->secondary = 1;
+    if (s->secondary > 1) {
+        if (zero_stage != 3) { zero_plan_free(P); return set_err(err, errlen, "--secondary-shard: hpZ keeps a secondary copy of the stage-3 params; needs -z 3"); }
+        if (num_ranks % s->secondary || s->secondary >= num_ranks) {
+            zero_plan_free(P);
+            return set_err(err, errlen, "--secondary-shard %d: must divide the %d ranks of the shard group and be fewer (a secondary group of all of them is the primary one)", s->secondary, num_ranks);
+        }
+    }
+    int rc;
     if (s->num_classes > 0) {
         if (!s->unit_class) { zero_plan_free(P); return set_err(err, errlen, "shard plan: %d unit classes but no unit_class list", s->num_classes); }
-        return zero_plan_set_classes(P, s->num_classes, s->unit_class, s->classes, err, errlen);
+        rc = zero_plan_set_classes(P, s->num_classes, s->unit_class, s->classes, err, errlen);
+    } else {
+        /* default classes: unit 0 = the root (kept for the step), the rest =
+           blocks (gathered for forward and again for backward) */
+        ZeroClassSpec cs[2] = {{"root", ZERO_KEEP_STEP, 1}, {"blocks", P->reshard_after_forward ? ZERO_RESHARD : ZERO_KEEP_MICRO, 2}};
+        int* uc = (int*)malloc_or_die((size_t)num_units * sizeof(int), "unit classes");
+        for (int u = 0; u < num_units; u++) uc[u] = u == 0 ? 0 : 1;
+        rc = zero_plan_set_classes(P, num_units > 1 ? 2 : 1, uc, cs, err, errlen);
+        free(uc);
     }
-    /* default classes: unit 0 = the root (kept for the step), the rest =
-       blocks (gathered for forward and again for backward) */
-    ZeroClassSpec cs[2] = {{"root", ZERO_KEEP_STEP, 1}, {"blocks", P->reshard_after_forward ? ZERO_RESHARD : ZERO_KEEP_MICRO, 2}};
-    int* uc = (int*)malloc_or_die((size_t)num_units * sizeof(int), "unit classes");
-    for (int u = 0; u < num_units; u++) uc[u] = u == 0 ? 0 : 1;
-    int rc = zero_plan_set_classes(P, num_units > 1 ? 2 : 1, uc, cs, err, errlen);
-    free(uc);
-    return rc;
+    if (rc) return rc;
+    /* hpZ: the units gathered more than once per optimizer step */
+    for (int u = 0; u < num_units; u++) P->units[u].sec_offset = ZERO_NO_SECONDARY;
+    if (s->secondary > 1) {
+        P->secondary = s->secondary;
+        for (int u = 0; u < num_units; u++) {
+            ZeroUnit* U = &P->units[u];
+            if (zero_class_gathers(P, U->cls) < 2) continue;
+            U->sec_offset = P->secondary_elements;
+            P->secondary_elements += U->padded / (size_t)s->secondary;
+        }
+    }
+    return 0;
 }
 
 /* Is buffer kind b held FULL (1) or SHARDED (0) at this stage? */
@@ -356,14 +475,39 @@ static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long ha
         case 1: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = p * full; break;
         case 2: handed[COLL_REDUCE_SCATTER] = A * g * full; handed[COLL_ALL_GATHER] = p * full; break;
         default:
-            handed[COLL_REDUCE_SCATTER] = A * g * full;
+            if (P->quant_grads_bits) {   /* qgZ: per micro-step and unit, N records inside the node, M across */
+                unsigned long long L = (unsigned long long)P->qg_local, M = (unsigned long long)P->num_ranks / L;
+                for (int u = 0; u < P->num_units; u++) {
+                    if (L > 1) handed[COLL_QG_INSIDE] += A * (unsigned long long)P->num_ranks * P->units[u].grecord;
+                    if (M > 1) handed[COLL_QG_ACROSS] += A * M * P->units[u].grecord;
+                }
+            } else
+                handed[COLL_REDUCE_SCATTER] = A * g * full;
             for (int c = 0; c < P->num_classes; c++) {
                 const ZeroClass* K = &P->classes[c];
-                unsigned long long times = K->mode == ZERO_KEEP_STEP ? 1 : K->mode == ZERO_KEEP_MICRO ? A : A * (unsigned long long)K->uses;
-                handed[COLL_ALL_GATHER] += times * p * K->total_padded;
+                unsigned long long times = zero_class_gathers(P, c), primary = times;
+                if (P->secondary > 1 && times > 1) {   /* hpZ: the first from the primary shards, the rest inside the node */
+                    primary = 1;
+                    handed[COLL_SECONDARY_GATHER] += (times - 1) * p * K->total_padded;
+                }
+                if (!P->quant_block) { handed[COLL_ALL_GATHER] += primary * p * K->total_padded; continue; }
+                /* qwZ: every rank's record (int8 values + fp32 scales) of each unit */
+                for (int u = 0; u < P->num_units; u++)
+                    if (P->units[u].cls == c) handed[COLL_ALL_GATHER] += primary * (unsigned long long)P->num_ranks * P->units[u].qrecord;
             }
             break;
     }
+}
+
+/* The ranks a collective kind runs over in this plan: the replica groups
+   (HSDP's all-reduce), the secondary group (hpZ), the node and the nodes
+   (qgZ's two hops), else the shard group. */
+static inline int zero_coll_ranks(const ZeroPlan* P, int k) {
+    if (k == COLL_ALL_REDUCE) return P->replicas;
+    if (k == COLL_SECONDARY_GATHER) return P->secondary;
+    if (k == COLL_QG_INSIDE) return P->qg_local > 0 ? P->qg_local : 1;
+    if (k == COLL_QG_ACROSS) return P->qg_local > 0 ? P->num_ranks / P->qg_local : 1;
+    return P->num_ranks;
 }
 
 /* Bytes moved between tiers per optimizer step by an offloaded optimizer,
@@ -404,9 +548,9 @@ static inline double zero_plan_traffic_psi(const ZeroPlan* P) {
     if (P->num_parameters == 0) return 0.0;
     double total = 0.0;
     for (int k = 0; k < COLL_NUM; k++) {
-        int n = k == COLL_ALL_REDUCE ? P->replicas : P->num_ranks;
+        int n = zero_coll_ranks(P, k);
         if (k == COLL_SCALARS || n < 2) continue;
-        double elem = k == COLL_ALL_GATHER ? P->param_bytes : P->grad_bytes;
+        double elem = k == COLL_ALL_GATHER || k == COLL_SECONDARY_GATHER ? P->param_bytes : P->grad_bytes;
         total += (double)ring_wire_bytes(k, h[k], n) / (elem * (double)P->num_parameters * (n - 1) / (double)n);
     }
     return total;

@@ -61,7 +61,7 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
     for (int i = 0; i < MEM_NUM; i++) {
         if (i == MEM_MASTER && P->master_bytes == 0) continue;
         int used = L->predicted[i] || L->allocated[i] || L->predicted_host[i] || L->allocated_host[i] || L->predicted_disk[i] || L->allocated_disk[i];
-        if ((i == MEM_OFFLOAD_BUF || i == MEM_OFFLOAD_STAGING || i == MEM_RECOMPUTE) && !used) continue;
+        if ((i == MEM_OFFLOAD_BUF || i == MEM_OFFLOAD_STAGING || i == MEM_RECOMPUTE || i == MEM_SECONDARY) && !used) continue;
         int ok = L->predicted[i] == L->allocated[i] && L->predicted_host[i] == L->allocated_host[i] && L->predicted_disk[i] == L->allocated_disk[i];
         bad += !ok;
         tp += L->predicted[i]; ta += L->allocated[i];
@@ -140,9 +140,11 @@ static inline int zero_print_traffic(FILE* out, const ZeroPlan* P, const Comm* c
         int ok = c->handed[PHASE_TRAIN][k] == pred;
         bad += !ok;
         double psi = 0;
-        int n = k == COLL_ALL_REDUCE ? R : G;
+        int n = zero_coll_ranks(P, k);
+        if (k == COLL_SECONDARY_GATHER && P->secondary < 2) continue;   /* the rows only with hpZ, qgZ */
+        if ((k == COLL_QG_INSIDE || k == COLL_QG_ACROSS) && !P->quant_grads_bits) continue;
         if (k != COLL_SCALARS && n > 1 && steps > 0) {
-            double elem = k == COLL_ALL_GATHER ? P->param_bytes : P->grad_bytes;
+            double elem = k == COLL_ALL_GATHER || k == COLL_SECONDARY_GATHER ? P->param_bytes : P->grad_bytes;
             psi = (double)c->wire[PHASE_TRAIN][k] / steps / (elem * (double)P->num_parameters * (n - 1) / (double)n);
             if (k == COLL_ALL_REDUCE) across += psi; else inside += psi;
         }
@@ -167,6 +169,24 @@ static inline int zero_print_traffic(FILE* out, const ZeroPlan* P, const Comm* c
                         : K->mode == ZERO_KEEP_MICRO ? "kept from forward to backward" : "gathered before every use");
             }
             fprintf(out, "\n");
+            if (P->quant_block) {
+                unsigned long long q = 0, full = 0;
+                for (int u = 0; u < P->num_units; u++) { q += (unsigned long long)P->num_ranks * P->units[u].qrecord; full += (unsigned long long)P->param_bytes * P->units[u].padded; }
+                fprintf(out, "  qwZ: every weight all-gather carries int8 blocks of %zu elements with an fp32 scale each: %llu B per gather of every unit "
+                        "against %llu B in %s (%.3fx)\n", P->quant_block, q, full, P->param_bytes == 2 ? "bf16" : "fp32", (double)q / (double)full);
+            }
+            if (P->quant_grads_bits) {
+                unsigned long long q = 0, full = 0;
+                for (int u = 0; u < P->num_units; u++) { q += P->units[u].grecord; full += (unsigned long long)P->grad_bytes * P->units[u].shard; }
+                fprintf(out, "  qgZ: every grad reduce-scatter carries int%d blocks of %zu elements with an fp32 scale each: all-to-all inside the %d-rank nodes, "
+                        "fp32 sums in rank order, requantized, all-to-all across the %d nodes; a shard's record %.3fx its %s bytes\n",
+                        P->quant_grads_bits, P->quant_grads_block, P->qg_local, P->num_ranks / P->qg_local, (double)q / (double)full,
+                        P->grad_bytes == 2 ? "bf16" : "fp32");
+            }
+            if (P->secondary > 1)
+                fprintf(out, "  hpZ: %d ranks share a secondary shard (%zu elements, 1/%d of every unit gathered more than once per step); "
+                        "a unit's first all-gather of a step reads the %d-rank primary shards, the rest run among the %d\n",
+                        P->secondary, P->secondary_elements, P->secondary, G, P->secondary);
         }
     } else {
         fprintf(out, "  single rank: nothing crosses the wire\n");

@@ -25,7 +25,7 @@ make -s train_gpt_cpu >/dev/null 2>&1 || { bad "make train_gpt_cpu"; summary; ex
 NAME=llmcslurm
 CL="scripts/cluster.sh --name $NAME"
 export OMP_NUM_THREADS=1
-# not under /tmp: every slurmd node has its own /tmp
+# (the outputs may live anywhere the nodes see; /var/tmp is as good as any)
 tmp=$(mktemp -d -p /var/tmp llmc-slurm-test.XXXXXX)
 cleanup() { $CL down >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
@@ -66,10 +66,14 @@ else bad "placement under Slurm:"; grep -A5 "^placement" "$tmp/$jid.out"; fi
 for how in kill scancel; do
   jid=$(sb "ZERO=1,B=2,T=64,STEPS=1000")
   for i in $(seq 1 300); do grep -qE "^step +5/" "$tmp/$jid.out" 2>/dev/null && break; sleep 0.2; done
+  if ! grep -qE "^step +5/" "$tmp/$jid.out" 2>/dev/null; then   # a fault needs a running job first
+    bad "$how: job $jid never reached step 5 (state $(state "$jid"))"; tail -5 "$tmp/$jid.out" 2>/dev/null; scancel "$jid" 2>/dev/null; continue
+  fi
   t0=$(date +%s.%N)
   if [ $how = kill ]; then
     pid=$(for p in $(ip netns pids $NAME-node1); do [ "$(cat /proc/$p/comm 2>/dev/null)" = train_gpt_cpu ] && echo "$p"; done | head -1)
-    [ -n "$pid" ] && kill -9 "$pid"
+    [ -n "$pid" ] || { bad "kill: no train_gpt_cpu process in $NAME-node1's namespace"; scancel "$jid" 2>/dev/null; continue; }
+    kill -9 "$pid"
     what="kill -9 of rank pid $pid on $NAME-node1"
   else
     scancel "$jid.0"; what="scancel $jid.0 (the srun step)"

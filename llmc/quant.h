@@ -1,0 +1,160 @@
+/*
+ quant.h: block quantization of a unit's shard for the quantized stage-3
+ weight all-gather (ZeRO++'s qwZ: Wang et al. 2023, "ZeRO++: Extremely
+ Efficient Collective Communication for Giant Model Training",
+ arXiv:2306.10209, section 3.1). No MPI, no floatX: the elements are fp32
+ or bf16 bits (eb = 4 or 2 bytes), so the host collectives, both CPU
+ programs and the unit test (tests/unit/test_quant.c) share one
+ implementation.
+
+ Symmetric int8 (qwZ, qgZ) or int4 (qgZ), one fp32 scale per block, with
+ Qmax = 127 (int8) or 7 (int4):
+   scale = amax / Qmax (amax = max |x| over the block, in fp32),
+   q     = round_to_nearest_even(x / scale), in [-Qmax, Qmax] (0 when scale = 0),
+   x'    = q * scale, rounded once to the element type.
+ So |x' - x| <= scale / 2 = amax / (2 Qmax) per element (amax/254, amax/14),
+ plus one rounding of the product into the element type (fp32: 2^-24
+ relative; bf16: 2^-8), and the error of x / scale's own rounding (2^-24
+ relative of |q| <= Qmax). int4 values are packed two per byte, element i
+ in the low nibble of byte i/2 when i is even, two's complement.
+
+ Blocks never straddle a tensor: a unit (zero/plan.h) is a run of tensors,
+ each starting at an offset of its unit (seg[0..nseg), seg[0] = 0; the
+ last runs to the unit's padded end, the alignment padding after a tensor
+ belonging to it). A rank's shard [lo, hi) of the unit is cut at every
+ tensor start inside it and every `block` elements after one, so a block
+ holds one tensor's values (a LayerNorm gain of ~1 never shares a scale
+ with attention weights of ~0.02). The last block of a piece may be partial.
+
+ A rank's record (what crosses the wire): nbmax fp32 scales (the most
+ blocks any rank of the group has in this unit; the unused tail is zero)
+ then `shard` int8 values (shard / 2 bytes of int4): quant_record_bytes. Shards are multiples of 16
+ elements (ZERO_ALIGN), so a record is a whole number of 4-byte words.
+*/
+#ifndef LLMC_QUANT_H
+#define LLMC_QUANT_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include "bf16.h"
+
+/* The block layout of one unit (see above). */
+typedef struct {
+    const size_t* seg;   /* tensor start offsets within the unit, increasing, seg[0] = 0 */
+    int nseg;
+    size_t padded;       /* the unit's padded size (elements) */
+    size_t shard;        /* elements per rank: padded / N */
+    size_t block;        /* elements per scale, >= 1 */
+    int bits;            /* 8 (int8) or 4 (int4) */
+    const char* const* names; /* the tensors' names (nseg entries; error messages), or NULL */
+} QuantLayout;
+
+/* Blocks of rank q's shard [q*shard, (q+1)*shard) under layout Q; when
+   starts != NULL, their first elements (relative to the shard) are written
+   there in order. */
+static inline size_t quant_blocks(const QuantLayout* Q, int q, size_t* starts) {
+    size_t lo = (size_t)q * Q->shard, hi = lo + Q->shard, nb = 0;
+    for (int k = 0; k < Q->nseg; k++) {
+        size_t a = Q->seg[k], b = k + 1 < Q->nseg ? Q->seg[k + 1] : Q->padded;
+        if (b <= lo || a >= hi) continue;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        for (size_t s = a; s < b; s += Q->block) {
+            if (starts) starts[nb] = s - lo;
+            nb++;
+        }
+    }
+    return nb;
+}
+
+/* The most blocks of any rank's shard (N ranks): the scales every record
+   reserves. */
+static inline size_t quant_max_blocks(const QuantLayout* Q, int N) {
+    size_t m = 0;
+    for (int q = 0; q < N; q++) {
+        size_t b = quant_blocks(Q, q, NULL);
+        if (b > m) m = b;
+    }
+    return m;
+}
+
+/* Bytes of one rank's record: 4 x nbmax scales + shard values of `bits`
+   bits (shard even for int4). */
+static inline size_t quant_record_bytes(size_t nbmax, size_t shard, int bits) { return 4 * nbmax + (bits == 4 ? shard / 2 : shard); }
+
+static inline void quant_put(uint8_t* v, int bits, size_t i, int q) {
+    if (bits == 8) { ((int8_t*)v)[i] = (int8_t)q; return; }
+    uint8_t n = (uint8_t)(q & 0xF), *b = v + i / 2;
+    *b = (i & 1) ? (uint8_t)((*b & 0x0F) | (n << 4)) : (uint8_t)((*b & 0xF0) | n);
+}
+static inline int quant_get(const uint8_t* v, int bits, size_t i) {
+    if (bits == 8) return ((const int8_t*)v)[i];
+    int n = (v[i / 2] >> ((i & 1) * 4)) & 0xF;
+    return n >= 8 ? n - 16 : n;
+}
+
+static inline float quant_load(const void* x, int eb, size_t i) {
+    return eb == 4 ? ((const float*)x)[i] : bf16_bits_to_float(((const uint16_t*)x)[i]);
+}
+
+/* Quantize rank q's shard x (Q->shard elements of eb bytes) into rec
+   (quant_record_bytes(nbmax, shard) bytes). Returns 0, or 1 + the index
+   within the shard of the first non-finite element (nothing meaningful is
+   written then: the caller ends the run naming the tensor). */
+static inline size_t quant_encode(const QuantLayout* Q, int q, size_t nbmax, const void* x, int eb, void* rec) {
+    size_t lo = (size_t)q * Q->shard, hi = lo + Q->shard, nb = 0;
+    float* scales = (float*)rec;
+    uint8_t* v = (uint8_t*)rec + 4 * nbmax;
+    const float qmax = Q->bits == 4 ? 7.0f : 127.0f;
+    for (int k = 0; k < Q->nseg; k++) {
+        size_t a = Q->seg[k], b = k + 1 < Q->nseg ? Q->seg[k + 1] : Q->padded;
+        if (b <= lo || a >= hi) continue;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        for (size_t s = a; s < b; s += Q->block) {
+            size_t e = s + Q->block < b ? s + Q->block : b;
+            float amax = 0.0f;
+            for (size_t i = s - lo; i < e - lo; i++) {
+                float f = quant_load(x, eb, i);
+                if (!isfinite(f)) return 1 + i;
+                float m = fabsf(f);
+                amax = m > amax ? m : amax;
+            }
+            float scale = amax / qmax;
+            scales[nb++] = scale;
+            for (size_t i = s - lo; i < e - lo; i++) {
+                float r = scale > 0.0f ? nearbyintf(quant_load(x, eb, i) / scale) : 0.0f;
+                r = r > qmax ? qmax : r < -qmax ? -qmax : r;
+                quant_put(v, Q->bits, i, (int)r);
+            }
+        }
+    }
+    for (size_t j = nb; j < nbmax; j++) scales[j] = 0.0f;
+    return 0;
+}
+
+/* Dequantize rank q's record into out (Q->shard elements of eb bytes):
+   out[i] = q_i * scale of its block, rounded once to the element type. */
+static inline void quant_decode(const QuantLayout* Q, int q, size_t nbmax, const void* rec, void* out, int eb) {
+    size_t lo = (size_t)q * Q->shard, hi = lo + Q->shard, nb = 0;
+    const float* scales = (const float*)rec;
+    const uint8_t* v = (const uint8_t*)rec + 4 * nbmax;
+    for (int k = 0; k < Q->nseg; k++) {
+        size_t a = Q->seg[k], b = k + 1 < Q->nseg ? Q->seg[k + 1] : Q->padded;
+        if (b <= lo || a >= hi) continue;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        for (size_t s = a; s < b; s += Q->block) {
+            size_t e = s + Q->block < b ? s + Q->block : b;
+            float scale = scales[nb++];
+            if (eb == 4)
+                for (size_t i = s - lo; i < e - lo; i++) ((float*)out)[i] = (float)quant_get(v, Q->bits, i) * scale;
+            else
+                for (size_t i = s - lo; i < e - lo; i++) ((uint16_t*)out)[i] = bf16_bits_from_float((float)quant_get(v, Q->bits, i) * scale);
+        }
+    }
+}
+
+#endif /* LLMC_QUANT_H */
