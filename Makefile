@@ -45,7 +45,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench fit-demo bench-recompute plots clean sanitize fuzz _dnnl-headers
+.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench fit-demo bench-recompute zeropp-accuracy plots clean sanitize fuzz _dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/train_gpt_cpu.workspace build/fit/train_gpt_cpu_bf16.workspace
 
@@ -67,6 +67,7 @@ help:
 	@echo "  make bench-offload   memory, step time, I/O of --offload-optimizer disk (a benchmark, not a test)"
 	@echo "  make fit-demo    which stage fits: GPT-2 124M on 4 memory-limited nodes (root; scripts/cluster.sh --mem; dev/fit_demo.sh)"
 	@echo "  make bench-recompute   activation bytes and step time of -r 0..3 (GPT-2 124M B=4 T=1024; make train's model)"
+	@echo "  make zeropp-accuracy   ZeRO++'s quantized collectives against the plain run and another seed (make train's run; dev/zeropp_accuracy.sh)"
 	@echo "  make plots       the README's pictures (dev/plot.py all; PNGs in PLOT_DIR)"
 	@echo "  make cuda        ./train_gpt ./test_gpt (nvcc, NCCL, cuBLASLt); make cuda-dev: dev/cuda kernel checks; make cuda-test:"
 	@echo "                   dev/cuda/test_backend (needs a GPU); make cuda-config: what was found (nvcc, MPI, NCCL); make cuda-clean"
@@ -174,6 +175,11 @@ fit-demo: deps data
 bench-recompute: deps data
 	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM) build/fit/$(TRAIN_PROGRAM).workspace
 	PROG=./$(TRAIN_PROGRAM) $(BENCH_RECOMPUTE) bash dev/bench_recompute.sh
+
+# what ZeRO++'s quantization costs in accuracy (make train's run, 3 x 1700 steps)
+zeropp-accuracy: deps data
+	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM) build/fit/$(TRAIN_PROGRAM).workspace
+	PROG=./$(TRAIN_PROGRAM) $(ZEROPP_ACCURACY) bash dev/zeropp_accuracy.sh
 
 bench-offload: deps data
 	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM)

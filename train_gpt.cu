@@ -494,7 +494,7 @@ static GPT2Options model_options(const Args* a, int accum) {
     o.reshard_embedding = a->reshard_embedding; o.vocab_chunk = a->vocab_chunk; o.keep_logits = a->keep_logits;
     o.overlap = a->overlap; o.grad_accum_steps = accum; o.offload = a->offload; o.recompute = a->recompute;
     o.quant_weights_block = a->quant_weights ? a->quant_weights_block : 0;
-    o.secondary = a->secondary > 1 ? a->secondary : 0;
+    o.secondary = a->secondary > 1 ? a->secondary : a->secondary == -1 && a->node_size > 1 ? a->node_size : 0;   /* node: resolved at start; the estimator takes --node-size */
     o.quant_grads_bits = a->quant_grads; o.quant_grads_block = a->quant_grads_block; o.quant_grads_local = a->node_size > 0 ? a->node_size : 1;
     return o;
 }
@@ -590,6 +590,12 @@ static int run_estimate(Args* ap, Comm* comm) {
                  "reshard_after_forward %d, reshard_embedding %d",
                  a.init, cfg.num_layers, cfg.num_heads, cfg.channels, cfg.padded_vocab_size, a.est_ranks, a.est_ranks > 1 ? "s" : "",
                  a.B, a.T, a.B_given && a.T_given ? "" : " (the -b/-t defaults)", a.reshard_after_forward, a.reshard_embedding);
+        if (a.quant_weights || a.quant_grads || a.secondary) {   /* ZeRO++ (stage 3's row): bytes in units of the element bytes x Psi */
+            size_t l = strlen(tsrc);
+            snprintf(tsrc + l, sizeof(tsrc) - l, "; stage 3 with ZeRO++:%s%s%s%s (quantized bytes in units of p or g bytes x Psi)",
+                     a.quant_weights ? " qwZ int8" : "", a.quant_grads == 8 ? " qgZ int8" : a.quant_grads == 4 ? " qgZ int4" : "",
+                     a.secondary ? " hpZ" : "", a.quant_grads || a.secondary == -1 ? " over --node-size / the ranks per node" : "");
+        }
         info.traffic_psi = traffic; info.traffic_source = tsrc;
         if (a.B_given && a.T_given) {
             mopt.zero_stage = a.zero_stage;

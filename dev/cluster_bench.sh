@@ -22,7 +22,7 @@
 #               phases run one after another, so their bytes add up, even
 #               those that use opposite directions)
 # A benchmark, not a test: take figures on an otherwise idle machine. The
-# default run (make train's d2 model, 2 nodes x 2 ranks, 11 configurations
+# default run (make train's d2 model, 2 nodes x 2 ranks, 16 configurations
 # x 4 rates, 3 steps) takes about 15 minutes on 2 cores, most of it at
 # 100 Mbit/s (a d2 step moves 57-116 MB across the link; 7 of the
 # configurations took 10 minutes); narrow it with LAYOUTS, RATES, ONLY,
@@ -54,6 +54,11 @@ CONFIGS=(
   "z3 no overlap | -z 3 --overlap 0"
   "z3 prefetch 0 | -z 3 --prefetch 0"
   "z3 prefetch 2 | -z 3 --prefetch 2"
+  "z3 qwZ | -z 3 --quantize-weights int8"
+  "z3 qgZ int8 | -z 3 --quantize-grads int8"
+  "z3 qgZ int4 | -z 3 --quantize-grads int4"
+  "z3 hpZ | -z 3 --secondary-shard node"
+  "z3 zero++ | -z 3 --quantize-weights int8 --quantize-grads int4 --secondary-shard node"
 )
 # (RPN in the flags becomes the ranks per node of the layout: HSDP with one
 # shard group per node)

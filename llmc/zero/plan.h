@@ -364,8 +364,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
         }
     }
     P->secondary = 1;
-    if (s->secondary > 1) {
-        if (zero_stage != 3) { zero_plan_free(P); return set_err(err, errlen, "--secondary-shard: hpZ keeps a secondary copy of the stage-3 params; needs -z 3"); }
+    if (s->secondary > 1 && zero_stage == 3) {   /* (hpZ, qwZ and qgZ apply at stage 3 only; the trainer refuses them elsewhere) */
         if (num_ranks % s->secondary || s->secondary >= num_ranks) {
             zero_plan_free(P);
             return set_err(err, errlen, "--secondary-shard %d: must divide the %d ranks of the shard group and be fewer (a secondary group of all of them is the primary one)", s->secondary, num_ranks);
@@ -387,7 +386,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
     if (rc) return rc;
     /* hpZ: the units gathered more than once per optimizer step */
     for (int u = 0; u < num_units; u++) P->units[u].sec_offset = ZERO_NO_SECONDARY;
-    if (s->secondary > 1) {
+    if (s->secondary > 1 && zero_stage == 3) {
         P->secondary = s->secondary;
         for (int u = 0; u < num_units; u++) {
             ZeroUnit* U = &P->units[u];

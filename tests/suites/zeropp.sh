@@ -15,6 +15,7 @@
 #     plus at most 1% for the partial blocks at tensor starts);
 #  5. HSDP (--shard-group 2) and gradient accumulation compose (counted ==
 #     predicted, overlap-neutral);
+#  the trace passes check_trace.py (hpZ's secondary gathers are gathers);
 #  6. a NaN in a weight shard or a unit grad (LLMC_TEST_NONFINITE) is
 #     refused: one line naming the tensor and the step, exit non-zero, no
 #     checkpoint of that step;
@@ -122,6 +123,14 @@ run "hsdp" 4 train_gpt_cpu_bf16 $TINY -x 3 -z 3 --shard-group 2 --quantize-weigh
 run "acc" 4 train_gpt_cpu $TINY -x 3 -d 512 $ALL && run "acc-ov0" 4 train_gpt_cpu $TINY -x 3 -d 512 $ALL --overlap 0 && \
   same acc acc-ov0 3 "2 micro-steps per step with qwZ+qgZ+hpZ, overlap off"
 if [ -f "$tmp/acc.log" ] && grep -q "secondary all-gather (hpZ)" "$tmp/acc.log"; then ok "accumulation: counted == predicted with the secondary gathers of every micro-step"; fi
+
+# --- the trace: hpZ's secondary gathers count as a unit's all-gather for check_trace.py's rules
+if run trace 4 train_gpt_cpu $TINY -x 2 $ALL --trace "$tmp/zpp.json"; then
+  r=$(/usr/bin/python3 dev/check_trace.py "$tmp/zpp.json" --ledger "$tmp/trace.log" --gathers reshard1 2>&1)
+  [ $? = 0 ] && ok "check_trace.py on a qwZ+qgZ+hpZ trace (every use after a gather of its unit): $r" || bad "check_trace.py on the qwZ+qgZ+hpZ trace: $r"
+  n=$(grep -o '"name":"secondary all-gather (hpZ)"' "$tmp/zpp.json" | wc -l)
+  [ "$n" -gt 0 ] && ok "the trace has $n secondary all-gather spans" || bad "no secondary all-gather spans in the trace"
+fi
 
 # --- 6. non-finite values refused
 nanrun() { # what env args...
