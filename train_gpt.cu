@@ -64,7 +64,7 @@ typedef struct {
     int quant_weights_block, quant_block_given; /* --quantize-weights-block: elements per fp32 scale */
     int secondary;               /* --secondary-shard: hpZ's K (0 none, -1 node: the ranks per node, resolved at start) */
     int quant_grads, quant_grads_block, quant_grads_block_given; /* --quantize-grads: qgZ's bits (0 none, 8, 4) */
-    int node_size;               /* --node-size: ranks per node of the shard group for hpZ's node and qgZ's hops (0: from the node names) */
+    int node_size, node_size_given; /* --node-size: ranks per node of the shard group for hpZ's node and qgZ's hops (0: from the node names) */
     int ckpt_version;            /* --checkpoint-dtype: 3 (fp32) or 5 (bf16) */
     int total_batch_given;       /* -d on the command line (-z auto may then trade micro-batch for accumulation) */
     int shuffle;                 /* --shuffle: train batches in a seeded random order (1) or file order (0) */
@@ -186,6 +186,7 @@ static int flag_node_size(void* p, const char* f, const char* v, char* err, size
     if (!strcmp(v, "auto")) { ((Args*)p)->node_size = 0; return 0; }
     if (parse_long(v, &k) || k < 1 || k > (1 << 20)) return set_err(err, errlen, "flag --node-size: '%s' must be auto or a rank count >= 1", v);
     ((Args*)p)->node_size = (int)k;
+    ((Args*)p)->node_size_given = 1;
     return 0;
 }
 
@@ -1036,12 +1037,18 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         if (!a->node_size && a->secondary != -1) { err[0] = 0; a->node_size = 1; }   /* qgZ alone: one hop over the group */
     }
     comm_check_all(comm, err);
-    if (a->node_size > 0 && (a->shard_group > 0 ? a->shard_group : N) % a->node_size)
-        set_err(err, ERRLEN, "--node-size %d: must divide the %d ranks of the shard group", a->node_size, a->shard_group > 0 ? a->shard_group : N);
+    int Gs = a->shard_group > 0 ? a->shard_group : N, uses_node = a->secondary == -1 || a->quant_grads;
+    if (uses_node && a->node_size > 0 && Gs % a->node_size)
+        set_err(err, ERRLEN, "--node-size %d: must divide the %d ranks of the shard group", a->node_size, Gs);
     if (!err[0] && a->secondary == -1) {   /* --secondary-shard node */
         if (a->node_size == 1) set_err(err, ERRLEN, "--secondary-shard node: every node holds one rank of the shard group; there are no ranks to share a secondary shard");
+        else if (a->node_size >= Gs)
+            set_err(err, ERRLEN, "--secondary-shard node: all %d ranks of the shard group are on one node (%s); a secondary group must be smaller "
+                    "than the shard group: give --secondary-shard K or --node-size L", Gs, a->node_size_given ? "--node-size" : "from the hosts' names");
         a->secondary = a->node_size;
     }
+    if (comm->rank == 0 && a->node_size_given && !uses_node)
+        fprintf(stderr, "warning: --node-size %d has no effect without --secondary-shard node or --quantize-grads\n", a->node_size);
     comm_check_all(comm, err);
     setup_data(r, a->B);
     fit_or_choose(r);
@@ -1073,6 +1080,9 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         snprintf(err + l, ERRLEN - l, " [-e %s]", a->init);
     }
     comm_check_all(comm, err);
+    if (comm->rank == 0 && r->model.plan.secondary > 1 && r->model.plan.secondary_elements == 0)
+        fprintf(stderr, "warning: --secondary-shard %d has no effect: no unit is all-gathered more than once per step "
+                "(--reshard-after-forward 0, --reshard-embedding 0 and one micro-step keep every unit)\n", r->model.plan.secondary);
     zero_offload_open(&r->model.engine, a->offload_dir); /* disk: the scratch files, or one error before any step */
     if (r->from_ckpt) gpt2_load_checkpoint(&r->model, a->init, err, ERRLEN);
     else gpt2_init_random(&r->model, a->seed);

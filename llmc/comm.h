@@ -81,7 +81,7 @@ typedef struct {
     size_t keep_off, keep_count;
     /* qgZ: the node (L consecutive ranks of the shard group) and the nodes
        (the M = G / L ranks of one local index) of the two hops
-       (comm_set_qg_groups); MPI_COMM_NULL where that hop has one rank */
+       (comm_set_qg_groups; a hop of one rank is skipped, not called) */
     MPI_Comm qg_intra, qg_inter;
     int qg_L, qg_M;
 } Comm;

@@ -51,20 +51,38 @@ typedef struct {
     const char* const* names; /* the tensors' names (nseg entries; error messages), or NULL */
 } QuantLayout;
 
-/* Blocks of rank q's shard [q*shard, (q+1)*shard) under layout Q; when
-   starts != NULL, their first elements (relative to the shard) are written
-   there in order. */
+/* The blocks of rank q's shard [q*shard, (q+1)*shard) under layout Q, in
+   order: quant_block_next fills [*start, *end) (relative to the shard) and
+   returns 1, or returns 0 after the last. One walk for every user. */
+typedef struct { const QuantLayout* Q; size_t lo, hi, s, b; int k; } QuantBlocks;
+static inline QuantBlocks quant_blocks_of(const QuantLayout* Q, int q) {
+    QuantBlocks it = {Q, (size_t)q * Q->shard, (size_t)q * Q->shard + Q->shard, 0, 0, -1};
+    if (Q->block < 1) it.k = Q->nseg;   /* no blocks (a layout of a feature that is off) */
+    return it;
+}
+static inline int quant_block_next(QuantBlocks* it, size_t* start, size_t* end) {
+    const QuantLayout* Q = it->Q;
+    while (it->s >= it->b) {   /* the next tensor's piece inside the shard */
+        if (++it->k >= Q->nseg) return 0;
+        size_t a = Q->seg[it->k], b = it->k + 1 < Q->nseg ? Q->seg[it->k + 1] : Q->padded;
+        if (b <= it->lo || a >= it->hi) { it->s = it->b = 0; continue; }
+        it->s = a < it->lo ? it->lo : a;
+        it->b = b > it->hi ? it->hi : b;
+    }
+    *start = it->s - it->lo;
+    it->s = it->s + Q->block < it->b ? it->s + Q->block : it->b;
+    *end = it->s - it->lo;
+    return 1;
+}
+
+/* Blocks of rank q's shard; when starts != NULL, their first elements
+   (relative to the shard) are written there in order. */
 static inline size_t quant_blocks(const QuantLayout* Q, int q, size_t* starts) {
-    size_t lo = (size_t)q * Q->shard, hi = lo + Q->shard, nb = 0;
-    for (int k = 0; k < Q->nseg; k++) {
-        size_t a = Q->seg[k], b = k + 1 < Q->nseg ? Q->seg[k + 1] : Q->padded;
-        if (b <= lo || a >= hi) continue;
-        if (a < lo) a = lo;
-        if (b > hi) b = hi;
-        for (size_t s = a; s < b; s += Q->block) {
-            if (starts) starts[nb] = s - lo;
-            nb++;
-        }
+    QuantBlocks it = quant_blocks_of(Q, q);
+    size_t nb = 0, s, e;
+    while (quant_block_next(&it, &s, &e)) {
+        if (starts) starts[nb] = s;
+        nb++;
     }
     return nb;
 }
@@ -104,31 +122,25 @@ static inline float quant_load(const void* x, int eb, size_t i) {
    within the shard of the first non-finite element (nothing meaningful is
    written then: the caller ends the run naming the tensor). */
 static inline size_t quant_encode(const QuantLayout* Q, int q, size_t nbmax, const void* x, int eb, void* rec) {
-    size_t lo = (size_t)q * Q->shard, hi = lo + Q->shard, nb = 0;
     float* scales = (float*)rec;
     uint8_t* v = (uint8_t*)rec + 4 * nbmax;
     const float qmax = Q->bits == 4 ? 7.0f : 127.0f;
-    for (int k = 0; k < Q->nseg; k++) {
-        size_t a = Q->seg[k], b = k + 1 < Q->nseg ? Q->seg[k + 1] : Q->padded;
-        if (b <= lo || a >= hi) continue;
-        if (a < lo) a = lo;
-        if (b > hi) b = hi;
-        for (size_t s = a; s < b; s += Q->block) {
-            size_t e = s + Q->block < b ? s + Q->block : b;
-            float amax = 0.0f;
-            for (size_t i = s - lo; i < e - lo; i++) {
-                float f = quant_load(x, eb, i);
-                if (!isfinite(f)) return 1 + i;
-                float m = fabsf(f);
-                amax = m > amax ? m : amax;
-            }
-            float scale = amax / qmax;
-            scales[nb++] = scale;
-            for (size_t i = s - lo; i < e - lo; i++) {
-                float r = scale > 0.0f ? nearbyintf(quant_load(x, eb, i) / scale) : 0.0f;
-                r = r > qmax ? qmax : r < -qmax ? -qmax : r;
-                quant_put(v, Q->bits, i, (int)r);
-            }
+    QuantBlocks it = quant_blocks_of(Q, q);
+    size_t nb = 0, s, e;
+    while (quant_block_next(&it, &s, &e)) {
+        float amax = 0.0f;
+        for (size_t i = s; i < e; i++) {
+            float f = quant_load(x, eb, i);
+            if (!isfinite(f)) return 1 + i;
+            float m = fabsf(f);
+            amax = m > amax ? m : amax;
+        }
+        float scale = amax / qmax;
+        scales[nb++] = scale;
+        for (size_t i = s; i < e; i++) {
+            float r = scale > 0.0f ? nearbyintf(quant_load(x, eb, i) / scale) : 0.0f;
+            r = r > qmax ? qmax : r < -qmax ? -qmax : r;
+            quant_put(v, Q->bits, i, (int)r);
         }
     }
     for (size_t j = nb; j < nbmax; j++) scales[j] = 0.0f;
@@ -138,22 +150,16 @@ static inline size_t quant_encode(const QuantLayout* Q, int q, size_t nbmax, con
 /* Dequantize rank q's record into out (Q->shard elements of eb bytes):
    out[i] = q_i * scale of its block, rounded once to the element type. */
 static inline void quant_decode(const QuantLayout* Q, int q, size_t nbmax, const void* rec, void* out, int eb) {
-    size_t lo = (size_t)q * Q->shard, hi = lo + Q->shard, nb = 0;
     const float* scales = (const float*)rec;
     const uint8_t* v = (const uint8_t*)rec + 4 * nbmax;
-    for (int k = 0; k < Q->nseg; k++) {
-        size_t a = Q->seg[k], b = k + 1 < Q->nseg ? Q->seg[k + 1] : Q->padded;
-        if (b <= lo || a >= hi) continue;
-        if (a < lo) a = lo;
-        if (b > hi) b = hi;
-        for (size_t s = a; s < b; s += Q->block) {
-            size_t e = s + Q->block < b ? s + Q->block : b;
-            float scale = scales[nb++];
-            if (eb == 4)
-                for (size_t i = s - lo; i < e - lo; i++) ((float*)out)[i] = (float)quant_get(v, Q->bits, i) * scale;
-            else
-                for (size_t i = s - lo; i < e - lo; i++) ((uint16_t*)out)[i] = bf16_bits_from_float((float)quant_get(v, Q->bits, i) * scale);
-        }
+    QuantBlocks it = quant_blocks_of(Q, q);
+    size_t nb = 0, s, e;
+    while (quant_block_next(&it, &s, &e)) {
+        float scale = scales[nb++];
+        if (eb == 4)
+            for (size_t i = s; i < e; i++) ((float*)out)[i] = (float)quant_get(v, Q->bits, i) * scale;
+        else
+            for (size_t i = s; i < e; i++) ((uint16_t*)out)[i] = bf16_bits_from_float((float)quant_get(v, Q->bits, i) * scale);
     }
 }
 

@@ -15,7 +15,8 @@
  timing, never a number.
 
  MPI threading: MPI_THREAD_MULTIPLE (comm_init asks for it; Open MPI 4.1
- provides it). The thread only uses the group and replica communicators;
+ provides it). The thread only uses the group and replica communicators
+ (and ZeRO++'s secondary and qgZ node / nodes ones, split from the group);
  the main thread uses MPI_COMM_WORLD and group_host, so no communicator is
  ever used by two threads and each sees its collectives in issue order. The
  thread waits on the network by polling with short sleeps

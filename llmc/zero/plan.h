@@ -34,6 +34,9 @@
 #include "../quant.h"
 
 #define ZERO_ALIGN 16         /* elements; tensor starts and shard sizes are multiples */
+/* the quantized records (llmc/quant.h) are whole 4-byte words only when
+   shards are multiples of 8 elements (int4: two per byte) */
+typedef char zero_align_is_a_multiple_of_8[(ZERO_ALIGN % 8 == 0) ? 1 : -1];
 #define ZERO_MAX_TENSORS 65536
 #define ZERO_MAX_SLOTS 1024
 

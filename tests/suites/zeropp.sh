@@ -68,7 +68,7 @@ badflag "needs -z 3" 2 -z 2 --quantize-weights int8
 badflag "needs -z 3" 2 -z 1 --quantize-grads int4
 badflag "needs -z 3" 2 -z auto --secondary-shard 2
 badflag "--secondary-shard 3" 4 -z 3 --secondary-shard 3
-badflag "be fewer" 4 -z 3 --secondary-shard node
+badflag "are on one node (from the hosts. names)" 4 -z 3 --secondary-shard node
 badflag "--node-size 3" 4 -z 3 --quantize-grads int8 --node-size 3
 badflag "--node-size" 2 -z 3 --quantize-grads int8 --node-size x
 
@@ -122,7 +122,25 @@ run "hsdp" 4 train_gpt_cpu_bf16 $TINY -x 3 -z 3 --shard-group 2 --quantize-weigh
   same hsdp hsdp-ov0 3 "HSDP (--shard-group 2) with qwZ + qgZ int4, overlap off"
 run "acc" 4 train_gpt_cpu $TINY -x 3 -d 512 $ALL && run "acc-ov0" 4 train_gpt_cpu $TINY -x 3 -d 512 $ALL --overlap 0 && \
   same acc acc-ov0 3 "2 micro-steps per step with qwZ+qgZ+hpZ, overlap off"
-if [ -f "$tmp/acc.log" ] && grep -q "secondary all-gather (hpZ)" "$tmp/acc.log"; then ok "accumulation: counted == predicted with the secondary gathers of every micro-step"; fi
+if [ -f "$tmp/acc.log" ] && grep -q "secondary all-gather (hpZ)" "$tmp/acc.log"; then ok "accumulation: counted == predicted with the secondary gathers of every micro-step"
+else bad "accumulation: no secondary all-gather row in the traffic table of $tmp/acc.log"; fi
+# int4 gradients over two hops (2 nodes of 2 by --node-size), both programs
+for prog in train_gpt_cpu train_gpt_cpu_bf16; do
+  run "$prog-g4" 4 $prog $TINY -x 3 -z 3 --quantize-grads int4 --node-size 2 && run "$prog-g4-ov0" 4 $prog $TINY -x 3 -z 3 --quantize-grads int4 --node-size 2 --overlap 0 \
+    && same "$prog-g4" "$prog-g4-ov0" 3 "$prog qgZ int4 over 2 x 2 (both hops), overlap off"
+  l0=$(loss3 "$tmp/$prog-z3.log"); l1=$(loss3 "$tmp/$prog-g4.log")
+  if [ -n "$l0" ] && [ -n "$l1" ] && awk -v a="$l0" -v b="$l1" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 && a != b) }'; then
+    ok "$prog qgZ int4 2 x 2: loss at step 3 $l1 vs plain $l0 (differs, by under 0.01)"
+  else bad "$prog qgZ int4 2 x 2: loss at step 3 '$l1' vs plain '$l0'"; fi
+  if grep -q "^  reduce-scatter node (qgZ) " "$tmp/$prog-g4.log" && grep -q "^  reduce-scatter nodes (qgZ) " "$tmp/$prog-g4.log"; then ok "$prog qgZ 2 x 2: both hops counted (== predicted)"
+  else bad "$prog qgZ 2 x 2: a hop's row is missing"; fi
+done
+# hpZ that has nothing to keep says so
+out=$(timeout 60 $MPIRUN -np 4 ./train_gpt_cpu $DATA $TINY -x 1 -v 0 -s 0 -z 3 --secondary-shard 2 --reshard-after-forward 0 --reshard-embedding 0 2>&1)
+grep -q "^warning: --secondary-shard 2 has no effect" <<<"$out" && ok "hpZ with every unit kept: a warning says it does nothing" || bad "hpZ with nothing to keep: no warning"
+out=$(timeout 60 $MPIRUN -np 2 ./train_gpt_cpu $DATA $TINY -x 1 -v 0 -s 0 -z 1 --node-size 3 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^warning: --node-size 3 has no effect" <<<"$out" && ok "--node-size without hpZ or qgZ: a warning, not an error" || bad "--node-size unused: exit $rc"
+
 
 # --- the trace: hpZ's secondary gathers count as a unit's all-gather for check_trace.py's rules
 if run trace 4 train_gpt_cpu $TINY -x 2 $ALL --trace "$tmp/zpp.json"; then

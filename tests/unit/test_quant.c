@@ -43,6 +43,17 @@ static void check_shard(const QuantLayout* Q, int q, size_t nbmax, const float* 
     size_t* starts = malloc((s + 1) * sizeof(size_t));
     size_t nb = quant_blocks(Q, q, starts);
     starts[nb] = s;
+    /* the layout itself, independently: blocks tile the shard from 0, none longer than
+       the block size, none with a tensor start strictly inside it, each tensor start a block start */
+    int tiles = nb > 0 && starts[0] == 0;
+    for (size_t b = 0; b < nb && tiles; b++) {
+        tiles &= starts[b + 1] > starts[b] && starts[b + 1] - starts[b] <= Q->block;
+        for (int k = 0; k < Q->nseg; k++) {
+            size_t t = Q->seg[k];
+            if (t > (size_t)q * s + starts[b] && t < (size_t)q * s + starts[b + 1]) tiles = 0;
+        }
+    }
+    CHECK(tiles, "rank %d: the blocks do not tile the shard at the tensor starts (block %zu)", q, Q->block);
     const float* scales = (const float*)rec;
     const uint8_t* v = rec + 4 * nbmax;
     double qmax = Q->bits == 4 ? 7.0 : 127.0, u = eb == 4 ? ldexp(1.0, -24) : ldexp(1.0, -8);   /* the element type's unit roundoff */

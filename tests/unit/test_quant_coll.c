@@ -43,7 +43,8 @@ int main(int argc, char** argv) {
         QuantLayout Q = {seg, 3, padded, shard, 96, 8, NULL};
         size_t nbmax = quant_max_blocks(&Q, N), rec = quant_record_bytes(nbmax, shard, 8);
         char* buf = calloc(padded, 4);
-        char* scratch = calloc((size_t)N, rec);
+        char* scratch = calloc((size_t)N * rec + 64, 1);   /* + 64 guard bytes, checked below */
+        memset(scratch + (size_t)N * rec, 0x5A, 64);
         for (size_t i = 0; i < shard; i++) {
             float v = value(r, i, 1);
             if (eb == 4) ((float*)buf)[r * shard + i] = v; else ((uint16_t*)buf)[r * shard + i] = bf16_bits_from_float(v);
@@ -75,10 +76,13 @@ int main(int argc, char** argv) {
         int same = 1;
         for (int q = 0; q < N; q++) same &= all[q] == all[0];
         CHECK(same, "the gathered bytes differ between ranks");
+        int guard = 1;
+        for (int i = 0; i < 64; i++) guard &= (unsigned char)scratch[(size_t)N * rec + i] == 0x5A;
+        CHECK(guard, "the all-gather wrote past its N records");
         free(buf); free(scratch);
         check_group_end(eb == 4 ? "qwZ all-gather, fp32: within scale/2, the same on every rank" : "qwZ all-gather, bf16: within scale/2 + bf16 rounding, the same on every rank");
     }
-    int shapes[3][2] = {{2, 2}, {1, 4}, {4, 1}};
+    int shapes[3][2] = {{2, 2}, {1, 4}, {4, 1}}, shapes_run = 0;
     for (int bits = 8; bits >= 4; bits -= 4)
         for (int k = 0; k < 3; k++) {
             int L = shapes[k][0], M = shapes[k][1];
@@ -89,7 +93,8 @@ int main(int argc, char** argv) {
             size_t nbmax = quant_max_blocks(&Q, N), rec = quant_record_bytes(nbmax, shard, bits);
             size_t sb = zero_qg_scratch_bytes(rec, shard, N, L);
             float* g = malloc(padded * 4);
-            char* scratch = calloc(sb, 1);
+            char* scratch = calloc(sb + 64, 1);   /* + 64 guard bytes: the scratch formula must cover every write */
+            memset(scratch + sb, 0x5A, 64);
             float* acc = calloc(shard, 4), *acc2 = calloc(shard, 4);
             MPI_Comm intra, inter;
             MPI_Comm_split(MPI_COMM_WORLD, r / L, r, &intra);
@@ -99,6 +104,10 @@ int main(int argc, char** argv) {
                 hostcoll_reduce_scatter_quantized(intra, inter, L, M, g, &Q, nbmax, 4, scratch, rep ? acc2 : acc, 0, 0);
             }
             CHECK(!memcmp(acc, acc2, shard * 4), "the same reduce-scatter twice differs");
+            int guard = 1;
+            for (int i = 0; i < 64; i++) guard &= (unsigned char)scratch[sb + i] == 0x5A;
+            CHECK(guard, "the reduce-scatter wrote past zero_qg_scratch_bytes");
+            shapes_run++;
             /* the bound, block by block of this rank's shard */
             size_t st[64];
             size_t nb = quant_blocks(&Q, r, st);
@@ -130,6 +139,7 @@ int main(int argc, char** argv) {
             snprintf(name, sizeof(name), "qgZ reduce-scatter int%d, %d x %d: within the bound, repeatable", bits, L, M);
             check_group_end(name);
         }
+    CHECK(shapes_run == 6, "%d of the 6 reduce-scatter shapes ran (run it on 4 ranks)", shapes_run);
     double w[2] = {worst_ag, worst_rs}, mx[2];
     MPI_Allreduce(w, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int rc = 0;
