@@ -15,7 +15,13 @@
  So |x' - x| <= scale / 2 = amax / (2 Qmax) per element (amax/254, amax/14),
  plus one rounding of the product into the element type (fp32: 2^-24
  relative; bf16: 2^-8), and the error of x / scale's own rounding (2^-24
- relative of |q| <= Qmax). int4 values are packed two per byte, element i
+ relative of |q| <= Qmax). At the edges of the range: a block whose
+ amax / Qmax is below FLT_MIN gets that quotient rounded up to a multiple
+ of 2^-149 (quant_tiny_scale: the bound becomes scale / 2 <= amax / (2
+ Qmax) + 2^-150, where a plain quotient would underflow and decode the
+ block to zeros), and a product that overflows the element type (amax
+ near FLT_MAX or the bf16 maximum) is clamped to its largest finite value
+ (quant_finite): every finite block decodes finite and within the bound. int4 values are packed two per byte, element i
  in the low nibble of byte i/2 when i is even, two's complement.
 
  Blocks never straddle a tensor: a unit (zero/plan.h) is a run of tensors,
@@ -34,6 +40,7 @@
 #ifndef LLMC_QUANT_H
 #define LLMC_QUANT_H
 
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -117,6 +124,24 @@ static inline float quant_load(const void* x, int eb, size_t i) {
     return eb == 4 ? ((const float*)x)[i] : bf16_bits_to_float(((const uint16_t*)x)[i]);
 }
 
+/* The scale of a block whose amax / Qmax is below FLT_MIN (2^-126: the
+   quotient would be subnormal, or 0 when amax < Qmax x 2^-150, and a block
+   of tiny values would decode to zeros): the quotient rounded UP to a
+   multiple of 2^-149, which is exact (every float below 2^-126 is such a
+   multiple, and so is amax). Then scale >= amax / Qmax, so |x / scale| <=
+   Qmax and |x' - x| <= scale / 2 <= amax / (2 Qmax) + 2^-150. */
+static inline float quant_tiny_scale(float amax, float qmax) {
+    double k = ceil(ldexp((double)amax, 149) / (double)qmax);   /* exact: amax x 2^149 is an integer below 2^30 */
+    return (float)ldexp(k, -149);
+}
+
+/* A decoded value q x scale that overflowed the element type (a block whose
+   amax is within Qmax x 2^-24 of the type's largest finite value: 127 x
+   fl(FLT_MAX / 127) > FLT_MAX) is clamped to the largest finite value of
+   its sign, which is within scale / 2 of x: finite in, finite out. */
+static inline float quant_finite(float y) { return isinf(y) ? copysignf(FLT_MAX, y) : y; }
+static inline uint16_t quant_finite_bf16(uint16_t b) { return (b & 0x7FFF) == 0x7F80 ? (uint16_t)((b & 0x8000) | 0x7F7F) : b; }
+
 /* Quantize rank q's shard x (Q->shard elements of eb bytes) into rec
    (quant_record_bytes(nbmax, shard) bytes). Returns 0, or 1 + the index
    within the shard of the first non-finite element (nothing meaningful is
@@ -136,6 +161,7 @@ static inline size_t quant_encode(const QuantLayout* Q, int q, size_t nbmax, con
             amax = m > amax ? m : amax;
         }
         float scale = amax / qmax;
+        if (amax > 0.0f && !(scale >= FLT_MIN)) scale = quant_tiny_scale(amax, qmax);
         scales[nb++] = scale;
         for (size_t i = s; i < e; i++) {
             float r = scale > 0.0f ? nearbyintf(quant_load(x, eb, i) / scale) : 0.0f;
@@ -157,9 +183,9 @@ static inline void quant_decode(const QuantLayout* Q, int q, size_t nbmax, const
     while (quant_block_next(&it, &s, &e)) {
         float scale = scales[nb++];
         if (eb == 4)
-            for (size_t i = s; i < e; i++) ((float*)out)[i] = (float)quant_get(v, Q->bits, i) * scale;
+            for (size_t i = s; i < e; i++) ((float*)out)[i] = quant_finite((float)quant_get(v, Q->bits, i) * scale);
         else
-            for (size_t i = s; i < e; i++) ((uint16_t*)out)[i] = bf16_bits_from_float((float)quant_get(v, Q->bits, i) * scale);
+            for (size_t i = s; i < e; i++) ((uint16_t*)out)[i] = quant_finite_bf16(bf16_bits_from_float((float)quant_get(v, Q->bits, i) * scale));
     }
 }
 

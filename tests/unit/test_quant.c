@@ -9,13 +9,16 @@
      |x' - x| <= scale / 2 (+ the product's one rounding into the element
      type), the bound of the paper's symmetric block quantization;
    - a block of zeros (scale 0, decoded exactly 0), a single huge value
-     (3e38: no overflow, the rest of its block becomes 0), NaN and +-Inf
+     (3e38: no overflow, the rest of its block becomes 0), the edges of the
+     range (FLT_MAX and the bf16 maximum decode finite; blocks whose
+     amax / Qmax is subnormal or underflows keep the bound), NaN and +-Inf
      (refused: 1 + the index of the first one), the unused scale slots zero,
      int4 nibbles at odd and even indices for every value -7..7.
  Prints the largest |x' - x| / (scale / 2) seen. Last line: the summary.
 */
 #include <stdio.h>
 #include <stdlib.h>
+#include <float.h>
 #include <math.h>
 #include "llmc/quant.h"
 #include "tests/check.h"
@@ -61,7 +64,12 @@ static void check_shard(const QuantLayout* Q, int q, size_t nbmax, const float* 
         double amax = 0;
         for (size_t i = starts[b]; i < starts[b + 1]; i++) amax = fmax(amax, fabs((double)xe[i]));
         double scale = scales[b];
-        CHECK(fabs(scale - amax / qmax) <= amax / qmax * ldexp(1.0, -23), "block %zu: scale %g, amax / Qmax %g", b, scale, amax / qmax);
+        if (amax / qmax < (double)FLT_MIN && amax > 0) {   /* the tiny edge: the quotient rounded up to a multiple of 2^-149, exactly */
+            double want = ldexp(ceil(ldexp(amax, 149) / qmax), -149);
+            CHECK(scale == want && scale >= amax / qmax, "block %zu: tiny scale %a, expected %a (amax %a / Qmax)", b, scale, want, amax);
+        } else {
+            CHECK(fabs(scale - amax / qmax) <= amax / qmax * ldexp(1.0, -23), "block %zu: scale %g, amax / Qmax %g", b, scale, amax / qmax);
+        }
         /* one check per block: every element of it (the first bad one is reported) */
         int good = 1;
         char why[200] = "";
@@ -79,6 +87,7 @@ static void check_shard(const QuantLayout* Q, int q, size_t nbmax, const float* 
                 (*ties)++;
                 if (fabs(fabs(r - floor(r)) - 0.5) >= 1e-4) { good = 0; snprintf(why, sizeof(why), "element %zu: q %d, float64 reference %g (x/scale %.9g)", i, qi, ref, r); }
             }
+            if (!isfinite(y)) { good = 0; snprintf(why, sizeof(why), "element %zu: x %g decoded to %g (finite in, finite out)", i, (double)xe[i], y); continue; }
             double err = fabs(y - (double)xe[i]);
             double bound = scale * (0.5 + qmax * ldexp(1.0, -23)) + fabs(y) * u;
             if (err > bound) { good = 0; snprintf(why, sizeof(why), "element %zu: |x' - x| = %g > bound %g (scale %g)", i, err, bound, scale); }
@@ -131,6 +140,35 @@ int main(void) {
            worst, ties, total);
     CHECK(worst <= 1.0 + 1e-5, "fp32: largest error %.7f x scale/2", worst);
     CHECK(ties * 1000 < total, "%d ties of %d", ties, total);
+
+    /* the edges of the range, both element types, int8 and int4: blocks
+       holding the largest finite values (fp32 FLT_MAX, the bf16 maximum
+       0x7F7F), and blocks of tiny values whose amax / Qmax is subnormal or
+       underflows to 0 (amax from 2^-149 up to just below Qmax x 2^-126) */
+    for (int bits = 8; bits >= 4; bits -= 4)
+        for (int eb = 4; eb >= 2; eb -= 2) {
+            check_group_begin();
+            QuantLayout E = {seg, 4, 1024, 256, 64, bits, NULL};
+            size_t nbm = quant_max_blocks(&E, 4);
+            float big = eb == 4 ? FLT_MAX : bf16_bits_to_float(0x7F7F);
+            double qm = bits == 4 ? 7.0 : 127.0;
+            for (int trial = 0; trial < 6; trial++) {
+                for (int i = 0; i < 1024; i++) x[i] = (float)((urand() * 2 - 1) * 0.01);
+                if (trial == 0) { x[0] = big; x[1] = -big; x[300] = -big; x[301] = big * 0.999f; }
+                if (trial == 1) for (int i = 0; i < 1024; i++) x[i] = (i % 3 ? 1.0f : -1.0f) * big * (float)(0.9 + 0.1 * urand());
+                double tiny[4] = {ldexp(1.0, -149), 1e-44, 1e-40, qm * ldexp(1.0, -126) * 0.999};   /* amax of every block */
+                if (trial >= 2)
+                    for (int i = 0; i < 1024; i++) {
+                        double a = tiny[trial - 2];
+                        x[i] = (float)(i % 64 == 5 ? -a : a * urand());   /* one element per block of 64 reaches amax */
+                    }
+                for (int q = 0; q < 4; q++) check_shard(&E, q, nbm, x + q * 256, eb, &worst, &ties);
+            }
+            char name[96];
+            snprintf(name, sizeof(name), "int%d, %s elements: the largest finite values and tiny blocks", bits, eb == 4 ? "fp32" : "bf16");
+            check_group_end(name);
+        }
+    CHECK(worst <= 1.0 + 1e-5, "fp32 at the edges: largest error %.7f x scale/2", worst);
 
     check_group_begin();
     QuantLayout L = {seg, 4, 1024, 256, 64, 8, NULL};
