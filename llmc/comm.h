@@ -47,7 +47,7 @@ static __thread int comm_ctx_unit = -1;
 typedef struct {
     int rank, world_size;       /* in MPI_COMM_WORLD */
     int local_rank, local_size; /* within the node (shared-memory domain) */
-    /* The shard group (DESIGN.md: G ranks share the shards; G = N unless
+    /* The shard group (docs/design.md section 4: G ranks share the shards; G = N unless
        HSDP, --shard-group G: groups of G consecutive ranks, replicated across
        the R = N/G groups) and the replica group (the R ranks holding the same
        shard index in each group). Engine collectives use group_comm and

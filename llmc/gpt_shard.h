@@ -5,7 +5,7 @@
  (gpt2_plan_init). The model itself (gpt.h) only names units and tensors
  through the functions here.
 
- Units (DESIGN.md section 1; the granules of ZeRO-3 gathering), in the
+ Units (docs/design.md section 1; the granules of ZeRO-3 gathering), in the
  order of the flat buffer:
    unit 0            the root {wpe (maxT,C), lnfw (C), lnfb (C)}
    units 1..K        the vocabulary chunks of wte: chunk k holds rows

@@ -9,10 +9,12 @@
                      allocated through ledger_alloc
    zero/estimate.h   the ZeRO paper's closed forms for any Psi and N, and the
                      --estimate table (independent of the plan on purpose)
-   zero/engine.h     the runtime: gather / release / prefetch of stage-3 units,
-                     unit grads and their reduce-scatter, HSDP's all-reduce
-   zero/optimizer.h  where master, m, v live (memory, host, disk) and the step:
-                     grad norm, clip, AdamW, the offloaded streaming step
+   zero/engine.h     the runtime: every model-state buffer (master, m, v in
+                     memory, host or disk buffers too), gather / release /
+                     prefetch of stage-3 units, unit grads and their
+                     reduce-scatter, HSDP's all-reduce
+   zero/optimizer.h  the step: grad norm, clip, AdamW, the offloaded streaming
+                     step and its scratch file (includes engine.h: one way)
    zero/report.h     the ledger and traffic tables, the exit-2 contract
 
  zero/plan.h and zero/estimate.h need nothing else (the unit tests include
@@ -26,7 +28,7 @@
  ZeRO-Offload (arXiv:2101.06840) and ZeRO-Infinity (arXiv:2104.07857) for
  the offloaded optimizer.
 
- Parameters form ONE flat buffer, unit-major (DESIGN.md section 1); each
+ Parameters form ONE flat buffer, unit-major (docs/design.md section 1); each
  unit is padded to a multiple of the shard granule and split into N equal
  contiguous shards, rank r owning shard r of every unit. Gradients, fp32
  master weights and Adam m, v use the same coordinates. What each rank holds

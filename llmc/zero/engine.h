@@ -8,8 +8,10 @@
  across HSDP replica groups, and completes stage 0's all-reduce. Every
  collective is queued on the backend's communication thread or stream and
  returns a fence; compute waits on the fence it needs, nothing more
- (DESIGN.md section 4). The optimizer states and the step are
- zero/optimizer.h's; included through llmc/zero.h, after the backend.
+ (docs/design.md section 5). It allocates the optimizer states too (master, m,
+ v in the backend's memory or an offloaded tier); the optimizer step that
+ uses them is zero/optimizer.h's, which includes this header (never the
+ other way). Included through llmc/zero.h, after the backend.
 
  Needs floatX, the Comm (llmc/comm.h) and the backend functions
  (llmc/cpu/backend.h or llmc/cuda/backend.cuh) declared first.
@@ -99,9 +101,87 @@ static inline void zero_engine_track_gathered(ZeroEngine* E) {
     zero_trace_memory(E);
 }
 
-/* (zero/optimizer.h) where master, m, v live: allocated or freed there */
-static inline void zero_optimizer_alloc(ZeroEngine* E);
-static inline void zero_optimizer_free(ZeroEngine* E);
+/* ------------------------------------------------------------------------ */
+/* The optimizer states' buffers: in the backend's memory or offloaded      */
+
+/* Buffers of an offloaded optimizer, through the ledger (the tiers of
+   zero_predict_offload_memory): host: master, m, v in host memory; disk:
+   the two streaming buffers (the file itself: zero_offload_open); a staging
+   backend: the grad and param staging shards. (zero_optimizer_alloc) */
+static inline void zero_offload_alloc(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    Ledger* L = E->ledger;
+    size_t opt = zero_held_elements(P, ZB_OPT), ms = zero_offload_unit_max(P);
+    E->off_file.fd = -1;
+    if (P->offload == OFFLOAD_HOST) {
+        if (P->master_bytes) E->master = (float*)ledger_alloc_host(L, MEM_MASTER, 4 * opt);
+        E->adam_m = (float*)ledger_alloc_host(L, MEM_ADAM_M, 4 * opt);
+        E->adam_v = (float*)ledger_alloc_host(L, MEM_ADAM_V, 4 * opt);
+    } else {
+        size_t b = (size_t)zero_offload_arrays(P) * 4 * ms;
+        for (int i = 0; i < 2; i++)
+            E->off_buf[i] = (float*)(P->offload_staging ? ledger_alloc_host(L, MEM_OFFLOAD_BUF, b)
+                                                        : ledger_alloc(L, MEM_OFFLOAD_BUF, b));
+    }
+    if (P->offload_staging) {
+        E->off_grads = (floatX*)ledger_alloc_host(L, MEM_OFFLOAD_STAGING, (size_t)P->grad_bytes * ms);
+        E->off_params = (floatX*)ledger_alloc_host(L, MEM_OFFLOAD_STAGING, (size_t)P->param_bytes * ms);
+    }
+}
+
+static inline void zero_offload_free(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    Ledger* L = E->ledger;
+    size_t opt = zero_held_elements(P, ZB_OPT), ms = zero_offload_unit_max(P);
+    ledger_free_host(L, MEM_MASTER, E->master, 4 * opt);
+    ledger_free_host(L, MEM_ADAM_M, E->adam_m, 4 * opt);
+    ledger_free_host(L, MEM_ADAM_V, E->adam_v, 4 * opt);
+    E->master = E->adam_m = E->adam_v = NULL;
+    size_t b = (size_t)zero_offload_arrays(P) * 4 * ms;
+    for (int i = 0; i < 2; i++) {
+        if (P->offload_staging) ledger_free_host(L, MEM_OFFLOAD_BUF, E->off_buf[i], b);
+        else ledger_free(L, MEM_OFFLOAD_BUF, E->off_buf[i], b);
+        E->off_buf[i] = NULL;
+    }
+    ledger_free_host(L, MEM_OFFLOAD_STAGING, E->off_grads, (size_t)P->grad_bytes * ms);
+    ledger_free_host(L, MEM_OFFLOAD_STAGING, E->off_params, (size_t)P->param_bytes * ms);
+    E->off_grads = NULL; E->off_params = NULL;
+    if (E->off_file.fd >= 0) {
+        offload_file_close(&E->off_file);
+        for (int i = 0; i < MEM_NUM; i++) L->allocated_disk[i] = 0;
+    }
+}
+
+/* The optimizer states of this rank, through the ledger (called by
+   zero_engine_init after params and grads): master (when p < 4), m and v
+   in the backend's memory, or the offloaded tiers (zero_offload_alloc).
+   The step that uses them, and the scratch file of disk offload
+   (zero_offload_open), are zero/optimizer.h's. */
+static inline void zero_optimizer_alloc(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    Ledger* L = E->ledger;
+    size_t opt = zero_held_elements(P, ZB_OPT);
+    if (P->offload == OFFLOAD_NONE) {
+        if (P->master_bytes) E->master = (float*)ledger_alloc(L, MEM_MASTER, 4 * opt);
+        E->adam_m = (float*)ledger_alloc(L, MEM_ADAM_M, 4 * opt);
+        E->adam_v = (float*)ledger_alloc(L, MEM_ADAM_V, 4 * opt);
+    } else {
+        zero_offload_alloc(E);
+    }
+}
+
+static inline void zero_optimizer_free(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    Ledger* L = E->ledger;
+    size_t opt = zero_held_elements(P, ZB_OPT);
+    if (P->offload == OFFLOAD_NONE) {
+        ledger_free(L, MEM_MASTER, E->master, 4 * opt);
+        ledger_free(L, MEM_ADAM_M, E->adam_m, 4 * opt);
+        ledger_free(L, MEM_ADAM_V, E->adam_v, 4 * opt);
+    } else {
+        zero_offload_free(E);
+    }
+}
 
 /* Allocate every model-state buffer the plan says this rank holds (params,
    grads, then the optimizer states: zero_optimizer_alloc), and the

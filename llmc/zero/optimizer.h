@@ -1,6 +1,6 @@
 /*
- zero/optimizer.h: the optimizer states and the optimizer step of the
- engine. Where the fp32 master weights and Adam m, v live: in the backend's
+ zero/optimizer.h: the optimizer step of the engine, over the optimizer
+ states that zero/engine.h allocates. Where the fp32 master weights and Adam m, v live: in the backend's
  memory (k Psi/N per rank at stages 1-3, k Psi at stage 0), or offloaded
  (--offload-optimizer, stages 1-3; ZeRO-Offload, Ren et al. 2021,
  arXiv:2101.06840; ZeRO-Infinity, arXiv:2104.07857) to page-locked host
@@ -18,84 +18,7 @@
 #include "engine.h"
 
 /* ------------------------------------------------------------------------ */
-/* Optimizer offload: buffers, the scratch file, access, the streamed step  */
-
-/* Buffers of an offloaded optimizer, through the ledger (the tiers of
-   zero_predict_offload_memory): host: master, m, v in host memory; disk:
-   the two streaming buffers (the file itself: zero_offload_open); a staging
-   backend: the grad and param staging shards. (zero_optimizer_alloc) */
-static inline void zero_offload_alloc(ZeroEngine* E) {
-    const ZeroPlan* P = E->plan;
-    Ledger* L = E->ledger;
-    size_t opt = zero_held_elements(P, ZB_OPT), ms = zero_offload_unit_max(P);
-    E->off_file.fd = -1;
-    if (P->offload == OFFLOAD_HOST) {
-        if (P->master_bytes) E->master = (float*)ledger_alloc_host(L, MEM_MASTER, 4 * opt);
-        E->adam_m = (float*)ledger_alloc_host(L, MEM_ADAM_M, 4 * opt);
-        E->adam_v = (float*)ledger_alloc_host(L, MEM_ADAM_V, 4 * opt);
-    } else {
-        size_t b = (size_t)zero_offload_arrays(P) * 4 * ms;
-        for (int i = 0; i < 2; i++)
-            E->off_buf[i] = (float*)(P->offload_staging ? ledger_alloc_host(L, MEM_OFFLOAD_BUF, b)
-                                                        : ledger_alloc(L, MEM_OFFLOAD_BUF, b));
-    }
-    if (P->offload_staging) {
-        E->off_grads = (floatX*)ledger_alloc_host(L, MEM_OFFLOAD_STAGING, (size_t)P->grad_bytes * ms);
-        E->off_params = (floatX*)ledger_alloc_host(L, MEM_OFFLOAD_STAGING, (size_t)P->param_bytes * ms);
-    }
-}
-
-static inline void zero_offload_free(ZeroEngine* E) {
-    const ZeroPlan* P = E->plan;
-    Ledger* L = E->ledger;
-    size_t opt = zero_held_elements(P, ZB_OPT), ms = zero_offload_unit_max(P);
-    ledger_free_host(L, MEM_MASTER, E->master, 4 * opt);
-    ledger_free_host(L, MEM_ADAM_M, E->adam_m, 4 * opt);
-    ledger_free_host(L, MEM_ADAM_V, E->adam_v, 4 * opt);
-    E->master = E->adam_m = E->adam_v = NULL;
-    size_t b = (size_t)zero_offload_arrays(P) * 4 * ms;
-    for (int i = 0; i < 2; i++) {
-        if (P->offload_staging) ledger_free_host(L, MEM_OFFLOAD_BUF, E->off_buf[i], b);
-        else ledger_free(L, MEM_OFFLOAD_BUF, E->off_buf[i], b);
-        E->off_buf[i] = NULL;
-    }
-    ledger_free_host(L, MEM_OFFLOAD_STAGING, E->off_grads, (size_t)P->grad_bytes * ms);
-    ledger_free_host(L, MEM_OFFLOAD_STAGING, E->off_params, (size_t)P->param_bytes * ms);
-    E->off_grads = NULL; E->off_params = NULL;
-    if (E->off_file.fd >= 0) {
-        offload_file_close(&E->off_file);
-        for (int i = 0; i < MEM_NUM; i++) L->allocated_disk[i] = 0;
-    }
-}
-
-/* The optimizer states of this rank, through the ledger (called by
-   zero_engine_init after params and grads): master (when p < 4), m and v
-   in the backend's memory, or the offloaded tiers (zero_offload_alloc). */
-static inline void zero_optimizer_alloc(ZeroEngine* E) {
-    const ZeroPlan* P = E->plan;
-    Ledger* L = E->ledger;
-    size_t opt = zero_held_elements(P, ZB_OPT);
-    if (P->offload == OFFLOAD_NONE) {
-        if (P->master_bytes) E->master = (float*)ledger_alloc(L, MEM_MASTER, 4 * opt);
-        E->adam_m = (float*)ledger_alloc(L, MEM_ADAM_M, 4 * opt);
-        E->adam_v = (float*)ledger_alloc(L, MEM_ADAM_V, 4 * opt);
-    } else {
-        zero_offload_alloc(E);
-    }
-}
-
-static inline void zero_optimizer_free(ZeroEngine* E) {
-    const ZeroPlan* P = E->plan;
-    Ledger* L = E->ledger;
-    size_t opt = zero_held_elements(P, ZB_OPT);
-    if (P->offload == OFFLOAD_NONE) {
-        ledger_free(L, MEM_MASTER, E->master, 4 * opt);
-        ledger_free(L, MEM_ADAM_M, E->adam_m, 4 * opt);
-        ledger_free(L, MEM_ADAM_V, E->adam_v, 4 * opt);
-    } else {
-        zero_offload_free(E);
-    }
-}
+/* Optimizer offload: the scratch file, access, the streamed step           */
 
 /* Collective (every rank calls it, after zero_engine_init): with
    --offload-optimizer disk:DIR, create this rank's scratch file

@@ -5,7 +5,7 @@
  and every other part (ledger, engine, optimizer, reports, the estimator's
  model-specific traffic) asks the plan.
 
- Layout (DESIGN.md section 1). Parameters form ONE flat buffer, unit-major;
+ Layout (docs/design.md section 1). Parameters form ONE flat buffer, unit-major;
  the model names the units (GPT-2: llmc/gpt_shard.h). Inside a unit every
  tensor starts at a multiple of ZERO_ALIGN elements; the unit is then padded
  to a multiple of the shard granule (zero_granule: N x R x ZERO_ALIGN

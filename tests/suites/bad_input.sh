@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/suites/bad_input.sh: bad input must end cleanly (DESIGN.md section 6).
+# tests/suites/bad_input.sh: bad input must end cleanly (docs/design.md section 7, the error contract).
 #
 # Crafts bad token shards, checkpoints, tokenizer files, debug states and
 # impossible flags in a temporary directory (tests/badinput/make_inputs.py) and

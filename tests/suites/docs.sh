@@ -5,7 +5,9 @@
 #   - README.md stays short (under 250 lines: the detail is in docs/);
 #   - every relative link in README.md and docs/*.md points at a file that
 #     exists (anchors are not checked);
-#   - the project speaks of itself alone: no words of a workplace's tools.
+#   - the project speaks of itself alone: no words of a workplace's tools;
+#   - the design is docs/design.md: nothing cites a DESIGN.md outside the
+#     repository, and the code's "docs/design.md section N" citations exist.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -31,6 +33,15 @@ for f in README.md docs/*.md; do
   done
 done
 [ -z "$broken" ] && ok "every relative link in README.md and docs/*.md resolves" || bad "broken links:$broken"
+# the design is in the repository: nothing cites a DESIGN.md outside it, and every
+# "docs/design.md section N" citation in the code names a section that exists
+cites=$(grep -rln --exclude=docs.sh "DESIGN\.md" README.md docs llmc tests dev scripts train_gpt.cu test_gpt.cu Makefile cuda.mk 2>/dev/null | tr '\n' ' ')
+[ -z "$cites" ] && ok "no file cites a DESIGN.md outside the repository (docs/design.md is the design)" || bad "files cite DESIGN.md, which the repository does not hold: $cites"
+badsec=""
+for n in $(grep -rhoE "docs/design\.md section [0-9]+" llmc tests dev scripts train_gpt.cu test_gpt.cu 2>/dev/null | awk '{print $3}' | sort -u); do
+  grep -qE "^## $n\. " docs/design.md || badsec="$badsec $n"
+done
+[ -f docs/design.md ] && [ -z "$badsec" ] && ok "every 'docs/design.md section N' citation names a section of docs/design.md" || bad "docs/design.md lacks cited sections:$badsec"
 w=$(grep -rniwE "lent (machine|gpu)|device tool|lease|leased" README.md docs/ scripts/ 2>/dev/null | head -3)
 [ -z "$w" ] && ok "no words of a workplace's tools in README.md, docs/, scripts/" || bad "workplace words: $w"
 summary

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/suites/faults.sh: failures end every rank cleanly and never cost the last
-# good checkpoint (DESIGN.md section 6; llmc/state.h, llmc/checkpoint.h).
+# good checkpoint (docs/design.md section 7, the error contract; llmc/state.h, llmc/checkpoint.h).
 #  1. a rank killed: kill -9 of one rank's pid during training (rank 1 of 3,
 #     rank 0 of 2) ends every rank within 30 s, mpirun exits non-zero and its
 #     output names the rank that died.
