@@ -139,6 +139,10 @@ static const Flag TFLAGS[] = {
 };
 #undef TO
 
+/* The checks in the order of the reference's own steps (logits, loss, every
+   gradient, the step losses, the ledger, the traffic), each printing its
+   measured error beside its bound; one long function so that it reads as
+   the list of what is checked. */
 int main(int argc, char** argv) {
     backend_preinit(argv);
     Comm comm;

@@ -334,7 +334,8 @@ static const Flag FLAGS[] = {
     I(NULL, "-y", "<0|1>", resume, 0, 1, 0, "resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)"),
     FN("ZeRO", "-z", "<0..3|auto>", flag_zero, "1", "zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params;\n"
        "auto: the fastest configuration that fits this rank's memory, predicted from the plan\n"
-       "(stages, --shard-group, --reshard-embedding, --keep-logits, -b with -d, offload last)\n"
+       "(stages, --shard-group, --reshard-embedding, --keep-logits, -r 0..3 unless -r is given,\n"
+       "-b with -d, offload last)\n"
        "(1 is make train's ZERO too)"),
     I(NULL, "--reshard-after-forward", "<0|1>", reshard_after_forward, 0, 1, GIVEN(reshard_given), "stage 3: free blocks after forward"),
     I(NULL, "--prefetch", "<n>", prefetch, 0, 64, GIVEN(prefetch_given), "stage 3: units gathered ahead of use"),
@@ -835,17 +836,12 @@ static void setup_data(Run* r, int B) {
     }
 }
 
-/* The fit check and -z auto (llmc/gpt_fit.h), before anything of the model
-   is allocated: this rank's budget, the predicted peak of the configuration
-   (or of every candidate with -z auto), the choice. Rank 0 prints what it
-   decided; a configuration over the budget is refused with one message on
-   every rank (--fit-check 0 runs it anyway). */
+/* The fit check and -z auto (llmc/gpt_fit.h: gpt2_fit_decide), before
+   anything of the model is allocated; -z auto's choice becomes the run's
+   flags (and the data loaders again when it changes -b). */
 static void fit_or_choose(Run* r) {
     Args* a = &r->a;
     Comm* comm = r->comm;
-    char err[ERRLEN] = "";
-    FitBudget bud = fit_budget(a->memory_limit, comm->local_size);
-    if (!a->memory_limit) backend_memory_budget(&bud.bytes, bud.source, sizeof(bud.source), comm->local_rank, comm->local_size); /* CUDA: the device's free memory */
     FitContext x;
     memset(&x, 0, sizeof(x));
     x.cfg = &r->cfg; x.base = model_options(a, r->accum);
@@ -860,178 +856,45 @@ static void fit_or_choose(Run* r) {
     if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
     x.loaders = backend_host_counts() ? dataloader_host_bytes(&r->train) * (r->have_train ? 1 : 0) +
                                         dataloader_host_bytes(&r->val) * (r->have_val ? 1 : 0) : 0;
-    /* one decision for all ranks: the smallest budget, the largest baseline */
-    unsigned long long lo = bud.bytes, hi = x.baseline;
-    MPI_Allreduce(&bud.bytes, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&x.baseline, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    x.budget = lo; x.baseline = hi;
-    FitCandidate mine;
-    memset(&mine, 0, sizeof(mine));
-    mine.opt = x.base; mine.G = a->shard_group > 0 ? a->shard_group : r->N; mine.B = a->B;
-    if (a->zero_auto) {
-        if (a->link_inside_gbps > 0) { x.inside_Bps = a->link_inside_gbps * 1.25e8; x.across_Bps = a->link_across_gbps * 1.25e8; }
-        else fit_measure_links(comm, &x.inside_Bps, &x.across_Bps);
-        x.flops_per_s = backend_matmul_flops();
-        if (x.offload_dir_given) {
-            struct stat st;
-            if (stat(a->offload_dir, &st) != 0) set_err(err, ERRLEN, "--offload-optimizer disk:%s: %s (-z auto may put the optimizer states there)", a->offload_dir, strerror(errno));
-            else if (!S_ISDIR(st.st_mode)) set_err(err, ERRLEN, "--offload-optimizer disk:%s: not a directory (-z auto may put the optimizer states there)", a->offload_dir);
-            else x.disk_Bps = offload_probe_rate(a->offload_dir);
-            comm_check_all(comm, err);
-        }
-        /* the probes leave MPI's buffers for the new communicators and
-           the libraries' matmul state resident: measure the baseline again */
-        malloc_trim(0);   /* the probes' freed buffers back to the system */
-        unsigned long long now = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
-        MPI_Allreduce(&now, &x.baseline, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-        int cap = 4096;
-        FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "-z auto candidates");
-        int n = gpt2_fit_enumerate(&x, cs, cap);
-        int best = -1;
-        for (int pass = 0; pass < 2 && best < 0; pass++)   /* offload only when nothing else fits */
-            for (int i = 0; i < n; i++) {
-                FitCandidate* c = &cs[i];
-                if (!c->fits || (c->opt.offload == OFFLOAD_DISK) != (pass == 1)) continue;
-                if (pass == 1 && !x.offload_dir_given) continue;
-                if (a->shard_group > 0 && c->G != a->shard_group) continue;
-                if (best < 0 || gpt2_fit_better(c, &cs[best])) best = i;
-            }
-        if (comm->rank == 0) {
-            printf("-z auto: %d configurations on the plan, this rank's budget %.4g GB (%s), links %.3g Gbit/s inside a node, "
-                   "%.3g across nodes (%s), compute %.1f GFLOP/s per rank (measured)%s\n", n, x.budget / 1e9, bud.source,
-                   x.inside_Bps / 1.25e8, x.across_Bps / 1.25e8, a->link_inside_gbps > 0 ? "--link-gbps" : "measured", x.flops_per_s / 1e9,
-                   x.workspace ? "" : "; workspace not calibrated (make builds build/fit/)");
-            gpt2_fit_header(stdout);
-            /* the fitting ones by predicted time, then the five closest to fitting */
-            int* ord = (int*)malloc_or_die((size_t)(n > 0 ? n : 1) * sizeof(int), "-z auto order");
-            int k = 0;
-            for (int i = 0; i < n; i++) if (cs[i].fits) ord[k++] = i;
-            for (int i = 1; i < k; i++) for (int j = i; j > 0 && cs[ord[j]].step_ms < cs[ord[j - 1]].step_ms; j--) { int t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t; }
-            int shown = 0;
-            for (int i = 0; i < k && shown < 24; i++, shown++) gpt2_fit_row(stdout, &x, &cs[ord[i]], ord[i] == best ? "<- chosen" : "");
-            if (k > 24) printf("  ... %d more that fit\n", k - 24);
-            int nf = 0;
-            for (int i = 0; i < n; i++) if (!cs[i].fits) ord[nf++] = i;
-            for (int i = 1; i < nf; i++) for (int j = i; j > 0 && cs[ord[j]].mem.peak < cs[ord[j - 1]].mem.peak; j--) { int t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t; }
-            for (int i = 0; i < nf && i < 8; i++) gpt2_fit_row(stdout, &x, &cs[ord[i]], "");
-            if (nf > 8) printf("  ... %d more that do not fit\n", nf - 8);
-            free(ord);
-        }
-        if (best < 0) {
-            set_err(err, ERRLEN, "-z auto: none of the %d configurations fits this rank's budget of %.4g GB (%s): lower -b/-t or the model size, "
-                    "add ranks or memory%s", n, x.budget / 1e9, bud.source,
-                    x.offload_dir_given ? "" : ", or allow the offloaded optimizer (not tried) with --offload-optimizer disk:DIR");
-        } else {
-            FitCandidate* c = &cs[best];
-            a->zero_stage = c->opt.zero_stage; a->shard_group = c->G; a->reshard_embedding = c->opt.reshard_embedding;
-            a->keep_logits = c->opt.keep_logits; a->B = c->B; a->recompute = c->opt.recompute;
-            if (c->opt.offload == OFFLOAD_NONE) a->offload = OFFLOAD_NONE;
-            mine = *c;
-            if (comm->rank == 0) {
-                char fl[600];
-                gpt2_fit_flags(&x, c, fl, sizeof(fl));
-                printf("-z auto: chose %s: %s of the configurations that fit %.4g GB per rank: %.4g GB per rank predicted, "
-                       "%.1f ms per step (compute %.1f, communication and I/O %.1f; no overlap assumed)\n", fl,
-                       c->opt.offload == OFFLOAD_DISK ? "nothing fits without offload; the fastest offloaded one" : "the fastest",
-                       x.budget / 1e9, c->mem.peak / 1e9, c->step_ms, c->compute_ms, c->comm_ms + c->io_ms);
-            }
-        }
-        free(cs);
-        comm_check_all(comm, err);
-        r->tokens_per_micro = (long)a->B * a->T * r->N;
-        r->accum = (int)(a->total_batch / r->tokens_per_micro);
-        if (a->B != x.B) setup_data(r, a->B);
-        r->fit = mine;
-        r->budget = x.budget;
-        snprintf(r->budget_source, sizeof(r->budget_source), "%s", bud.source);
-        return;
-    }
-    gpt2_fit_evaluate(&x, &mine, err, ERRLEN);
-    comm_check_all(comm, err);
-    r->fit = mine;
-    r->budget = x.budget;
-    snprintf(r->budget_source, sizeof(r->budget_source), "%s", bud.source);
-    const FitPeak* m = &mine.mem;
-    if (mine.fits || !a->fit_check) {
-        if (comm->rank == 0 && !mine.fits)
-            printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over this rank's budget of %.4g GB (%s): running anyway\n",
-                   a->zero_stage, m->peak / 1e9, x.budget / 1e9, bud.source);
-        return;
-    }
-    /* refused: say what would fit */
-    int cap = 4096;
-    FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "fit alternatives");
-    x.offload_dir_given = 1;   /* list the offloaded configurations too */
-    int n = gpt2_fit_enumerate(&x, cs, cap);
-    char alts[2000] = "";
-    int shown = 0, taken[3] = {-1, -1, -1};
-    for (; shown < 3; shown++) {   /* without offload first, then the fastest */
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            FitCandidate* c = &cs[i];
-            if (!c->fits || i == taken[0] || i == taken[1] || i == taken[2]) continue;
-            if (best >= 0) {
-                FitCandidate* b = &cs[best];
-                int co = c->opt.offload != OFFLOAD_NONE, bo = b->opt.offload != OFFLOAD_NONE;
-                if (co != bo ? co > bo : !gpt2_fit_better(c, b)) continue;
-            }
-            best = i;
-        }
-        if (best < 0) break;
-        taken[shown] = best;
-        char fl[600];
-        gpt2_fit_flags(&x, &cs[best], fl, sizeof(fl));
-        size_t l = strlen(alts);
-        snprintf(alts + l, sizeof(alts) - l, "%s%s (%.4g GB)", shown ? ", or " : "", fl, cs[best].mem.peak / 1e9);
-    }
-    free(cs);
-    char nothing[200];
-    snprintf(nothing, sizeof(nothing), "No stage fits %d rank%s at -b %d -t %d, even offloaded%s: add ranks or memory, or lower -b (with -d for the same "
-             "global batch) or -t", r->N, r->N > 1 ? "s" : "", a->B, a->T, a->recompute_given ? "" : " or with -r 3");
-    /* the stage's formula in numbers, e.g. "(p+g) Psi + k Psi/N = 4 Psi + 12 Psi/2" */
-    int pb = (int)sizeof(floatX), kb = pb == 2 ? 12 : 8, G = mine.G;
-    char form[160];
-    switch (a->zero_stage) {
-        case 0: snprintf(form, sizeof(form), "(p+g+k) Psi = %d Psi", 2 * pb + kb); break;
-        case 1: snprintf(form, sizeof(form), "(p+g) Psi + k Psi/N = %d Psi + %d Psi/%d", 2 * pb, kb, G); break;
-        case 2: snprintf(form, sizeof(form), "p Psi + (g+k) Psi/N = %d Psi + %d Psi/%d", pb, pb + kb, G); break;
-        default: snprintf(form, sizeof(form), "(p+g+k) Psi/N = %d Psi/%d", 2 * pb + kb, G); break;
-    }
-    if (a->offload != OFFLOAD_NONE) snprintf(form + strlen(form), sizeof(form) - strlen(form), ", the optimizer's k Psi/N offloaded");
-    char refusal[3000];   /* longer than ERRLEN: up to three alternatives with their flags */
-    set_err(refusal, sizeof(refusal), "-e %s (L=%d C=%d, %.4g parameters) at zero_stage %d needs %.4g GB per rank (model states %.4g GB = %s, activations %.4g GB, other %.4g GB); "
-            "this rank's budget is %.4g GB (%s). %s%s (--fit-check 0 runs it anyway)",
-            a->init, r->cfg.num_layers, r->cfg.channels, (double)gpt2_count_parameters(&r->cfg),
-            a->zero_stage, m->peak / 1e9, m->model_states / 1e9, form, m->activations / 1e9,
-            (m->peak - m->model_states - m->activations) / 1e9, x.budget / 1e9, bud.source, shown ? "Fits: " : nothing, alts);
-    comm_check_all(comm, refusal);
+    FitRequest q = {a->memory_limit, a->zero_auto, a->fit_check, a->shard_group > 0 ? a->shard_group : 0,
+                    a->link_inside_gbps, a->link_across_gbps, a->init};
+    FitDecision d;
+    gpt2_fit_decide(comm, &x, &q, a->shard_group > 0 ? a->shard_group : r->N, &d);
+    r->fit = d.run;
+    r->budget = d.budget;
+    snprintf(r->budget_source, sizeof(r->budget_source), "%s", d.budget_source);
+    if (!a->zero_auto) return;
+    const FitCandidate* c = &d.run;
+    a->zero_stage = c->opt.zero_stage; a->shard_group = c->G; a->reshard_embedding = c->opt.reshard_embedding;
+    a->keep_logits = c->opt.keep_logits; a->B = c->B; a->recompute = c->opt.recompute;
+    if (c->opt.offload == OFFLOAD_NONE) a->offload = OFFLOAD_NONE;
+    r->tokens_per_micro = (long)a->B * a->T * r->N;
+    r->accum = (int)(a->total_batch / r->tokens_per_micro);
+    if (a->B != x.B) setup_data(r, a->B);
 }
 
-/* Setup: flags and their checks, the model's config, the data, the fit
-   check (or -z auto's choice), shard groups, the backend, the model (plan,
-   engine, activations: every byte through the ledger), its parameters
-   (checkpoint or init), log, resume. Every error ends every rank with one
-   message (comm_check_all). */
-static void setup_run(Run* r, const Args* args, Comm* comm) {
-    char err[ERRLEN] = "";
-    memset(r, 0, sizeof(*r));
-    r->a = *args; r->comm = comm;
+/* The global batch and the micro-steps per optimizer step (-d, or B*T*N). */
+static void setup_batch(Run* r) {
     Args* a = &r->a;
-    check_args(a, comm->world_size, err, ERRLEN);
-    comm_check_all(comm, err);
-    resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
-    comm_check_all(comm, err);
-    r->ckpt_version_in = r->from_ckpt ? gpt2_checkpoint_version(a->init) : 0;
-    signal(SIGXFSZ, SIG_IGN); /* a write beyond the file size limit fails with EFBIG, reported at the save */
-    int N = r->N = comm->world_size;
+    char err[ERRLEN] = "";
+    int N = r->N;
     r->tokens_per_micro = (long)a->B * a->T * N;
     if (a->total_batch < 0) a->total_batch = r->tokens_per_micro;
     if (a->total_batch % r->tokens_per_micro != 0)
         set_err(err, ERRLEN, "-d %ld: total batch must be a multiple of B*T*ranks = %d*%d*%d = %ld tokens", a->total_batch, a->B, a->T, N, r->tokens_per_micro);
     if (!err[0] && a->total_batch / r->tokens_per_micro > (1L << 20))
         set_err(err, ERRLEN, "-d %ld: grad accumulation of %ld micro-steps is too large (at most %ld)", a->total_batch, a->total_batch / r->tokens_per_micro, 1L << 20);
-    comm_check_all(comm, err);
+    comm_check_all(r->comm, err);
     r->accum = (int)(a->total_batch / r->tokens_per_micro);
+}
+
+/* ZeRO++'s ranks per node (--node-size, or read off the hosts' names) and
+   hpZ's `node` resolved to a group size, checked against the shard group. */
+static void setup_node_size(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
+    int N = r->N;
     if ((a->secondary == -1 || a->quant_grads) && a->node_size == 0) {   /* the ranks of the shard group on this node */
         a->node_size = comm_group_ranks_per_node(comm, a->shard_group > 0 ? a->shard_group : N, err, ERRLEN);
         if (!a->node_size && a->secondary != -1) { err[0] = 0; a->node_size = 1; }   /* qgZ alone: one hop over the group */
@@ -1050,30 +913,43 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     if (comm->rank == 0 && a->node_size_given && !uses_node)
         fprintf(stderr, "warning: --node-size %d has no effect without --secondary-shard node or --quantize-grads\n", a->node_size);
     comm_check_all(comm, err);
-    setup_data(r, a->B);
-    fit_or_choose(r);
-    if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
-    /* shard groups (HSDP) and overlap, before the backend starts its streams / thread */
+}
+
+/* The communicators of the configuration decided (HSDP's groups, hpZ's,
+   qgZ's), then the backend (before it starts its streams / thread), and
+   the warnings for flags that have no effect in it (rank 0, once). */
+static void setup_groups_backend(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
     int G = a->shard_group > 0 ? a->shard_group : comm->world_size;
     if (G != comm->world_size) comm_set_groups(comm, G);
     if (a->secondary > 1) comm_set_secondary(comm, a->secondary);
     if (a->quant_grads) comm_set_qg_groups(comm, a->node_size);
     comm->overlap = a->overlap;
     backend_init(comm); /* GPU + NCCL (CUDA build); -h and --estimate need no device */
-    if (comm->rank == 0 && a->zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
+    if (comm->rank != 0) return;
+    if (a->zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
         if (a->reshard_given) fprintf(stderr, "warning: --reshard-after-forward %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_after_forward, a->zero_stage);
         if (a->prefetch_given) fprintf(stderr, "warning: --prefetch %d has no effect at zero_stage %d (stage 3 only)\n", a->prefetch, a->zero_stage);
         if (a->reshard_emb_given && !a->zero_auto) fprintf(stderr, "warning: --reshard-embedding %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_embedding, a->zero_stage);
     }
-    if (comm->rank == 0 && a->quant_weights && comm->group_size == 1)
+    if (a->quant_weights && comm->group_size == 1)
         fprintf(stderr, "warning: --quantize-weights int8 has no effect in a shard group of one rank (nothing is all-gathered)\n");
-    if (comm->rank == 0 && a->quant_grads && comm->group_size == 1)
+    if (a->quant_grads && comm->group_size == 1)
         fprintf(stderr, "warning: --quantize-grads int%d has no effect in a shard group of one rank (nothing is reduced)\n", a->quant_grads);
-    if (comm->rank == 0 && a->quant_grads_block_given && !a->quant_grads)
+    if (a->quant_grads_block_given && !a->quant_grads)
         fprintf(stderr, "warning: --quantize-grads-block %d has no effect without --quantize-grads\n", a->quant_grads_block);
-    if (comm->rank == 0 && a->quant_block_given && !a->quant_weights)
+    if (a->quant_block_given && !a->quant_weights)
         fprintf(stderr, "warning: --quantize-weights-block %d has no effect without --quantize-weights int8\n", a->quant_weights_block);
+}
 
+/* The model: plan, engine and activations through the ledger (gpt2_init),
+   the disk offload's scratch files, then its parameters (checkpoint or
+   random init). */
+static void setup_model(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
     GPT2Options mopt = model_options(a, r->accum);
     if (gpt2_init(&r->model, &r->cfg, comm, &mopt, a->B, a->T, err, ERRLEN)) {
         size_t l = strlen(err);
@@ -1087,6 +963,53 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     if (r->from_ckpt) gpt2_load_checkpoint(&r->model, a->init, err, ERRLEN);
     else gpt2_init_random(&r->model, a->seed);
     comm_check_all(comm, err);
+}
+
+/* DIR/runs.txt (rank 0): one line per start, the concrete configuration
+   (what -z auto chose; the state itself does not depend on the stage). */
+static void write_runs_txt(const Run* r) {
+    const Args* a = &r->a;
+    if (!a->output_dir || r->comm->rank != 0) return;
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/runs.txt", a->output_dir);
+    FILE* f = fopen(p, "a");
+    char qw[32] = "none";
+    if (a->quant_weights) snprintf(qw, sizeof(qw), "int8/%d", a->quant_weights_block);
+    char qg[32] = "none";
+    if (a->quant_grads) snprintf(qg, sizeof(qg), "int%d/%d/node %d", a->quant_grads, a->quant_grads_block, a->node_size);
+    if (!f) return;
+    fprintf(f, "start step %d: ranks %d zero_stage %d shard_group %d reshard_after_forward %d reshard_embedding %d keep_logits %d "
+            "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d%s\n", r->start_step, r->N,
+            a->zero_stage, r->comm->group_size, a->reshard_after_forward, a->reshard_embedding, a->keep_logits, a->recompute, a->B, a->T, r->accum,
+            a->offload == OFFLOAD_DISK ? "disk:" : a->offload == OFFLOAD_HOST ? "host" : "none",
+            a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, a->zero_auto ? " (chosen by -z auto)" : "");
+    fclose(f);
+}
+
+/* Setup: flags and their checks, the model's config, the data, the fit
+   check (or -z auto's choice), shard groups, the backend, the model (plan,
+   engine, activations: every byte through the ledger), its parameters
+   (checkpoint or init), log, resume. Every error ends every rank with one
+   message (comm_check_all). */
+static void setup_run(Run* r, const Args* args, Comm* comm) {
+    char err[ERRLEN] = "";
+    memset(r, 0, sizeof(*r));
+    r->a = *args; r->comm = comm;
+    Args* a = &r->a;
+    check_args(a, comm->world_size, err, ERRLEN);
+    comm_check_all(comm, err);
+    resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
+    comm_check_all(comm, err);
+    r->ckpt_version_in = r->from_ckpt ? gpt2_checkpoint_version(a->init) : 0;
+    signal(SIGXFSZ, SIG_IGN); /* a write beyond the file size limit fails with EFBIG, reported at the save */
+    r->N = comm->world_size;
+    setup_batch(r);
+    setup_node_size(r);
+    setup_data(r, a->B);
+    fit_or_choose(r);
+    if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
+    setup_groups_backend(r);
+    setup_model(r);
     if (a->output_dir) {
         if (comm->rank == 0) {
             char p[4096];
@@ -1100,26 +1023,8 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     r->start_step = a->resume ? state_resume(&r->model, &r->train, a->output_dir, a->max_steps, &r->saved, r->resumed, sizeof(r->resumed)) : 0;
     AdamWConfig opt = {a->lr, 0.9f, 0.95f, 1e-8f, a->weight_decay, a->grad_clip};
     r->opt = opt;
-    r->dloss = 1.0f / (float)((double)a->B * a->T * N * r->accum);
-    /* DIR/runs.txt: one line per start, the concrete configuration (what
-       -z auto chose; the state itself does not depend on the stage) */
-    if (a->output_dir && comm->rank == 0) {
-        char p[4096];
-        snprintf(p, sizeof(p), "%s/runs.txt", a->output_dir);
-        FILE* f = fopen(p, "a");
-        char qw[32] = "none";
-        if (a->quant_weights) snprintf(qw, sizeof(qw), "int8/%d", a->quant_weights_block);
-        char qg[32] = "none";
-        if (a->quant_grads) snprintf(qg, sizeof(qg), "int%d/%d/node %d", a->quant_grads, a->quant_grads_block, a->node_size);
-        if (f) {
-            fprintf(f, "start step %d: ranks %d zero_stage %d shard_group %d reshard_after_forward %d reshard_embedding %d keep_logits %d "
-                    "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d%s\n", r->start_step, N, a->zero_stage, comm->group_size,
-                    a->reshard_after_forward, a->reshard_embedding, a->keep_logits, a->recompute, a->B, a->T, r->accum,
-                    a->offload == OFFLOAD_DISK ? "disk:" : a->offload == OFFLOAD_HOST ? "host" : "none",
-                    a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, a->zero_auto ? " (chosen by -z auto)" : "");
-            fclose(f);
-        }
-    }
+    r->dloss = 1.0f / (float)((double)a->B * a->T * r->N * r->accum);
+    write_runs_txt(r);
 }
 
 /* -y 1: what was loaded, and what the flags change against the saved run
@@ -1305,69 +1210,6 @@ static void log_step(Run* r, int step, const StepStats* s) {
 /* After the last step: the trace, the traffic table, the peaks and the
    average; frees everything. Returns the exit code: 2 when any rank's
    ledger or traffic differed from the plan. */
-/* --straggler-report: every rank's mean step, compute and wait times over
-   the timed steps, and how long the other ranks waited for its data (comm.h's
-   watch: from posting a collective's receive to that peer's data arriving,
-   mean per receive and over the other ranks). A rank the others wait for
-   well above the rest (over 1.5x the median and by 1 ms) is named, with
-   its node. Collective over all ranks; rank 0 prints. */
-static void straggler_report(Run* r) {
-    Comm* c = r->comm;
-    int N = c->world_size;
-    CommWatch* w = &comm_watch;
-    double mine[3] = {r->timed ? r->total_ms / r->timed : 0.0, r->timed ? r->total_wait_ms / r->timed : 0.0, 0.0};
-    double* row = (double*)malloc_or_die((size_t)(3 + 2 * N) * sizeof(double), "straggler report");
-    memcpy(row, mine, sizeof(mine));
-    pthread_mutex_lock(&w->mu);
-    for (int q = 0; q < N; q++) { row[3 + q] = w->wait_for[q]; row[3 + N + q] = (double)w->waits[q]; }
-    pthread_mutex_unlock(&w->mu);
-    double* all = c->rank == 0 ? (double*)malloc_or_die((size_t)N * (3 + 2 * N) * sizeof(double), "straggler report") : NULL;
-    MPI_Request rq;
-    MPI_Igather(row, 3 + 2 * N, MPI_DOUBLE, all, 3 + 2 * N, MPI_DOUBLE, 0, MPI_COMM_WORLD, &rq);
-    comm_wait_request(&rq, 0, "the straggler report's gather");
-    if (c->rank == 0) {
-        double* late = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
-        for (int p = 0; p < N; p++) {   /* mean over observers o != p of (o's wait for p per receive) */
-            double sum = 0.0;
-            int k = 0;
-            for (int o = 0; o < N; o++) {
-                const double* ro = all + (size_t)o * (3 + 2 * N);
-                if (o == p || ro[3 + N + p] <= 0) continue;
-                sum += ro[3 + p] / ro[3 + N + p]; k++;
-            }
-            late[p] = k ? 1000.0 * sum / k : 0.0;
-        }
-        printf("straggler report (%d timed steps; \"others waited\": from posting a collective's receive to this rank's data arriving, ms per "
-               "collective, the mean over the other ranks):\n", r->timed);
-        printf("  %5s  %-24s %10s %11s %10s %15s\n", "rank", "node", "step ms", "compute ms", "waited ms", "others waited");
-        for (int p = 0; p < N; p++) {
-            const double* rp = all + (size_t)p * (3 + 2 * N);
-            printf("  %5d  %-24s %10.1f %11.1f %10.1f %15.3f\n", p, w->host[p], rp[0], rp[0] - rp[1], rp[1], late[p]);
-        }
-        double* sorted = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
-        memcpy(sorted, late, (size_t)N * sizeof(double));
-        for (int i = 1; i < N; i++) for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) { double t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
-        double med = N ? sorted[(N - 1) / 2] : 0.0;
-        char names[512] = "";
-        size_t k = 0;
-        double worst = 0.0;
-        const char* last_host = NULL;
-        for (int p = 0; p < N && k < sizeof(names) - 80; p++) {
-            if (!(late[p] > 1.5 * med && late[p] - med > 1.0)) continue;
-            if (last_host && strcmp(last_host, w->host[p])) k += (size_t)snprintf(names + k, sizeof(names) - k, " (node %s)", last_host);
-            k += (size_t)snprintf(names + k, sizeof(names) - k, "%s%d", k ? ", " : "", p);
-            last_host = w->host[p];
-            if (late[p] > worst) worst = late[p];
-        }
-        if (last_host) snprintf(names + k, sizeof(names) - k, " (node %s)", last_host);
-        if (names[0]) printf("straggler: rank%s %s: the others waited up to %.3f ms per collective for its data, against a median of %.3f ms\n",
-                             strchr(names, ',') ? "s" : "", names, worst, med);
-        else printf("straggler: none (no rank's data kept the others waiting over 1.5x the median of %.3f ms per collective)\n", med);
-        free(sorted); free(late); free(all);
-    }
-    free(row);
-}
-
 static int finish(Run* r) {
     const Args* a = &r->a;
     Comm* comm = r->comm;
@@ -1423,7 +1265,8 @@ static int finish(Run* r) {
                    r->total_ms / r->timed, r->start_step + 2, a->max_steps, r->timed, tps, tps * fpt / 1e9, fpt);
         }
     }
-    if (a->straggler_report) straggler_report(r);
+    if (a->straggler_report)
+        comm_straggler_report(comm, r->timed ? r->total_ms / r->timed : 0.0, r->timed ? r->total_wait_ms / r->timed : 0.0, r->timed);
     if (r->logf) fclose(r->logf);
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);

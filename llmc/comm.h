@@ -1,13 +1,17 @@
 /*
  comm.h: the process group. MPI bootstrap (rank, world size, local rank on
- the node via MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)), collective error
- handling, host-side scalar all-reduces, and the traffic counters that every
- collective of the ZeRO engine reports to.
+ the node via MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)), the shard and
+ replica groups (HSDP) and ZeRO++'s groups, the collective error contract
+ (comm_check_all, comm_fatal), the collective watch (every wait's timeout,
+ the per-peer arrival times), the traffic counters that every collective of
+ the ZeRO engine reports to, and the placement table.
 
- Traffic accounting (per rank, bytes handed and on the wire): traffic.h.
- The device collectives themselves (MPI on host buffers for the CPU build,
- NCCL on device buffers for the CUDA build) live in the backend and call
- comm_count() once per call.
+ The collectives themselves: comm_host.h (the deterministic collectives on
+ host buffers: reduce-scatter, all-gather, all-reduce, the scalar sums) and
+ comm_quant.h (ZeRO++'s quantized all-gather and reduce-scatter), each
+ including this header. Traffic accounting (per rank, bytes handed and on
+ the wire): traffic.h. The backends (MPI on host buffers for the CPU build,
+ NCCL on device buffers for the CUDA build) call comm_count() once per call.
 */
 #ifndef LLMC_COMM_H
 #define LLMC_COMM_H
@@ -25,7 +29,6 @@
 #include "utils.h"
 #include "bf16.h"
 #include "traffic.h"
-#include "quant.h"
 
 /* The collective watch (see "Timeouts and arrival times" below): one per
    process. */
@@ -239,27 +242,6 @@ static inline void comm_fatal(Comm* c, const char* fmt, ...) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Deterministic collectives on host buffers                                */
-/*
- Every sum the trainer makes across ranks goes through these functions (the
- CPU backend's collectives, the CUDA backend's host-staged mode, the loss and
- grad-norm scalars). They sum in a FIXED RANK ORDER, q = 0, 1, ..., n-1, in
- fp32 (doubles for the scalars), and round once: the result depends only on
- the ranks' inputs, never on the MPI library's reduction algorithm, the
- network or the stage that called them. So stages 0-3 reduce identical
- gradients to identical bits (stage 0's all-reduce is a reduce-scatter
- followed by an all-gather, the ZeRO paper's 2 Psi).
-
- Elements: eb = 4 (fp32) or 2 (bf16 bits, llmc/bf16.h; summed in fp32,
- rounded to nearest even once). Sizes in elements; `shard` must be < 2^31.
- On the wire each rank sends (n-1) * shard elements per reduce-scatter or
- all-gather, what a ring sends ((n-1)/n of the full buffer), at eb bytes per
- element: bf16 stays bf16 on the wire and is never summed in bf16.
-*/
-
-static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T : MPI_FLOAT; }
-
-/* ------------------------------------------------------------------------ */
 /* Timeouts and arrival times
  Every collective of the trainer on host buffers is made of point-to-point
  messages, one per peer (MPI_Irecv from each, MPI_Isend to each: the bytes
@@ -295,6 +277,25 @@ static inline int comm_world_ranks(MPI_Comm mc, int n, int* out) {
     return 0;
 }
 
+/* World ranks ranks[0..n) as a list grouped by node, the form of every
+   message that names ranks: "2, 3 (node llmc-node1), 5 (node llmc-node2)"
+   (a node named after its last rank in a run of ranks on it). Returns the
+   length written into out (cap bytes; a list that does not fit ends early). */
+static inline size_t comm_format_ranks(char* out, size_t cap, const int* ranks, int n) {
+    const CommWatch* w = &comm_watch;
+    size_t k = 0;
+    const char* last_host = NULL;
+    out[0] = 0;
+    for (int i = 0; i < n && k + 80 < cap; i++) {
+        const char* h = w->host ? w->host[ranks[i]] : "?";
+        if (last_host && strcmp(h, last_host)) k += (size_t)snprintf(out + k, cap - k, " (node %s)", last_host);
+        k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? ", " : "", ranks[i]);
+        last_host = h;
+    }
+    if (last_host && k < cap) k += (size_t)snprintf(out + k, cap - k, " (node %s)", last_host);
+    return k < cap ? k : cap - 1;
+}
+
 /* The timeout's one line (see above) and exit 1. missing[q] != 0: the
    peers (ranks q of mc) whose data did not arrive (recv = 1) or that did
    not take this rank's (recv = 0). */
@@ -306,16 +307,8 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
     int nmiss = 0;
     for (int q = 0; q < n; q++) nmiss += missing[q] != 0;
     if (wr && mc != MPI_COMM_NULL && comm_world_ranks(mc, n, wr) == 0) {
-        const char* last_host = NULL;
-        int first = 1;
-        for (int q = 0; q < n && k < sizeof(list) - 80; q++) {
-            if (!missing[q]) continue;
-            const char* h = w->host ? w->host[wr[q]] : "?";
-            if (last_host && strcmp(h, last_host)) k += (size_t)snprintf(list + k, sizeof(list) - k, " (node %s)", last_host);
-            k += (size_t)snprintf(list + k, sizeof(list) - k, "%s%d", first ? "" : ", ", wr[q]);
-            first = 0; last_host = h;
-        }
-        if (last_host) snprintf(list + k, sizeof(list) - k, " (node %s)", last_host);
+        for (int q = 0; q < n; q++) if (missing[q]) wr[k++] = wr[q];   /* the missing ones, in order */
+        comm_format_ranks(list, sizeof(list), wr, (int)k);
     }
     char unit[32] = "", step[32] = "";
     if (comm_ctx_unit >= 0) snprintf(unit, sizeof(unit), " of unit %d", comm_ctx_unit);
@@ -396,254 +389,65 @@ static inline void comm_wait_request(MPI_Request* req, int poll, const char* wha
     }
 }
 
-/* The messages of one collective over mc (n ranks, this one r), shard
-   elements of eb bytes each: alltoall = 1: block q of send goes to rank q,
-   rank q's block for this rank lands at recv + q*shard (the own block is
-   copied; send and recv must not overlap); alltoall = 0, an all-gather in
-   place (send == recv): the own block at recv + r*shard goes to every peer,
-   rank q's lands at recv + q*shard. Then hostcoll_wait_peers. */
-static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void* recv, size_t shard, int eb, int alltoall, int poll,
-                                     const char* what) {
-    MPI_Request sr[64], ss[64];
-    MPI_Request* rq = n <= 64 ? sr : (MPI_Request*)malloc((size_t)n * sizeof(MPI_Request));
-    MPI_Request* sq = n <= 64 ? ss : (MPI_Request*)malloc((size_t)n * sizeof(MPI_Request));
-    if (!rq || !sq) { fprintf(stderr, "error: out of host memory in a collective\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
-    MPI_Datatype t = hostcoll_type(eb);
-    size_t bb = shard * (size_t)eb;
-    const int tag = alltoall ? 711 : 712;
-    for (int q = 0; q < n; q++) {
-        rq[q] = sq[q] = MPI_REQUEST_NULL;
-        if (q != r) MPI_Irecv((char*)recv + (size_t)q * bb, (int)shard, t, q, tag, mc, &rq[q]);
-    }
-    if (alltoall) memcpy((char*)recv + (size_t)r * bb, (const char*)send + (size_t)r * bb, bb);
-    for (int k = 1; k < n; k++) {   /* to r+1, r+2, ...: the peers do not all send to rank 0 first */
-        int q = (r + k) % n;
-        const char* src = alltoall ? (const char*)send + (size_t)q * bb : (const char*)send + (size_t)r * bb;
-        MPI_Isend(src, (int)shard, t, q, tag, mc, &sq[q]);
-    }
-    hostcoll_wait_peers(mc, n, r, rq, sq, poll, what);
-    if (rq != sr) free(rq);
-    if (sq != ss) free(sq);
-}
-
-/* Reduce-scatter, in place over n*shard elements of buf (n = size of mc,
-   r = this rank in mc): an all-to-all of the n shards (rank q's shard k goes
-   to rank k) into `scratch` (n*shard elements, must not overlap buf), then
-   s_i = sum over q in rank order of scratch[q*shard + i], in fp32; then
-     acc == NULL: buf[r*shard + i] = round(s_i + 0)    (NCCL's in-place layout)
-     acc != NULL: acc[i] = round(s_i + acc[i])          (accumulate, shard elements)
-   (the + 0 makes both forms agree bit for bit on a zero accumulator)
-   threads: 1 to parallelise the sum with OpenMP and block in MPI_Wait (the
-   main thread, not in a parallel region), 0 to stay on the calling thread
-   and poll (the communication thread). */
-static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard, int eb, void* scratch, void* acc,
-                                           int threads) {
-    int n, r;
-    MPI_Comm_size(mc, &n);
-    MPI_Comm_rank(mc, &r);
-    hostcoll_exchange(mc, n, r, buf, scratch, shard, eb, 1, !threads, comm_ctx_what ? comm_ctx_what : "reduce-scatter");
-    long ns = (long)shard;
-    if (eb == 4) {
-        const float* x = (const float*)scratch;
-        float* out = acc ? (float*)acc : (float*)buf + (size_t)r * shard;
-        int add = acc != NULL;
-#pragma omp parallel for schedule(static) if (threads)
-        for (long i = 0; i < ns; i++) {
-            float s = x[i];
-            for (int q = 1; q < n; q++) s += x[(size_t)q * shard + (size_t)i];
-            out[i] = s + (add ? out[i] : 0.0f); /* + 0 either way: -0 sums become +0 as in an accumulator */
-        }
-    } else {
-        const uint16_t* x = (const uint16_t*)scratch;
-        uint16_t* out = acc ? (uint16_t*)acc : (uint16_t*)buf + (size_t)r * shard;
-        int add = acc != NULL;
-#pragma omp parallel for schedule(static) if (threads)
-        for (long i = 0; i < ns; i++) {
-            float s = bf16_bits_to_float(x[i]);
-            for (int q = 1; q < n; q++) s += bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
-            s += add ? bf16_bits_to_float(out[i]) : 0.0f;
-            out[i] = bf16_bits_from_float(s);
-        }
-    }
-}
-
-/* All-gather, in place: rank r's shard elements sit at buf + r*shard;
-   afterwards every rank has all n*shard. Exact (no arithmetic). poll as
-   hostcoll_wait_peers. */
-static inline void hostcoll_all_gather(MPI_Comm mc, void* buf, size_t shard, int eb, int poll) {
-    int n, r;
-    MPI_Comm_size(mc, &n);
-    MPI_Comm_rank(mc, &r);
-    hostcoll_exchange(mc, n, r, buf, buf, shard, eb, 0, poll, comm_ctx_what ? comm_ctx_what : "all-gather");
-}
-
-/* A non-finite value where a quantized collective must send it (bad = 1 +
-   its index in shard q of the unit): one line naming the flag, the tensor,
-   the element and the step, then MPI_Abort (every rank ends). */
-static inline void quant_refuse_nonfinite(const QuantLayout* Q, int q, size_t bad, int unit, const char* flag, const char* what) {
-    size_t at = (size_t)q * Q->shard + bad - 1;
-    int k = 0;
-    while (k + 1 < Q->nseg && Q->seg[k + 1] <= at) k++;
-    fprintf(stderr, "error (rank %d): %s: %s tensor %s (unit %d) has a non-finite value at element %zu at step %d; "
-            "int%d blocks cannot carry it, so the run ends here (lower -l?)\n",
-            comm_watch.rank, flag, what, Q->names ? Q->names[k] : "?", unit, at - Q->seg[k], comm_watch.step, Q->bits);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-/* qgZ's reduce-scatter (ZeRO++ section 3.3: a hierarchical all-to-all of
-   quantized blocks), over the shard group of N = L x M ranks, rank
-   r = m L + l (node m, local index l), on buf: the full unit's grads (N
-   shards of Q->shard elements of eb bytes; Q->bits 8 or 4):
-     1. quantize every shard j of buf (quant_encode, shard j's layout) and
-        all-to-all inside the node (intra, L ranks): local rank l' gets the M
-        shards j = m' L + l' from each of the L ranks of its node;
-     2. dequantize and sum them in fp32 in local rank order: the node's
-        partial sum of each of those M shards; quantize each;
-     3. all-to-all across the nodes (inter: the M ranks of local index l):
-        node m' gets the partial of shard m' L + l; dequantize and sum in
-        fp32 in node order: s_i; then acc[i] = round(s_i + acc[i]).
-   Deterministic: the same order of sums on every run and rank. L = 1: no
-   first hop (the partials are this rank's own values, unquantized); M = 1:
-   no second hop (the partial is the sum, not quantized again); intra or
-   inter is then unused. So each value is quantized once per hop it takes.
-   scratch: zero_qg_scratch_bytes. nbmax: scales per record. A non-finite
-   gradient ends the run (quant_refuse_nonfinite). */
-/* (the scratch layout: send1, recv1: N records each; part: M x s fp32;
-   send2, recv2: M records each; tmp: s fp32) */
-static inline void hostcoll_reduce_scatter_quantized(MPI_Comm intra, MPI_Comm inter, int L, int M, void* buf, const QuantLayout* Q,
-                                                     size_t nbmax, int eb, void* scratch, void* acc, int unit, int poll) {
-    int l = 0, m = 0;
-    if (L > 1) MPI_Comm_rank(intra, &l);
-    if (M > 1) MPI_Comm_rank(inter, &m);
-    size_t s = Q->shard, rec = quant_record_bytes(nbmax, s, Q->bits), N = (size_t)L * M;
-    char* send1 = (char*)scratch;               /* N records: [l'][m'] = shard m' L + l' */
-    char* recv1 = send1 + N * rec;               /* N records: [p][m'] = local rank p's shard m' L + l */
-    float* part = (float*)(recv1 + N * rec);     /* M x s fp32 partial sums */
-    char* send2 = (char*)(part + (size_t)M * s); /* M records: [m'] = partial of shard m' L + l */
-    char* recv2 = send2 + (size_t)M * rec;       /* M records: [p] = node p's partial of shard m L + l */
-    float* tmp = (float*)(recv2 + (size_t)M * rec);   /* one shard of fp32 */
-    if (L > 1) {
-        for (int lp = 0; lp < L; lp++)
-            for (int mp = 0; mp < M; mp++) {
-                int j = mp * L + lp;
-                size_t bad = quant_encode(Q, j, nbmax, (const char*)buf + (size_t)j * s * (size_t)eb, eb, send1 + ((size_t)lp * M + mp) * rec);
-                if (bad) quant_refuse_nonfinite(Q, j, bad, unit, "--quantize-grads", "gradient of");
+/* --straggler-report: every rank's mean step (step_ms), compute and wait
+   (wait_ms) times over its `timed` steps, and how long the other ranks waited for its data (comm.h's
+   watch: from posting a collective's receive to that peer's data arriving,
+   mean per receive and over the other ranks). A rank the others wait for
+   well above the rest (over 1.5x the median and by 1 ms) is named, with
+   its node. Collective over all ranks; rank 0 prints. */
+static inline void comm_straggler_report(Comm* c, double step_ms, double wait_ms, int timed) {
+    int N = c->world_size;
+    CommWatch* w = &comm_watch;
+    double mine[3] = {step_ms, wait_ms, 0.0};
+    double* row = (double*)malloc_or_die((size_t)(3 + 2 * N) * sizeof(double), "straggler report");
+    memcpy(row, mine, sizeof(mine));
+    pthread_mutex_lock(&w->mu);
+    for (int q = 0; q < N; q++) { row[3 + q] = w->wait_for[q]; row[3 + N + q] = (double)w->waits[q]; }
+    pthread_mutex_unlock(&w->mu);
+    double* all = c->rank == 0 ? (double*)malloc_or_die((size_t)N * (3 + 2 * N) * sizeof(double), "straggler report") : NULL;
+    MPI_Request rq;
+    MPI_Igather(row, 3 + 2 * N, MPI_DOUBLE, all, 3 + 2 * N, MPI_DOUBLE, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the straggler report's gather");
+    if (c->rank == 0) {
+        double* late = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
+        for (int p = 0; p < N; p++) {   /* mean over observers o != p of (o's wait for p per receive) */
+            double sum = 0.0;
+            int k = 0;
+            for (int o = 0; o < N; o++) {
+                const double* ro = all + (size_t)o * (3 + 2 * N);
+                if (o == p || ro[3 + N + p] <= 0) continue;
+                sum += ro[3 + p] / ro[3 + N + p]; k++;
             }
-        hostcoll_exchange(intra, L, l, send1, recv1, (size_t)M * rec / 4, 4, 1, poll, comm_ctx_what ? comm_ctx_what : "reduce-scatter node (qgZ)");
-    }
-    for (int mp = 0; mp < M; mp++) {
-        int j = mp * L + l;
-        float* ps = part + (size_t)mp * s;
-        if (L == 1) for (size_t i = 0; i < s; i++) ps[i] = quant_load((const char*)buf + (size_t)j * s * (size_t)eb, eb, i);
-        for (int p = 0; p < L && L > 1; p++) {
-            quant_decode(Q, j, nbmax, recv1 + ((size_t)p * M + mp) * rec, p == 0 ? ps : tmp, 4);
-            if (p > 0) for (size_t i = 0; i < s; i++) ps[i] += tmp[i];
+            late[p] = k ? 1000.0 * sum / k : 0.0;
         }
-        if (M > 1) {
-            size_t bad = quant_encode(Q, j, nbmax, ps, 4, send2 + (size_t)mp * rec);
-            if (bad) quant_refuse_nonfinite(Q, j, bad, unit, "--quantize-grads", L > 1 ? "node-summed gradient of" : "gradient of");
+        printf("straggler report (%d timed steps; \"others waited\": from posting a collective's receive to this rank's data arriving, ms per "
+               "collective, the mean over the other ranks):\n", timed);
+        printf("  %5s  %-24s %10s %11s %10s %15s\n", "rank", "node", "step ms", "compute ms", "waited ms", "others waited");
+        for (int p = 0; p < N; p++) {
+            const double* rp = all + (size_t)p * (3 + 2 * N);
+            printf("  %5d  %-24s %10.1f %11.1f %10.1f %15.3f\n", p, w->host[p], rp[0], rp[0] - rp[1], rp[1], late[p]);
         }
-    }
-    float* sum = part;   /* M = 1: the node's partial is the sum; else the partials are sent and part[0..s) is reused */
-    if (M > 1) {
-        hostcoll_exchange(inter, M, m, send2, recv2, rec / 4, 4, 1, poll, comm_ctx_what ? comm_ctx_what : "reduce-scatter nodes (qgZ)");
-        int me = m * L + l;
-        for (int p = 0; p < M; p++) {
-            quant_decode(Q, me, nbmax, recv2 + (size_t)p * rec, p == 0 ? sum : tmp, 4);
-            if (p > 0) for (size_t i = 0; i < s; i++) sum[i] += tmp[i];
+        double* sorted = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
+        memcpy(sorted, late, (size_t)N * sizeof(double));
+        for (int i = 1; i < N; i++) for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) { double t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
+        double med = N ? sorted[(N - 1) / 2] : 0.0;
+        char names[512] = "";
+        int* slow = (int*)malloc_or_die((size_t)N * sizeof(int), "straggler report");
+        int ns = 0;
+        double worst = 0.0;
+        for (int p = 0; p < N; p++) {
+            if (!(late[p] > 1.5 * med && late[p] - med > 1.0)) continue;
+            slow[ns++] = p;
+            if (late[p] > worst) worst = late[p];
         }
+        comm_format_ranks(names, sizeof(names), slow, ns);
+        free(slow);
+        if (names[0]) printf("straggler: rank%s %s: the others waited up to %.3f ms per collective for its data, against a median of %.3f ms\n",
+                             strchr(names, ',') ? "s" : "", names, worst, med);
+        else printf("straggler: none (no rank's data kept the others waiting over 1.5x the median of %.3f ms per collective)\n", med);
+        free(sorted); free(late); free(all);
     }
-    if (eb == 4) for (size_t i = 0; i < s; i++) ((float*)acc)[i] = sum[i] + ((float*)acc)[i];
-    else for (size_t i = 0; i < s; i++) ((uint16_t*)acc)[i] = bf16_bits_from_float(sum[i] + bf16_bits_to_float(((uint16_t*)acc)[i]));
-}
-
-/* qwZ's all-gather, in place as hostcoll_all_gather (buf: n shards of
-   Q->shard elements of eb bytes; Q: the unit's block layout, nbmax its
-   scales per record): this rank's shard is quantized (quant_encode) into
-   its record in `scratch` (n records of quant_record_bytes), the records
-   are all-gathered, and every shard of buf, this rank's too, becomes the
-   dequantized values of its record. A non-finite value in this rank's
-   shard ends the run with one line naming the tensor, the element and the
-   step (MPI_Abort: every rank ends). unit: for that message. */
-static inline void hostcoll_all_gather_quantized(MPI_Comm mc, void* buf, const QuantLayout* Q, size_t nbmax, int eb,
-                                                 void* scratch, int unit, int poll) {
-    int n, r;
-    MPI_Comm_size(mc, &n);
-    MPI_Comm_rank(mc, &r);
-    size_t rec = quant_record_bytes(nbmax, Q->shard, Q->bits), sb = Q->shard * (size_t)eb;
-    size_t bad = quant_encode(Q, r, nbmax, (char*)buf + (size_t)r * sb, eb, (char*)scratch + (size_t)r * rec);
-    if (bad) quant_refuse_nonfinite(Q, r, bad, unit, "--quantize-weights", "parameter");
-    hostcoll_exchange(mc, n, r, scratch, scratch, rec / 4, 4, 0, poll, comm_ctx_what ? comm_ctx_what : "all-gather (int8)");
-    for (int q = 0; q < n; q++) quant_decode(Q, q, nbmax, (const char*)scratch + (size_t)q * rec, (char*)buf + (size_t)q * sb, eb);
-}
-
-/* All-reduce of n elements in place, deterministic: a reduce-scatter of the
-   n/k-element parts (k = ranks of mc, n a multiple of k) and an all-gather,
-   the sums in rank order as hostcoll_reduce_scatter. scratch: n elements. */
-static inline void hostcoll_all_reduce(MPI_Comm mc, void* buf, size_t n, int eb, void* scratch, int threads) {
-    int k;
-    MPI_Comm_size(mc, &k);
-    if (k == 1) return;
-    hostcoll_reduce_scatter(mc, buf, n / (size_t)k, eb, scratch, NULL, threads);
-    hostcoll_all_gather(mc, buf, n / (size_t)k, eb, !threads);
-}
-
-/* Sum k doubles across the ranks of mc in place, in rank order (k <= 16). */
-static inline void hostcoll_sum_doubles(MPI_Comm mc, double* x, int k) {
-    int n, r;
-    MPI_Comm_size(mc, &n);
-    MPI_Comm_rank(mc, &r);
-    double* all = (double*)malloc_or_die((size_t)n * (size_t)k * sizeof(double), "scalar all-gather");
-    memcpy(all + (size_t)r * k, x, (size_t)k * sizeof(double));
-    /* an all-gather in place of k doubles = 2k floats (the bits unchanged) */
-    hostcoll_exchange(mc, n, r, all, all, (size_t)(2 * k), 4, 0, 0, comm_ctx_what ? comm_ctx_what : "scalar all-gather (loss, grad norm)");
-    for (int j = 0; j < k; j++) {
-        double s = all[j];
-        for (int q = 1; q < n; q++) s += all[(size_t)q * k + j];
-        x[j] = s;
-    }
-    free(all);
-}
-
-/* Sum n doubles across ranks in place (host memory; the loss),
-   deterministically (hostcoll_sum_doubles). Counted as COLL_SCALARS with 8
-   bytes per value. */
-static inline void comm_allreduce_sum_host(Comm* c, double* x, int n) {
-    hostcoll_sum_doubles(MPI_COMM_WORLD, x, n);
-    comm_count(c, COLL_SCALARS, (unsigned long long)n * sizeof(double), c->world_size);
-}
-
-/* The same over the shard group (the grad-norm squares: each group holds
-   one copy of every gradient). */
-static inline void comm_group_sum_host(Comm* c, double* x, int n) {
-    hostcoll_sum_doubles(c->group_host, x, n);
-    comm_count(c, COLL_SCALARS, (unsigned long long)n * sizeof(double), c->group_size);
-}
-
-/* All-gather of n ints per rank of the shard group (host memory): out
-   (group_size*n) gets group rank q's values at out + q*n. Counted as an
-   all-gather of the full output. */
-static inline void comm_group_gather_ints(Comm* c, const int* mine, int n, int* out) {
-    memcpy(out + (size_t)c->group_rank * n, mine, (size_t)n * sizeof(int));
-    hostcoll_exchange(c->group_host, c->group_size, c->group_rank, out, out, (size_t)n, 4, 0, 0, "the embedding rows' token all-gather");
-    comm_count(c, COLL_ALL_GATHER, (unsigned long long)n * (unsigned long long)c->group_size * sizeof(int), c->group_size);
-}
-
-static inline double comm_allreduce_max_host(Comm* c, double x) {
-    double y = x;
-    (void)c;
-    MPI_Request req;
-    MPI_Iallreduce(&x, &y, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req);
-    comm_wait_request(&req, 0, "a max all-reduce over every rank");
-    return y;
-}
-
-static inline void comm_barrier(Comm* c) {
-    (void)c;
-    MPI_Request req;
-    MPI_Ibarrier(MPI_COMM_WORLD, &req);
-    comm_wait_request(&req, 0, comm_ctx_what ? comm_ctx_what : "a barrier over every rank");
+    free(row);
 }
 
 /* Cores this process may run on (its affinity mask), and the cores of its
@@ -734,5 +538,6 @@ static inline void comm_print_placement(Comm* c, FILE* out) {
     fflush(out);
     free(all);
 }
+
 
 #endif /* LLMC_COMM_H */

@@ -89,13 +89,14 @@ typedef struct DataLoader {
     long long perm_epoch;
 } DataLoader;
 
-/* dl_errf_: writes one formatted line into err (truncating) if err is usable. */
-static inline void dl_errf_(char* err, size_t errlen, const char* fmt, ...) {
-    if (err == NULL || errlen == 0) return;
+/* dl_errf_: writes one formatted line into err (truncating) if err is usable; returns 1. */
+static inline int dl_errf_(char* err, size_t errlen, const char* fmt, ...) {
+    if (err == NULL || errlen == 0) return 1;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    return 1;
 }
 
 static inline uint32_t dl_le32_(const unsigned char* p) {
@@ -221,6 +222,71 @@ static inline void dataloader_free(DataLoader* dl) {
     dl->perm_shard = -1;
 }
 
+/* The arguments of dataloader_init: 0, or 1 with err. */
+static inline int dl_check_args_(const char* pattern, int B, int T, int rank, int num_ranks, int vocab_size, char* err, size_t errlen) {
+    if (pattern == NULL || pattern[0] == '\0') return dl_errf_(err, errlen, "dataloader: empty token shard pattern");
+    if (B < 1 || T < 1) return dl_errf_(err, errlen, "dataloader: B=%d T=%d for %s: both must be >= 1", B, T, pattern);
+    if (num_ranks < 1 || rank < 0 || rank >= num_ranks)
+        return dl_errf_(err, errlen, "dataloader: rank %d of %d ranks for %s: need 0 <= rank < num_ranks", rank, num_ranks, pattern);
+    if (vocab_size < 1 || vocab_size > 65536)
+        return dl_errf_(err, errlen, "dataloader: vocab_size %d for %s: must be in 1..65536 (token ids are uint16)", vocab_size, pattern);
+    size_t BT = (size_t)B * (size_t)T;
+    if (BT / (size_t)B != (size_t)T || BT > ((size_t)-1) / 4 / (size_t)num_ranks)
+        return dl_errf_(err, errlen, "dataloader: num_ranks*B*T = %d*%d*%d overflows for %s", num_ranks, B, T, pattern);
+    return 0;
+}
+
+/* The shards matching `pattern` (glob(3), sorted) into dl->shard_paths and
+ * shard_ntok, each checked (dl_check_shard_) and holding at least `need`
+ * tokens (one global micro-batch of num_ranks x B x T plus the final
+ * target). 0 with *maxtok (the largest shard), or 1 with err (dl freed). */
+static inline int dl_list_shards_(DataLoader* dl, const char* pattern, int B, int T, int num_ranks, size_t need, size_t* maxtok,
+                                  char* err, size_t errlen) {
+    glob_t g;
+    memset(&g, 0, sizeof(g));
+    int gr = glob(pattern, 0, NULL, &g);
+    if (gr != 0 || g.gl_pathc == 0) {
+        if (gr != GLOB_NOMATCH && gr != 0) dl_errf_(err, errlen, "dataloader: glob(3) failed (code %d) on pattern %s", gr, pattern);
+        else dl_errf_(err, errlen, "dataloader: no file matches the token shard pattern %s", pattern);
+        globfree(&g);
+        return 1;
+    }
+    if (g.gl_pathc > 1000000) {
+        dl_errf_(err, errlen, "dataloader: pattern %s matches %zu files, more than 1000000", pattern, (size_t)g.gl_pathc);
+        globfree(&g);
+        return 1;
+    }
+    int ns = (int)g.gl_pathc;
+    dl->shard_paths = (char**)calloc((size_t)ns, sizeof(char*));
+    dl->shard_ntok = (size_t*)calloc((size_t)ns, sizeof(size_t));
+    int rc = 0;
+    if (dl->shard_paths == NULL || dl->shard_ntok == NULL) rc = dl_errf_(err, errlen, "dataloader: out of memory listing %d shards of %s", ns, pattern);
+    else dl->num_shards = ns;
+    *maxtok = 0;
+    for (int i = 0; i < ns && !rc; i++) {
+        const char* p = g.gl_pathv[i];
+        size_t len = strlen(p), n = 0;
+        dl->shard_paths[i] = (char*)malloc(len + 1);
+        if (dl->shard_paths[i] == NULL) { rc = dl_errf_(err, errlen, "dataloader: out of memory listing shards of %s", pattern); break; }
+        memcpy(dl->shard_paths[i], p, len + 1);
+        if (dl_check_shard_(p, &n, err, errlen) != 0) { rc = 1; break; }
+        if (n < need) {
+            dl_errf_(err, errlen, "dataloader: token shard %s is too small for the global micro-batch: it has %zu tokens, "
+                     "needs at least num_ranks*B*T+1 = %d*%d*%d+1 = %zu (use a smaller -b/-t, fewer ranks or more text; "
+                     "for a small validation split, -v 0 skips validation)",
+                     p, n, num_ranks, B, T, need);
+            rc = 1;
+            break;
+        }
+        dl->shard_ntok[i] = n;
+        dl->num_tokens += n;
+        if (n > *maxtok) *maxtok = n;
+    }
+    globfree(&g);
+    if (rc) dataloader_free(dl);
+    return rc;
+}
+
 /* dataloader_init: opens the shards matching `pattern` (glob(3), sorted) for a
  * rank `rank` of `num_ranks` reading micro-batches of B sequences of T tokens.
  *   B, T >= 1; 0 <= rank < num_ranks; 1 <= vocab_size <= 65536 (ids are uint16).
@@ -235,89 +301,10 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     memset(dl, 0, sizeof(*dl));
     dl->loaded_shard = -1;
     dl->perm_shard = -1;
-    if (pattern == NULL || pattern[0] == '\0') {
-        dl_errf_(err, errlen, "dataloader: empty token shard pattern");
-        return 1;
-    }
-    if (B < 1 || T < 1) {
-        dl_errf_(err, errlen, "dataloader: B=%d T=%d for %s: both must be >= 1", B, T, pattern);
-        return 1;
-    }
-    if (num_ranks < 1 || rank < 0 || rank >= num_ranks) {
-        dl_errf_(err, errlen, "dataloader: rank %d of %d ranks for %s: need 0 <= rank < num_ranks", rank, num_ranks, pattern);
-        return 1;
-    }
-    if (vocab_size < 1 || vocab_size > 65536) {
-        dl_errf_(err, errlen, "dataloader: vocab_size %d for %s: must be in 1..65536 (token ids are uint16)", vocab_size, pattern);
-        return 1;
-    }
-    size_t BT = (size_t)B * (size_t)T;
-    if (BT / (size_t)B != (size_t)T || BT > ((size_t)-1) / 4 / (size_t)num_ranks) {
-        dl_errf_(err, errlen, "dataloader: num_ranks*B*T = %d*%d*%d overflows for %s", num_ranks, B, T, pattern);
-        return 1;
-    }
-    size_t need = (size_t)num_ranks * BT + 1;
-
-    glob_t g;
-    memset(&g, 0, sizeof(g));
-    int gr = glob(pattern, 0, NULL, &g);
-    if (gr != 0 || g.gl_pathc == 0) {
-        if (gr != GLOB_NOMATCH && gr != 0) {
-            dl_errf_(err, errlen, "dataloader: glob(3) failed (code %d) on pattern %s", gr, pattern);
-        } else {
-            dl_errf_(err, errlen, "dataloader: no file matches the token shard pattern %s", pattern);
-        }
-        globfree(&g);
-        return 1;
-    }
-    if (g.gl_pathc > 1000000) {
-        dl_errf_(err, errlen, "dataloader: pattern %s matches %zu files, more than 1000000", pattern, (size_t)g.gl_pathc);
-        globfree(&g);
-        return 1;
-    }
-    int ns = (int)g.gl_pathc;
-    dl->shard_paths = (char**)calloc((size_t)ns, sizeof(char*));
-    dl->shard_ntok = (size_t*)calloc((size_t)ns, sizeof(size_t));
-    if (dl->shard_paths == NULL || dl->shard_ntok == NULL) {
-        globfree(&g);
-        dataloader_free(dl);
-        dl_errf_(err, errlen, "dataloader: out of memory listing %d shards of %s", ns, pattern);
-        return 1;
-    }
-    dl->num_shards = ns;
-    size_t maxtok = 0;
-    for (int i = 0; i < ns; i++) {
-        const char* p = g.gl_pathv[i];
-        size_t len = strlen(p);
-        dl->shard_paths[i] = (char*)malloc(len + 1);
-        if (dl->shard_paths[i] == NULL) {
-            globfree(&g);
-            dataloader_free(dl);
-            dl_errf_(err, errlen, "dataloader: out of memory listing shards of %s", pattern);
-            return 1;
-        }
-        memcpy(dl->shard_paths[i], p, len + 1);
-        size_t n = 0;
-        if (dl_check_shard_(p, &n, err, errlen) != 0) {
-            globfree(&g);
-            dataloader_free(dl);
-            return 1;
-        }
-        if (n < need) {
-            dl_errf_(err, errlen, "dataloader: token shard %s is too small for the global micro-batch: it has %zu tokens, "
-                     "needs at least num_ranks*B*T+1 = %d*%d*%d+1 = %zu (use a smaller -b/-t, fewer ranks or more text; "
-                     "for a small validation split, -v 0 skips validation)",
-                     p, n, num_ranks, B, T, need);
-            globfree(&g);
-            dataloader_free(dl);
-            return 1;
-        }
-        dl->shard_ntok[i] = n;
-        dl->num_tokens += n;
-        if (n > maxtok) maxtok = n;
-    }
-    globfree(&g);
-
+    if (dl_check_args_(pattern, B, T, rank, num_ranks, vocab_size, err, errlen)) return 1;
+    size_t BT = (size_t)B * (size_t)T, maxtok = 0;
+    if (dl_list_shards_(dl, pattern, B, T, num_ranks, (size_t)num_ranks * BT + 1, &maxtok, err, errlen)) return 1;
+    int ns = dl->num_shards;
     dl->tokens = (uint16_t*)malloc(maxtok * sizeof(uint16_t));
     dl->inputs = (int*)malloc(BT * sizeof(int));
     dl->targets = (int*)malloc(BT * sizeof(int));

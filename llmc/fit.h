@@ -66,17 +66,7 @@ static inline int fit_parse_size(const char* v, unsigned long long* out) {
 }
 
 /* A field of /proc/self/status in bytes ("VmRSS:", "VmHWM:"), 0 if unknown. */
-static inline unsigned long long fit_status_bytes(const char* key) {
-    FILE* f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    size_t k = strlen(key);
-    while (fgets(line, sizeof(line), f))
-        if (strncmp(line, key, k) == 0) { kb = strtoull(line + k, NULL, 10); break; }
-    fclose(f);
-    return kb * 1024ULL;
-}
+static inline unsigned long long fit_status_bytes(const char* key) { return proc_field_bytes("/proc/self/status", key); }
 
 /* One unsigned number from a file (a cgroup limit: "max" reads as
    unlimited, ULLONG_MAX); 0 if the file cannot be read. */
@@ -148,16 +138,7 @@ static inline int fit_cgroup_limit(unsigned long long* limit, char* where, size_
 }
 
 /* MemAvailable of /proc/meminfo in bytes, 0 if unknown. */
-static inline unsigned long long fit_mem_available(void) {
-    FILE* f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof(line), f))
-        if (!strncmp(line, "MemAvailable:", 13)) { kb = strtoull(line + 13, NULL, 10); break; }
-    fclose(f);
-    return kb * 1024ULL;
-}
+static inline unsigned long long fit_mem_available(void) { return proc_field_bytes("/proc/meminfo", "MemAvailable:"); }
 
 typedef struct {
     unsigned long long bytes;   /* this rank's budget */

@@ -130,19 +130,15 @@ static int gpt2_cmp_pair(const void* a, const void* b) {
     return x[1] < y[1] ? -1 : x[1] > y[1];
 }
 
-/* Build plan, engine and activations for micro-batch B x T on this rank.
-   Returns 0, or 1 with a message (impossible plan, T > maxT). */
-static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GPT2Options* opt, int B, int T,
-                            char* err, size_t errlen) {
-    memset(m, 0, sizeof(*m));
-    m->config = *cfg; m->comm = comm; m->B = B; m->T = T; m->opt = *opt;
-    GPT2Layout* y = &m->layout;
-    if (gpt2_predict(&m->plan, y, &m->ledger, cfg, opt, comm->group_size, comm->group_rank, comm->replica_size, B, T, err, errlen)) return 1;
-    ZeroPlan* P = &m->plan;
-    int N = comm->group_size;   /* the embedding rows are exchanged inside the shard group */
+/* The activations of micro-batch B x T through the ledger (category
+   MEM_ACTIVATIONS, or MEM_RECOMPUTE for the one-layer buffers that -r
+   recomputes into), in the order gpt2_predict counts them. */
+static inline void gpt2_alloc_activations(GPT2* m, int B, int T) {
+    const GPT2Config* cfg = &m->config;
+    const GPT2Options* opt = &m->opt;
+    const GPT2Layout* y = &m->layout;
     size_t BT = (size_t)B * T, C = (size_t)cfg->channels, L = (size_t)cfg->num_layers, NH = (size_t)cfg->num_heads;
     unsigned long long emb_rows = m->ledger.predicted[MEM_EMB_ROWS], emb_acc = m->ledger.predicted[MEM_EMB_ACC];
-    zero_engine_init(&m->engine, P, &m->ledger, comm);
     size_t x = sizeof(floatX), f = sizeof(float), Vp = (size_t)cfg->padded_vocab_size;
     /* the blocks' buffers: L layers, or one layer reused by every layer
        (category MEM_RECOMPUTE) where -r recomputes them; at -r 2 ln1 and
@@ -189,14 +185,15 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     m->targets = (int*)gpt2_act(m, BT * sizeof(int));
     m->emb_rows = emb_rows ? (floatX*)gpt2_alloc(m, MEM_EMB_ROWS, emb_rows) : m->dres;
     m->emb_acc = emb_acc ? (floatX*)gpt2_alloc(m, MEM_EMB_ACC, emb_acc) : NULL;
-    if (m->ledger.failed_category >= 0) {
-        unsigned long long need = 0;
-        for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
-        return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
-                       "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
-                       m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
-                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, opt->zero_stage);
-    }
+}
+
+/* Host-side bookkeeping outside the ledger: the losses, the embedding
+   gradient's token and position orders (ints) and the stage-3 schedules. */
+static inline void gpt2_alloc_host(GPT2* m, int B, int T) {
+    const ZeroPlan* P = &m->plan;
+    const GPT2Layout* y = &m->layout;
+    int N = m->comm->group_size;   /* the embedding rows are exchanged inside the shard group */
+    size_t BT = (size_t)B * T, f = sizeof(float);
     m->host_losses = (float*)malloc_or_die(BT * f, "host losses");
     /* host-side bookkeeping of the embedding gradient (ints, outside the ledger) */
     size_t nrows = (size_t)N * BT;
@@ -222,6 +219,27 @@ static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GP
     m->sched_train = (int*)malloc_or_die((size_t)m->sched_train_len * sizeof(int), "schedule");
     m->sched_chunks = (int*)malloc_or_die((size_t)y->num_chunks * sizeof(int), "schedule");
     gpt2_schedules(y, m->sched_train, &m->sched_fwd_len, m->sched_chunks);
+}
+
+/* Build plan, engine and activations for micro-batch B x T on this rank.
+   Returns 0, or 1 with a message (impossible plan, T > maxT, a failed
+   allocation). */
+static inline int gpt2_init(GPT2* m, const GPT2Config* cfg, Comm* comm, const GPT2Options* opt, int B, int T,
+                            char* err, size_t errlen) {
+    memset(m, 0, sizeof(*m));
+    m->config = *cfg; m->comm = comm; m->B = B; m->T = T; m->opt = *opt;
+    if (gpt2_predict(&m->plan, &m->layout, &m->ledger, cfg, opt, comm->group_size, comm->group_rank, comm->replica_size, B, T, err, errlen)) return 1;
+    zero_engine_init(&m->engine, &m->plan, &m->ledger, comm);
+    gpt2_alloc_activations(m, B, T);
+    if (m->ledger.failed_category >= 0) {
+        unsigned long long need = 0;
+        for (int i = 0; i < MEM_NUM; i++) need += m->ledger.predicted[i];
+        return set_err(err, errlen, "out of memory: cannot allocate %llu bytes for %s on rank %d (this rank needs %.2f GB in all for "
+                       "L=%d C=%d Vp=%d, -b %d -t %d, -z %d; lower -b/-t or the model size, or raise -z / the rank count)",
+                       m->ledger.failed_bytes, mem_names[m->ledger.failed_category], comm->rank, need / 1e9,
+                       cfg->num_layers, cfg->channels, cfg->padded_vocab_size, B, T, opt->zero_stage);
+    }
+    gpt2_alloc_host(m, B, T);
     return 0;
 }
 
@@ -513,10 +531,6 @@ static inline void gpt2_embedding_backward(GPT2* m, int B, int T) {
     }
 }
 
-/* Backward of the last gpt2_forward (which must have had targets and
-   dloss != 0), into the engine's gradient buffers: each unit's grads are
-   handed to the engine as soon as they are complete (stages 2-3
-   reduce-scatter them at once). */
 /* LLMC_POISON=1: the one-layer recompute buffers filled with NaN before a
    layer's backward, so anything backward reads that the recompute did not
    write again shows in the loss. */
@@ -531,6 +545,13 @@ static inline void gpt2_poison_recompute(GPT2* m, int B, int T) {
     if (r >= 3) backend_memset_nan(m->ln2_rstd, BT * f);
 }
 
+/* Backward of the last gpt2_forward (which must have had targets and
+   dloss != 0), into the engine's gradient buffers: each unit's grads are
+   handed to the engine as soon as they are complete (stages 2-3
+   reduce-scatter them at once).
+   One function of about 90 lines on purpose: the order of the units'
+   gathers, recomputation, kernels and reduce-scatters IS the backward
+   pass, and reads top to bottom as the engine sees it. */
 static inline void gpt2_backward(GPT2* m, int B, int T) {
     const GPT2Config* c = &m->config;
     const GPT2Layout* y = &m->layout;

@@ -39,12 +39,13 @@ typedef struct Tokenizer {
     uint8_t* length;      /* vocab_size byte lengths (1..255) */
 } Tokenizer;
 
-static inline void tok_errf_(char* err, size_t errlen, const char* fmt, ...) {
-    if (err == NULL || errlen == 0) return;
+static inline int tok_errf_(char* err, size_t errlen, const char* fmt, ...) {
+    if (err == NULL || errlen == 0) return 1;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    return 1;
 }
 
 /* tokenizer_free: releases what tokenizer_init allocated and zeroes t; safe on
@@ -57,6 +58,80 @@ static inline void tokenizer_free(Tokenizer* t) {
     memset(t, 0, sizeof(*t));
 }
 
+/* The whole decode file at `path` into a new buffer (*buf, *size bytes):
+ * a regular file of 1024 bytes to 4 GiB that reads completely. 0, or 1
+ * with err (nothing allocated). */
+static inline int tokenizer_read_file_(const char* path, unsigned char** buf, unsigned long long* size, char* err, size_t errlen) {
+    struct stat st;
+    if (path == NULL || stat(path, &st) != 0) return tok_errf_(err, errlen, "tokenizer: cannot open tokenizer file %s", path ? path : "(null)");
+    if (!S_ISREG(st.st_mode)) return tok_errf_(err, errlen, "tokenizer: %s is not a regular file", path);
+    *size = (unsigned long long)st.st_size;
+    if (*size < TOKENIZER_HEADER_BYTES)
+        return tok_errf_(err, errlen, "tokenizer: %s has %llu bytes, less than the %d-byte header", path, *size, TOKENIZER_HEADER_BYTES);
+    if (*size > (1ull << 32)) return tok_errf_(err, errlen, "tokenizer: %s has %llu bytes, more than 4 GiB", path, *size);
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) return tok_errf_(err, errlen, "tokenizer: cannot open tokenizer file %s", path);
+    *buf = (unsigned char*)malloc((size_t)*size);
+    if (*buf == NULL) {
+        fclose(f);
+        return tok_errf_(err, errlen, "tokenizer: out of memory reading %s (%llu bytes)", path, *size);
+    }
+    size_t got = fread(*buf, 1, (size_t)*size, f);
+    fclose(f);
+    if (got != (size_t)*size) {
+        free(*buf); *buf = NULL;
+        return tok_errf_(err, errlen, "tokenizer: read %zu of the %llu bytes of %s", got, *size, path);
+    }
+    return 0;
+}
+
+/* The header of a decode file in buf: magic, version 1 or 2, vocab_size in
+ * 1..2^24, eot (version 2) below it. 0 with *V, *eot, or 1 with err. */
+static inline int tokenizer_check_header_(const unsigned char* buf, const char* path, uint32_t* V, uint32_t* eot, char* err, size_t errlen) {
+    int32_t h[4];
+    for (int i = 0; i < 4; i++) {
+        const unsigned char* p = buf + 4 * i;
+        h[i] = (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+    }
+    if (h[0] != TOKENIZER_MAGIC)
+        return tok_errf_(err, errlen, "tokenizer: %s has magic %d, expected %d (llm.c tokenizer file)", path, (int)h[0], TOKENIZER_MAGIC);
+    if (h[1] != 1 && h[1] != 2) return tok_errf_(err, errlen, "tokenizer: %s has version %d, expected 1 or 2", path, (int)h[1]);
+    if (h[2] < 1 || h[2] > (1 << 24)) return tok_errf_(err, errlen, "tokenizer: %s has vocab_size %d, must be in 1..16777216", path, (int)h[2]);
+    *V = (uint32_t)h[2];
+    *eot = 50256;
+    if (h[1] == 2) {
+        if (h[3] < 0 || (uint32_t)h[3] >= *V)
+            return tok_errf_(err, errlen, "tokenizer: %s has eot token %d, must be in 0..vocab_size-1 = %u", path, (int)h[3], *V - 1);
+        *eot = (uint32_t)h[3];
+    }
+    return 0;
+}
+
+/* Pass 1 over the V length-prefixed tokens after the header: every length
+ * in 1..255, none past the end, no trailing bytes. 0 with *total (the bytes
+ * of the NUL-terminated strings), or 1 with err. */
+static inline int tokenizer_scan_(const unsigned char* buf, unsigned long long size, uint32_t V, const char* path, size_t* total,
+                                  char* err, size_t errlen) {
+    size_t pos = TOKENIZER_HEADER_BYTES;
+    *total = 0;
+    for (uint32_t i = 0; i < V; i++) {
+        if (pos >= (size_t)size)
+            return tok_errf_(err, errlen, "tokenizer: %s is truncated: it ends (%llu bytes) before the length byte of token %u of %u",
+                             path, size, i, V);
+        unsigned L = buf[pos];
+        if (L == 0) return tok_errf_(err, errlen, "tokenizer: %s: token %u has length 0 (at byte %zu), must be 1..255", path, i, pos);
+        if (pos + 1 + L > (size_t)size)
+            return tok_errf_(err, errlen, "tokenizer: %s is truncated: token %u needs %u bytes at byte %zu but the file has %llu bytes",
+                             path, i, L, pos + 1, size);
+        pos += 1 + L;
+        *total += L + 1;
+    }
+    if (pos != (size_t)size)
+        return tok_errf_(err, errlen, "tokenizer: %s has %llu trailing bytes after its %u tokens (file %llu bytes, tokens end at %zu)",
+                         path, size - (unsigned long long)pos, V, size, pos);
+    return 0;
+}
+
 /* tokenizer_init: reads the decode file at `path` (format above).
  * Checks: file opens, >= 1024 bytes, magic 20240328, version 1 or 2,
  * 1 <= vocab_size <= 16777216, eot < vocab_size (version 2), every length
@@ -65,102 +140,13 @@ static inline void tokenizer_free(Tokenizer* t) {
  * leaving t zeroed and nothing allocated. */
 static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size_t errlen) {
     memset(t, 0, sizeof(*t));
-    struct stat st;
-    if (path == NULL || stat(path, &st) != 0) {
-        tok_errf_(err, errlen, "tokenizer: cannot open tokenizer file %s", path ? path : "(null)");
-        return 1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        tok_errf_(err, errlen, "tokenizer: %s is not a regular file", path);
-        return 1;
-    }
-    unsigned long long size = (unsigned long long)st.st_size;
-    if (size < TOKENIZER_HEADER_BYTES) {
-        tok_errf_(err, errlen, "tokenizer: %s has %llu bytes, less than the %d-byte header",
-                  path, size, TOKENIZER_HEADER_BYTES);
-        return 1;
-    }
-    if (size > (1ull << 32)) {
-        tok_errf_(err, errlen, "tokenizer: %s has %llu bytes, more than 4 GiB", path, size);
-        return 1;
-    }
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) {
-        tok_errf_(err, errlen, "tokenizer: cannot open tokenizer file %s", path);
-        return 1;
-    }
-    unsigned char* buf = (unsigned char*)malloc((size_t)size);
-    if (buf == NULL) {
-        fclose(f);
-        tok_errf_(err, errlen, "tokenizer: out of memory reading %s (%llu bytes)", path, size);
-        return 1;
-    }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
-        free(buf);
-        tok_errf_(err, errlen, "tokenizer: read %zu of the %llu bytes of %s", got, size, path);
-        return 1;
-    }
-    int32_t h[4];
-    for (int i = 0; i < 4; i++) {
-        const unsigned char* p = buf + 4 * i;
-        h[i] = (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
-    }
-    if (h[0] != TOKENIZER_MAGIC) {
-        free(buf);
-        tok_errf_(err, errlen, "tokenizer: %s has magic %d, expected %d (llm.c tokenizer file)", path, (int)h[0], TOKENIZER_MAGIC);
-        return 1;
-    }
-    if (h[1] != 1 && h[1] != 2) {
-        free(buf);
-        tok_errf_(err, errlen, "tokenizer: %s has version %d, expected 1 or 2", path, (int)h[1]);
-        return 1;
-    }
-    if (h[2] < 1 || h[2] > (1 << 24)) {
-        free(buf);
-        tok_errf_(err, errlen, "tokenizer: %s has vocab_size %d, must be in 1..16777216", path, (int)h[2]);
-        return 1;
-    }
-    uint32_t V = (uint32_t)h[2];
-    uint32_t eot = 50256;
-    if (h[1] == 2) {
-        if (h[3] < 0 || (uint32_t)h[3] >= V) {
-            free(buf);
-            tok_errf_(err, errlen, "tokenizer: %s has eot token %d, must be in 0..vocab_size-1 = %u", path, (int)h[3], V - 1);
-            return 1;
-        }
-        eot = (uint32_t)h[3];
-    }
-    /* pass 1: lengths and total size */
-    size_t pos = TOKENIZER_HEADER_BYTES;
+    unsigned char* buf = NULL;
+    unsigned long long size = 0;
+    uint32_t V = 0, eot = 0;
     size_t total = 0;
-    for (uint32_t i = 0; i < V; i++) {
-        if (pos >= (size_t)size) {
-            free(buf);
-            tok_errf_(err, errlen, "tokenizer: %s is truncated: it ends (%llu bytes) before the length byte of token %u of %u",
-                      path, size, i, V);
-            return 1;
-        }
-        unsigned L = buf[pos];
-        if (L == 0) {
-            free(buf);
-            tok_errf_(err, errlen, "tokenizer: %s: token %u has length 0 (at byte %zu), must be 1..255", path, i, pos);
-            return 1;
-        }
-        if (pos + 1 + L > (size_t)size) {
-            free(buf);
-            tok_errf_(err, errlen, "tokenizer: %s is truncated: token %u needs %u bytes at byte %zu but the file has %llu bytes",
-                      path, i, L, pos + 1, size);
-            return 1;
-        }
-        pos += 1 + L;
-        total += L + 1;
-    }
-    if (pos != (size_t)size) {
+    if (tokenizer_read_file_(path, &buf, &size, err, errlen)) return 1;
+    if (tokenizer_check_header_(buf, path, &V, &eot, err, errlen) || tokenizer_scan_(buf, size, V, path, &total, err, errlen)) {
         free(buf);
-        tok_errf_(err, errlen, "tokenizer: %s has %llu trailing bytes after its %u tokens (file %llu bytes, tokens end at %zu)",
-                  path, size - (unsigned long long)pos, V, size, pos);
         return 1;
     }
     /* pass 2: copy into NUL-terminated strings */
@@ -173,8 +159,7 @@ static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size
         tok_errf_(err, errlen, "tokenizer: out of memory for the %u tokens of %s", V, path);
         return 1;
     }
-    pos = TOKENIZER_HEADER_BYTES;
-    size_t o = 0;
+    size_t pos = TOKENIZER_HEADER_BYTES, o = 0;
     for (uint32_t i = 0; i < V; i++) {
         unsigned L = buf[pos];
         t->offset[i] = (uint32_t)o;

@@ -87,6 +87,23 @@ static inline int parse_double(const char* s, double* out) {
     return 0;
 }
 
+/* A "Key:   N kB" field of a /proc file in bytes: proc_field_bytes(
+   "/proc/self/status", "VmRSS:") (VmHWM: the peak resident set), or
+   ("/proc/meminfo", "MemAvailable:"); 0 if the file or the field is
+   missing. The one /proc reader of the project (proc(5): the values are
+   in kB = 1024 bytes). */
+static inline unsigned long long proc_field_bytes(const char* path, const char* key) {
+    FILE* f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    size_t k = strlen(key);
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, key, k) == 0) { kb = strtoull(line + k, NULL, 10); break; }
+    fclose(f);
+    return kb * 1024ULL;
+}
+
 static inline size_t round_up(size_t x, size_t multiple) {
     return ((x + multiple - 1) / multiple) * multiple;
 }

@@ -247,6 +247,9 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
     }
 }
 
+/* (the bf16 program's fp32-tile path, about 85 lines: one pass over the
+   heads and row blocks with its scratch, as in the forward above; split, the
+   tile bookkeeping would be passed around instead of read once) */
 static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
                                       floatX* datt, const floatX* dout,
                                       const floatX* qkv, const floatX* att,

@@ -33,7 +33,7 @@
 #include <string.h>
 #include <mpi.h>
 #include "../utils.h"
-#include "../comm.h"
+#include "../comm_quant.h"
 #include "kernels.h"
 #include "comm_thread.h"
 
@@ -297,16 +297,6 @@ static inline double backend_matmul_flops(void) {
 
 /* Peak resident memory of this process in bytes (VmHWM), 0 if unknown:
    an independent measure beside the ledger. */
-static inline unsigned long long backend_peak_process_bytes(void) {
-    FILE* f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof(line), f)) {
-        if (strncmp(line, "VmHWM:", 6) == 0) { kb = strtoull(line + 6, NULL, 10); break; }
-    }
-    fclose(f);
-    return kb * 1024ULL;
-}
+static inline unsigned long long backend_peak_process_bytes(void) { return proc_field_bytes("/proc/self/status", "VmHWM:"); }
 
 #endif /* LLMC_CPU_BACKEND_H */

@@ -33,7 +33,7 @@
 #define LLMC_CPU_COMM_THREAD_H
 
 #include <pthread.h>
-#include "../comm.h"
+#include "../comm_quant.h"
 #include "../trace.h"
 
 enum { CT_REDUCE_SCATTER = 0, CT_ALL_GATHER, CT_ALL_REDUCE, CT_ALL_GATHER_QUANTIZED, CT_SECONDARY_GATHER, CT_REDUCE_SCATTER_QUANTIZED };

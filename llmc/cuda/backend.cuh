@@ -37,7 +37,7 @@
 #include "common.cuh"   /* floatX = __nv_bfloat16 before anything checks it */
 #include <mpi.h>
 #include "../utils.h"
-#include "../comm.h"
+#include "../comm_host.h"
 #include "encoder.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"

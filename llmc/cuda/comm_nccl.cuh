@@ -54,7 +54,8 @@
 #include "common.cuh"
 #include "matmul.cuh"
 #include "gelu.cuh"
-#include "../comm.h"
+#include "../comm_host.h"
+#include "../quant.h"
 #include "../trace.h"
 
 /* ring of comm-stream events (fence n uses n % NCCL_FENCES); a test may
@@ -159,7 +160,9 @@ static int nccl_mode_from_env(char* err, size_t errlen) {
 
 /* Pick the GPU, create streams, cuBLAS(Lt) and, in NCCL mode, the NCCL
    communicator. Collective: every rank must call it (after comm_init).
-   Errors end every rank with one line. */
+   Errors end every rank with one line. (About 95 lines: the GPU, the mode
+   agreed over the ranks, then the communicators, in the one order NCCL's
+   bootstrap needs; each step ends in its own collective error check.) */
 static void backend_init(Comm* c) {
     nccl_state.comm = c;
     cuda_fatal_hook = nccl_fatal_hook;

@@ -19,7 +19,7 @@
 #ifndef LLMC_ZERO_ENGINE_H
 #define LLMC_ZERO_ENGINE_H
 
-#include "../comm.h"
+#include "../comm_host.h"
 #include "../trace.h"
 #include "../offload.h"
 #include "ledger.h"

@@ -27,6 +27,24 @@ static inline double zero_formula_bytes(int stage, double psi, double N, double 
     }
 }
 
+/* The formula of zero_formula_bytes as text, the one place it is written:
+   "(p+g) Psi + k Psi/N" (p <= 0: the symbols only), with the bytes
+   "(p+g) Psi + k Psi/N = 4 Psi + 12 Psi/N" (p, g, k > 0; N <= 0), or with
+   the rank count too, "... = 4 Psi + 12 Psi/2" (N > 0). Stage 0 has no N. */
+static inline void zero_formula_text(char* out, size_t n, int stage, int p, int g, int k, int N) {
+    static const char* forms[4] = {"(p+g+k) Psi", "(p+g) Psi + k Psi/N", "p Psi + (g+k) Psi/N", "(p+g+k) Psi/N"};
+    int s = stage < 0 ? 0 : stage > 3 ? 3 : stage;
+    if (p <= 0) { snprintf(out, n, "%s", forms[s]); return; }
+    char dn[24] = "N";
+    if (N > 0) snprintf(dn, sizeof(dn), "%d", N);
+    switch (s) {
+        case 0: snprintf(out, n, "%s = %d Psi", forms[0], p + g + k); break;
+        case 1: snprintf(out, n, "%s = %d Psi + %d Psi/%s", forms[1], p + g, k, dn); break;
+        case 2: snprintf(out, n, "%s = %d Psi + %d Psi/%s", forms[2], p, g + k, dn); break;
+        default: snprintf(out, n, "%s = %d Psi/%s", forms[3], p + g + k, dn); break;
+    }
+}
+
 /* Traffic per step in units of Psi elements moved (ring volume, ZeRO paper
    section 7): 2 for stages 0-2, 3 for stage 3. */
 static inline double zero_formula_traffic_psi(int stage) { return stage == 3 ? 3.0 : 2.0; }
@@ -115,8 +133,9 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
     if (gpu_mem > 0) fprintf(out, ", memory %.6g GB per rank", gpu_mem / 1e9);
     fprintf(out, "\n");
     fprintf(out, "%-6s %-28s %14s %12s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "traffic", "fits", "min ranks");
-    static const char* forms[4] = {"(p+g+k) Psi", "(p+g) Psi + k Psi/N", "p Psi + (g+k) Psi/N", "(p+g+k) Psi/N"};
     for (int s = 0; s < 4; s++) {
+        char form[64];
+        zero_formula_text(form, sizeof(form), s, 0, 0, 0, 0);
         double b = zero_formula_bytes(s, psi, (double)N, p, g, k);
         char fits[8] = "-", minr[24] = "-";
         if (gpu_mem > 0 && info->peak_bytes) {
@@ -131,7 +150,7 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
             else snprintf(minr, sizeof(minr), "%llu", m);
         }
         double tr = info->traffic_psi ? info->traffic_psi[s] : zero_formula_traffic_psi(s);
-        fprintf(out, "%-6d %-28s %14.3f %8.3f Psi %6s %10s\n", s, forms[s], b / 1e9, tr, fits, minr);
+        fprintf(out, "%-6d %-28s %14.3f %8.3f Psi %6s %10s\n", s, form, b / 1e9, tr, fits, minr);
     }
     zero_estimate_print_offload(out, psi, N, p, g, k, gpu_mem, act, info->peak_bytes_off, info->peak_min_ranks_off);
     if (info->traffic_psi)

@@ -275,46 +275,36 @@ static inline unsigned long long zero_comm_scratch_bytes(const ZeroPlan* P) {
     return q > b ? q : b;
 }
 
-/* Build the plan from the spec: validate it, copy the tensors, lay out
-   units and shards, assign the unit classes and their stage-3 slots.
-   Returns 0, or 1 with a message in err for an impossible configuration
-   (stage outside 0..3, N < 1, rank out of range, R < 1, HSDP at stage 0,
-   element bytes other than 2 or 4, prefetch < 0, A < 1, no tensors, a
-   tensor of size 0, units out of order, bad classes); P is then freed. */
-static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size_t errlen) {
-    memset(P, 0, sizeof(*P));
-    const ZeroTensor* tensors = s->tensors;
-    int n = s->num_tensors, num_units = s->num_units, zero_stage = s->zero_stage;
-    int num_ranks = s->num_ranks, rank = s->rank, replicas = s->replicas;
-    int param_bytes = s->param_bytes, grad_bytes = s->grad_bytes, prefetch = s->prefetch, grad_accum_steps = s->grad_accum_steps;
-    if (zero_stage < 0 || zero_stage > 3) return set_err(err, errlen, "-z %d: zero_stage must be 0, 1, 2 or 3", zero_stage);
-    if (num_ranks < 1 || rank < 0 || rank >= num_ranks) return set_err(err, errlen, "shard plan: rank %d of %d is invalid", rank, num_ranks);
-    if (replicas < 1) return set_err(err, errlen, "shard plan: %d replicas is invalid", replicas);
-    if (replicas > 1 && zero_stage == 0) return set_err(err, errlen, "--shard-group: stage 0 shards nothing; HSDP (shard groups smaller than the world) needs -z 1, 2 or 3");
-    if (param_bytes != 2 && param_bytes != 4) return set_err(err, errlen, "shard plan: param_bytes %d must be 2 or 4", param_bytes);
-    if (grad_bytes != 2 && grad_bytes != 4) return set_err(err, errlen, "shard plan: grad_bytes %d must be 2 or 4", grad_bytes);
-    if (n < 1 || n > ZERO_MAX_TENSORS || num_units < 1) return set_err(err, errlen, "shard plan: %d tensors in %d units is invalid", n, num_units);
-    if (prefetch < 0) return set_err(err, errlen, "--prefetch %d: must be >= 0", prefetch);
-    if (grad_accum_steps < 1) return set_err(err, errlen, "shard plan: grad_accum_steps %d must be >= 1", grad_accum_steps);
+/* The spec's values on their own (zero_plan_init's first step): 0, or 1
+   with a message. */
+static inline int zero_spec_check(const ZeroSpec* s, char* err, size_t errlen) {
+    int n = s->num_tensors;
+    if (s->zero_stage < 0 || s->zero_stage > 3) return set_err(err, errlen, "-z %d: zero_stage must be 0, 1, 2 or 3", s->zero_stage);
+    if (s->num_ranks < 1 || s->rank < 0 || s->rank >= s->num_ranks) return set_err(err, errlen, "shard plan: rank %d of %d is invalid", s->rank, s->num_ranks);
+    if (s->replicas < 1) return set_err(err, errlen, "shard plan: %d replicas is invalid", s->replicas);
+    if (s->replicas > 1 && s->zero_stage == 0) return set_err(err, errlen, "--shard-group: stage 0 shards nothing; HSDP (shard groups smaller than the world) needs -z 1, 2 or 3");
+    if (s->param_bytes != 2 && s->param_bytes != 4) return set_err(err, errlen, "shard plan: param_bytes %d must be 2 or 4", s->param_bytes);
+    if (s->grad_bytes != 2 && s->grad_bytes != 4) return set_err(err, errlen, "shard plan: grad_bytes %d must be 2 or 4", s->grad_bytes);
+    if (n < 1 || n > ZERO_MAX_TENSORS || s->num_units < 1) return set_err(err, errlen, "shard plan: %d tensors in %d units is invalid", n, s->num_units);
+    if (s->prefetch < 0) return set_err(err, errlen, "--prefetch %d: must be >= 0", s->prefetch);
+    if (s->grad_accum_steps < 1) return set_err(err, errlen, "shard plan: grad_accum_steps %d must be >= 1", s->grad_accum_steps);
     for (int i = 0, prev = 0; i < n; i++) {
-        if (tensors[i].unit < prev || tensors[i].unit >= num_units) return set_err(err, errlen, "shard plan: tensor %s in unit %d is out of order", tensors[i].name, tensors[i].unit);
-        if (tensors[i].size == 0) return set_err(err, errlen, "shard plan: tensor %s has size 0", tensors[i].name);
-        prev = tensors[i].unit;
+        if (s->tensors[i].unit < prev || s->tensors[i].unit >= s->num_units) return set_err(err, errlen, "shard plan: tensor %s in unit %d is out of order", s->tensors[i].name, s->tensors[i].unit);
+        if (s->tensors[i].size == 0) return set_err(err, errlen, "shard plan: tensor %s has size 0", s->tensors[i].name);
+        prev = s->tensors[i].unit;
     }
-    P->zero_stage = zero_stage; P->num_ranks = num_ranks; P->rank = rank; P->replicas = replicas;
-    P->param_bytes = param_bytes; P->grad_bytes = grad_bytes;
-    P->master_bytes = param_bytes < 4 ? 4 : 0;
-    P->reshard_after_forward = s->reshard_after_forward ? 1 : 0;
-    P->prefetch = prefetch; P->grad_accum_steps = grad_accum_steps;
-    P->overlap = s->overlap;
-    P->rs_scratch = s->rs_scratch;
-    P->offload = s->offload;
-    P->offload_staging = s->offload_staging;
-    P->emb_gather_bytes = s->emb_gather_bytes;
+    return 0;
+}
+
+/* The unit-major layout (zero_plan_init's second step): each tensor at a
+   ZERO_ALIGN offset of its unit, each unit padded to the granule and split
+   into num_ranks shards, the FULL and SHARDED offsets, the maxima. */
+static inline void zero_plan_layout(ZeroPlan* P, const ZeroSpec* s) {
+    int n = s->num_tensors, num_units = s->num_units;
     P->num_units = num_units; P->num_tensors = n;
     P->units = (ZeroUnit*)calloc_or_die((size_t)num_units, sizeof(ZeroUnit), "shard plan units");
     P->tensors = (ZeroTensor*)calloc_or_die((size_t)n, sizeof(ZeroTensor), "shard plan tensors");
-    memcpy(P->tensors, tensors, (size_t)n * sizeof(ZeroTensor));
+    memcpy(P->tensors, s->tensors, (size_t)n * sizeof(ZeroTensor));
     for (int i = 0; i < n; i++) {
         ZeroTensor* t = &P->tensors[i];
         ZeroUnit* u = &P->units[t->unit];
@@ -323,12 +313,12 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
         u->size = round_up(t->offset + t->size, ZERO_ALIGN);
         P->num_parameters += t->size;
     }
-    size_t granule = zero_granule(num_ranks, replicas);
+    size_t granule = zero_granule(P->num_ranks, P->replicas);
     size_t off = 0, soff = 0;
     for (int u = 0; u < num_units; u++) {
         ZeroUnit* U = &P->units[u];
         U->padded = round_up(U->size > 0 ? U->size : 1, granule);
-        U->shard = U->padded / (size_t)num_ranks;
+        U->shard = U->padded / (size_t)P->num_ranks;
         U->offset = off; U->shard_offset = soff;
         off += U->padded; soff += U->shard;
         if (u > 0 && U->padded > P->max_block_padded) P->max_block_padded = U->padded;
@@ -337,7 +327,14 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
     }
     P->padded_parameters = off;
     P->shard_parameters = soff;
-    if (s->quant_weights_block > 0 && zero_stage == 3 && num_ranks > 1) {
+}
+
+/* ZeRO++'s quantized collectives at stage 3 (zero_plan_init's third step):
+   every unit's blocks and record bytes for qwZ and qgZ, qgZ's scratch; the
+   hpZ group size checked. 0, or 1 with a message (the plan freed). */
+static inline int zero_plan_quant(ZeroPlan* P, const ZeroSpec* s, char* err, size_t errlen) {
+    int num_units = P->num_units, num_ranks = P->num_ranks;
+    if (s->quant_weights_block > 0 && P->zero_stage == 3 && num_ranks > 1) {
         P->quant_block = s->quant_weights_block;
         for (int u = 0; u < num_units; u++) {
             ZeroUnit* U = &P->units[u];
@@ -349,7 +346,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
             if (U->qrecord > P->max_qrecord) P->max_qrecord = U->qrecord;
         }
     }
-    if (s->quant_grads_bits && zero_stage == 3 && num_ranks > 1) {
+    if (s->quant_grads_bits && P->zero_stage == 3 && num_ranks > 1) {
         int L = s->quant_grads_local;
         if (s->quant_grads_bits != 8 && s->quant_grads_bits != 4) { zero_plan_free(P); return set_err(err, errlen, "shard plan: qgZ bits %d must be 8 or 4", s->quant_grads_bits); }
         if (s->quant_grads_block < 1) { zero_plan_free(P); return set_err(err, errlen, "shard plan: qgZ block %zu must be >= 1", s->quant_grads_block); }
@@ -367,13 +364,37 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
         }
     }
     P->secondary = 1;
-    if (s->secondary > 1 && zero_stage == 3) {   /* (hpZ, qwZ and qgZ apply at stage 3 only; the trainer refuses them elsewhere) */
+    if (s->secondary > 1 && P->zero_stage == 3) {   /* (hpZ, qwZ and qgZ apply at stage 3 only; the trainer refuses them elsewhere) */
         if (num_ranks % s->secondary || s->secondary >= num_ranks) {
             zero_plan_free(P);
             return set_err(err, errlen, "--secondary-shard %d: must divide the %d ranks of the shard group and be fewer (a secondary group of all of them is the primary one)", s->secondary, num_ranks);
         }
     }
-    int rc;
+    return 0;
+}
+
+/* Build the plan from the spec: validate it, copy the tensors, lay out
+   units and shards, assign the unit classes and their stage-3 slots.
+   Returns 0, or 1 with a message in err for an impossible configuration
+   (stage outside 0..3, N < 1, rank out of range, R < 1, HSDP at stage 0,
+   element bytes other than 2 or 4, prefetch < 0, A < 1, no tensors, a
+   tensor of size 0, units out of order, bad classes); P is then freed. */
+static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size_t errlen) {
+    memset(P, 0, sizeof(*P));
+    if (zero_spec_check(s, err, errlen)) return 1;
+    P->zero_stage = s->zero_stage; P->num_ranks = s->num_ranks; P->rank = s->rank; P->replicas = s->replicas;
+    P->param_bytes = s->param_bytes; P->grad_bytes = s->grad_bytes;
+    P->master_bytes = s->param_bytes < 4 ? 4 : 0;
+    P->reshard_after_forward = s->reshard_after_forward ? 1 : 0;
+    P->prefetch = s->prefetch; P->grad_accum_steps = s->grad_accum_steps;
+    P->overlap = s->overlap;
+    P->rs_scratch = s->rs_scratch;
+    P->offload = s->offload;
+    P->offload_staging = s->offload_staging;
+    P->emb_gather_bytes = s->emb_gather_bytes;
+    zero_plan_layout(P, s);
+    if (zero_plan_quant(P, s, err, errlen)) return 1;
+    int rc, num_units = P->num_units;
     if (s->num_classes > 0) {
         if (!s->unit_class) { zero_plan_free(P); return set_err(err, errlen, "shard plan: %d unit classes but no unit_class list", s->num_classes); }
         rc = zero_plan_set_classes(P, s->num_classes, s->unit_class, s->classes, err, errlen);
@@ -389,7 +410,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
     if (rc) return rc;
     /* hpZ: the units gathered more than once per optimizer step */
     for (int u = 0; u < num_units; u++) P->units[u].sec_offset = ZERO_NO_SECONDARY;
-    if (s->secondary > 1 && zero_stage == 3) {
+    if (s->secondary > 1 && P->zero_stage == 3) {
         P->secondary = s->secondary;
         for (int u = 0; u < num_units; u++) {
             ZeroUnit* U = &P->units[u];

@@ -10,6 +10,7 @@
 #ifndef LLMC_ZERO_REPORT_H
 #define LLMC_ZERO_REPORT_H
 
+#include "estimate.h"
 #include "optimizer.h"
 
 /* Paper-formula bytes of each model-state category at this stage, on the
@@ -39,12 +40,7 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
     int p = P->param_bytes, g = P->grad_bytes, k = P->master_bytes + 8;
     /* the paper's per-rank model-state formula with this program's bytes */
     char law[96];
-    switch (P->zero_stage) {
-        case 0: snprintf(law, sizeof(law), "(p+g+k) Psi = %d Psi", p + g + k); break;
-        case 1: snprintf(law, sizeof(law), "(p+g) Psi + k Psi/N = %d Psi + %d Psi/N", p + g, k); break;
-        case 2: snprintf(law, sizeof(law), "p Psi + (g+k) Psi/N = %d Psi + %d Psi/N", p, g + k); break;
-        default: snprintf(law, sizeof(law), "(p+g+k) Psi/N = %d Psi/N", p + g + k); break;
-    }
+    zero_formula_text(law, sizeof(law), P->zero_stage, p, g, k, 0);
     int off = P->offload != OFFLOAD_NONE;
     int hostcol = off && (P->offload == OFFLOAD_HOST || P->offload_staging), diskcol = P->offload == OFFLOAD_DISK;
     fprintf(out, "memory ledger, rank %d of %d%s, zero_stage %d: Psi = %zu parameters (%zu padded, %zu per shard), p=%d g=%d k=%d bytes/param%s\n",

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
-#include "llmc/comm.h"
+#include "llmc/comm_quant.h"
 #include "llmc/zero/plan.h"
 #include "tests/check.h"
 
