@@ -27,7 +27,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include "gpt.h"
+#include "gpt_params.h"
 
 #define CKPT_MAGIC 20240326
 
