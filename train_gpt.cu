@@ -59,6 +59,7 @@ typedef struct {
     int straggler_report;        /* --straggler-report: per-rank waits at the end */
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
+    int keep_logits_given;       /* --keep-logits on the command line (-z auto keeps it) */
     int recompute, recompute_given; /* -r: activation recomputation (gpt.h); given: -z auto keeps it */
     int quant_weights;           /* --quantize-weights int8 (1) or none (0): qwZ, stage 3 (llmc/quant.h) */
     int quant_weights_block, quant_block_given; /* --quantize-weights-block: elements per fp32 scale */
@@ -364,7 +365,7 @@ static const Flag FLAGS[] = {
        "hops of --quantize-grads (auto: from the hosts' names; give it to try a\n"
        "hierarchy on one machine)"),
     I(NULL, "--vocab-chunk", "<n>", vocab_chunk, 1, 1 << 24, 0, "rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)"),
-    I(NULL, "--keep-logits", "<0|1>", keep_logits, 0, 1, 0, "keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
+    I(NULL, "--keep-logits", "<0|1>", keep_logits, 0, 1, GIVEN(keep_logits_given), "keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
       "recomputing them in backward (same numbers, less compute, more memory)"),
     I(NULL, "-r", "<0..3>", recompute, 0, 3, GIVEN(recompute_given), "activation recomputation: 0 keep every activation; 1 recompute GELU in\n"
       "backward, 2 + both LayerNorms (llm.c's -r 1, 2); 3 keep only each block's output\n"
@@ -498,6 +499,11 @@ static GPT2Options model_options(const Args* a, int accum) {
     o.quant_weights_block = a->quant_weights ? a->quant_weights_block : 0;
     o.secondary = a->secondary > 1 ? a->secondary : a->secondary == -1 && a->node_size > 1 ? a->node_size : 0;   /* node: resolved at start; the estimator takes --node-size */
     o.quant_grads_bits = a->quant_grads; o.quant_grads_block = a->quant_grads_block; o.quant_grads_local = a->node_size > 0 ? a->node_size : 1;
+    if (a->max_steps == 0 && !a->resume) {   /* -x 0: evaluate and sample only (no grads, no optimizer, no backward) */
+        o.eval_only = 1;
+        o.recompute = 3;   /* the forward writes one layer's buffers for every layer: nothing is kept for a backward */
+        o.offload = OFFLOAD_NONE;
+    }
     return o;
 }
 
@@ -513,7 +519,7 @@ static int estimate_peak(const Args* a, const GPT2Config* cfg, int from_ckpt, in
     FitContext x;
     memset(&x, 0, sizeof(x));
     x.cfg = cfg; x.base = model_options(a, 1);
-    x.N = N; x.L = N; x.B = a->B; x.T = a->T; x.total_batch = (long)a->B * a->T * N;
+    x.N = N; x.B = a->B; x.T = a->T; x.total_batch = (long)a->B * a->T * N;
     x.from_ckpt = from_ckpt; x.ckpt_in = 3; x.ckpt_out = a->ckpt_version;
     x.baseline = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
     char wpath[4200];
@@ -711,7 +717,7 @@ typedef struct {
     int ckpt_version_in;         /* the -e checkpoint's version (3, 5), 0 for a random init */
     FitCandidate fit;            /* the configuration run and its predicted peak (fit_or_choose) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
-    char budget_source[320];
+    char budget_source[480];
 } Run;
 
 /* Mean loss over val_steps batches of the validation set, all ranks. */
@@ -836,6 +842,27 @@ static void setup_data(Run* r, int B) {
     }
 }
 
+/* The configuration this rank is about to run, as "key value" pairs (for
+   comm_agree_config: every rank must run the same): the program, the model,
+   every flag that shapes the plan, the collectives, the schedule or the
+   numbers, after -z auto's choice; floats as exact hex. */
+static void run_config_text(const Run* r, char* out, size_t n) {
+    const Args* a = &r->a;
+    const GPT2Config* c = &r->cfg;
+    snprintf(out, n, "program %s floatX_bytes %d model L%d/NH%d/C%d/maxT%d/V%d/Vp%d init %s ranks %d zero_stage %d shard_group %d "
+             "reshard_after_forward %d prefetch %d reshard_embedding %d vocab_chunk %d keep_logits %d overlap %d recompute %d "
+             "B %d T %d total_batch %ld grad_accum %d offload %d:%s quantize_weights %d/%d quantize_grads %d/%d secondary_shard %d node_size %d "
+             "steps %d warmup %d lr %a final_frac %a weight_decay %a grad_clip %a val_every %d val_steps %d sample_every %d gen_tokens %d "
+             "ckpt_every %d ckpt_version %d seed %llu shuffle %d resume %d collective_timeout %a train %s val %s output %s",
+             BACKEND_NAME, (int)sizeof(floatX), c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
+             a->init, r->N, a->zero_stage, a->shard_group > 0 ? a->shard_group : r->N, a->reshard_after_forward, a->prefetch, a->reshard_embedding,
+             a->vocab_chunk, a->keep_logits, a->overlap, a->recompute, a->B, a->T, a->total_batch, r->accum, a->offload,
+             a->offload_dir ? a->offload_dir : "-", a->quant_weights, a->quant_weights_block, a->quant_grads, a->quant_grads_block, a->secondary,
+             a->node_size, a->max_steps, a->warmup, (double)a->lr, (double)a->final_frac, (double)a->weight_decay, (double)a->grad_clip,
+             a->val_every, a->val_steps, a->sample_every, a->gen_tokens, a->ckpt_every, a->ckpt_version, a->seed, a->shuffle, a->resume,
+             (double)a->collective_timeout, a->train_pattern, a->val_pattern, a->output_dir ? a->output_dir : "-");
+}
+
 /* The fit check and -z auto (llmc/gpt_fit.h: gpt2_fit_decide), before
    anything of the model is allocated; -z auto's choice becomes the run's
    flags (and the data loaders again when it changes -b). */
@@ -845,8 +872,12 @@ static void fit_or_choose(Run* r) {
     FitContext x;
     memset(&x, 0, sizeof(x));
     x.cfg = &r->cfg; x.base = model_options(a, r->accum);
-    x.N = r->N; x.L = comm->local_size;
+    int* node_of = (int*)malloc_or_die((size_t)r->N * sizeof(int), "placement");
+    comm_node_indices(node_of);
+    x.N = r->N; x.node_of = node_of;
     x.B = a->B; x.T = a->T; x.total_batch = a->total_batch; x.batch_given = a->total_batch_given;
+    x.B_given = a->B_given; x.keep_logits_given = a->keep_logits_given; x.reshard_emb_given = a->reshard_emb_given;
+    x.shard_group = a->shard_group > 0 ? a->shard_group : 0;
     x.offload_dir_given = a->offload == OFFLOAD_DISK;
     x.recompute_given = a->recompute_given;
     x.offload_dir = a->offload == OFFLOAD_DISK ? a->offload_dir : NULL;
@@ -856,10 +887,10 @@ static void fit_or_choose(Run* r) {
     if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
     x.loaders = backend_host_counts() ? dataloader_host_bytes(&r->train) * (r->have_train ? 1 : 0) +
                                         dataloader_host_bytes(&r->val) * (r->have_val ? 1 : 0) : 0;
-    FitRequest q = {a->memory_limit, a->zero_auto, a->fit_check, a->shard_group > 0 ? a->shard_group : 0,
-                    a->link_inside_gbps, a->link_across_gbps, a->init};
+    FitRequest q = {a->memory_limit, a->zero_auto, a->fit_check, a->link_inside_gbps, a->link_across_gbps, a->init};
     FitDecision d;
     gpt2_fit_decide(comm, &x, &q, a->shard_group > 0 ? a->shard_group : r->N, &d);
+    free(node_of);
     r->fit = d.run;
     r->budget = d.budget;
     snprintf(r->budget_source, sizeof(r->budget_source), "%s", d.budget_source);
@@ -1007,6 +1038,9 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     setup_node_size(r);
     setup_data(r, a->B);
     fit_or_choose(r);
+    char conf[4096];
+    run_config_text(r, conf, sizeof(conf));
+    comm_agree_config(comm, "configurations", conf);   /* taken once, run by all: a mismatch is one error, never a hang */
     if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
     setup_groups_backend(r);
     setup_model(r);
@@ -1060,7 +1094,8 @@ static void print_banner(Run* r) {
     if (comm->rank == 0) {
         static const char* rnames[4] = {"", ", recompute -r 1 (GELU)", ", recompute -r 2 (GELU, LayerNorms)", ", recompute -r 3 (whole blocks)"};
         printf("train_gpt (%s): %d rank%s, zero_stage %d%s%s%s%s\n", BACKEND_NAME, r->N, r->N > 1 ? "s" : "", a->zero_stage,
-               rnames[a->recompute],
+               r->model.opt.eval_only ? ", evaluation only (-x 0: no grads, no optimizer states, no backward; the blocks' forward in one layer's buffers)"
+                                      : rnames[a->recompute],
                a->zero_stage == 3 ? (a->reshard_after_forward ? ", reshard_after_forward 1" : ", reshard_after_forward 0") : "",
                a->offload == OFFLOAD_DISK ? ", optimizer states offloaded to disk:" : a->offload == OFFLOAD_HOST ? ", optimizer states offloaded to host memory" : "",
                a->offload == OFFLOAD_DISK ? a->offload_dir : "");
@@ -1289,6 +1324,14 @@ int main(int argc, char** argv) {
     args_defaults(&a, comm.world_size);
     flags_parse(FLAGS, NUM_FLAGS, &a, argc, argv, err, ERRLEN, &want_help, &want_md);
     comm_check_all(&comm, err);
+    {   /* every rank was started with the same flags (before anything is decided from them) */
+        char flags[8192];
+        size_t k = 0;
+        flags[0] = 0;
+        for (int i = 1; i < argc && k + 32 < sizeof(flags); i++)
+            k += (size_t)snprintf(flags + k, sizeof(flags) - k, "%sargv[%d] %.1000s", i > 1 ? " " : "", i, argv[i]);
+        comm_agree_config(&comm, "flags", flags);
+    }
     comm_watch.timeout_s = a.collective_timeout;
     if (want_help || want_md) {
         Args d;

@@ -277,6 +277,20 @@ static inline int comm_world_ranks(MPI_Comm mc, int n, int* out) {
     return 0;
 }
 
+/* The node of every world rank as a dense index (out: world size
+   entries; node 0 is rank 0's, the next new name is node 1, ...), from the
+   node names every rank gathered at comm_init: the same on every rank. */
+static inline int comm_node_indices(int* out) {
+    const CommWatch* w = &comm_watch;
+    int nodes = 0;
+    for (int r = 0; r < w->world; r++) {
+        out[r] = -1;
+        for (int q = 0; q < r && out[r] < 0; q++) if (!strcmp(w->host[q], w->host[r])) out[r] = out[q];
+        if (out[r] < 0) out[r] = nodes++;
+    }
+    return nodes;
+}
+
 /* World ranks ranks[0..n) as a list grouped by node, the form of every
    message that names ranks: "2, 3 (node llmc-node1), 5 (node llmc-node2)"
    (a node named after its last rank in a run of ranks on it). Returns the
@@ -448,6 +462,63 @@ static inline void comm_straggler_report(Comm* c, double step_ms, double wait_ms
         free(sorted); free(late); free(all);
     }
     free(row);
+}
+
+/* Collective: every rank runs the same configuration. desc is this rank's
+   resolved configuration as "key value" pairs separated by single spaces
+   (the trainer's: every flag that shapes the plan, the collectives or the
+   numbers, after -z auto; train_gpt.cu run_config_text). Each rank
+   all-gathers a 64-bit FNV-1a hash of it; if any rank's differs from rank
+   0's, every rank ends (comm_check_all) with one line from the lowest such
+   rank naming the first pair that differs, both values, and every rank
+   that differs: a mismatch is one error, never a hang in a collective
+   whose shapes disagree. what names the kind ("configurations", "flags"). */
+static inline void comm_agree_config(Comm* c, const char* what, const char* desc) {
+    char err[ERRLEN] = "";
+    unsigned long long h = 1469598103934665603ULL;
+    for (const unsigned char* p = (const unsigned char*)desc; *p; p++) { h ^= *p; h *= 1099511628211ULL; }
+    unsigned long long* all = (unsigned long long*)malloc_or_die((size_t)c->world_size * sizeof(unsigned long long), "config hashes");
+    MPI_Request rq;
+    MPI_Iallgather(&h, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the configuration check (an all-gather of every rank's hash)");
+    int differ = 0;
+    for (int r = 1; r < c->world_size; r++) differ += all[r] != all[0];
+    if (differ) {
+        char ref[4096];
+        snprintf(ref, sizeof(ref), "%s", desc);
+        MPI_Ibcast(ref, (int)sizeof(ref), MPI_CHAR, 0, MPI_COMM_WORLD, &rq);
+        comm_wait_request(&rq, 0, "the configuration check (rank 0's configuration)");
+        if (all[c->rank] != all[0]) {
+            int* ranks = (int*)malloc_or_die((size_t)differ * sizeof(int), "config ranks");
+            int k = 0;
+            for (int r = 1; r < c->world_size; r++) if (all[r] != all[0]) ranks[k++] = r;
+            char list[600];
+            comm_format_ranks(list, sizeof(list), ranks, k);
+            free(ranks);
+            /* the first "key value" pair that differs */
+            const char* a = desc; const char* b = ref;
+            char mk[128] = "?", mv[256] = "?", rv[256] = "?";
+            while (*a || *b) {
+                const char* ae = strchr(a, ' '); const char* be = strchr(b, ' ');
+                const char* av = ae ? ae + 1 : a + strlen(a); const char* bv = be ? be + 1 : b + strlen(b);
+                const char* an = strchr(av, ' '); const char* bn = strchr(bv, ' ');
+                if (!an) an = av + strlen(av);
+                if (!bn) bn = bv + strlen(bv);
+                if ((size_t)(an - a) != (size_t)(bn - b) || strncmp(a, b, (size_t)(an - a))) {
+                    snprintf(mk, sizeof(mk), "%.*s", ae ? (int)(ae - a) : (int)strlen(a), a);
+                    snprintf(mv, sizeof(mv), "%.*s", (int)(an - av), av);
+                    snprintf(rv, sizeof(rv), "%.*s", (int)(bn - bv), bv);
+                    break;
+                }
+                a = *an ? an + 1 : an; b = *bn ? bn + 1 : bn;
+            }
+            set_err(err, ERRLEN, "the ranks would run different %s: rank %d has %s = %s where rank 0 has %s = %s (rank%s %s differ%s from rank 0); "
+                    "every rank must run the same program with the same flags and environment", what, c->rank, mk, mv, mk, rv, k > 1 ? "s" : "", list,
+                    k > 1 ? "" : "s");
+        }
+    }
+    free(all);
+    comm_check_all(c, err);
 }
 
 /* Cores this process may run on (its affinity mask), and the cores of its

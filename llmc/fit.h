@@ -3,8 +3,11 @@
  (where it comes from, in this order): --memory-limit per rank; else the
  memory limit of the rank's cgroup (v1 memory.limit_in_bytes or v2
  memory.max, the smallest on the path to the root, read through
- /proc/self/cgroup) divided by the ranks of its node; else MemAvailable
- divided by the ranks of its node. The predicted per-rank peak: what the
+ /proc/self/cgroup: fit_cgroup_limit), less what that cgroup already
+ holds beyond the node's ranks (the MPI or Slurm step daemon and any other
+ resident: its usage less its page cache less the ranks' own anonymous
+ memory), divided by the ranks of its node; else MemAvailable divided by
+ the ranks of its node. The predicted per-rank peak: what the
  process holds when the check runs (code, libraries, MPI, threads: measured,
  VmRSS), plus the shard plan's ledger total (exact), plus the host
  the larger of two phases: the parameter I/O staging of the initialisation
@@ -27,9 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <mpi.h>
 #include "utils.h"
-#include "comm.h"
 
 /* "900M", "1.5G", "2T", "512K", "900Mi", "4Gi", or a plain number of bytes:
    K M G T = 1e3 1e6 1e9 1e12, Ki Mi Gi Ti = 2^10 .. 2^40. 0 or 1. */
@@ -85,24 +86,56 @@ static inline int fit_read_number(const char* path, unsigned long long* out) {
     return 1;
 }
 
-/* The memory limit of this process's cgroup: the smallest limit on the path
-   from its cgroup to the root of the memory hierarchy (v1:
-   /sys/fs/cgroup/memory/<path>/memory.limit_in_bytes; v2:
-   /sys/fs/cgroup/<path>/memory.max), read through /proc/self/cgroup.
-   Returns 1 with *limit and a description ("cgroup v1 /llmc/node1"), 0 when
-   there is no limit (none set, or values of 2^62 and above, the kernel's
-   "unlimited"). */
-static inline int fit_cgroup_limit(unsigned long long* limit, char* where, size_t wn) {
-    FILE* f = fopen("/proc/self/cgroup", "r");
+/* A "key value" line of a cgroup's memory.stat (v1: total_inactive_file,
+   v2: inactive_file, ...) in bytes; 0 if missing. */
+static inline unsigned long long fit_stat_field(const char* path, const char* key) {
+    FILE* f = fopen(path, "r");
     if (!f) return 0;
-    char line[1024], v1[768] = "", v2[768] = "";
+    char line[256];
+    unsigned long long v = 0;
+    size_t k = strlen(key);
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, key, k) && line[k] == ' ') { v = strtoull(line + k + 1, NULL, 10); break; }
+    fclose(f);
+    return v;
+}
+
+/* The memory cgroup that limits this process (fit_cgroup_limit). */
+typedef struct {
+    int version;                 /* 1 or 2 */
+    unsigned long long limit;    /* bytes: the smallest limit on the path to the root */
+    char file[1440];             /* the limit's file, e.g. /sys/fs/cgroup/llmc/node1/memory.max */
+    char dir[1400];              /* its cgroup directory (usage and memory.stat are read there) */
+} FitCgroup;
+
+/* The memory cgroup of this process and its limit: the smallest memory
+   limit on the path from its cgroup to the root of the memory hierarchy
+   (a parent's limit counts when the leaf says "max"; limits of 2^62 and
+   above are the kernel's "unlimited"), read through
+   $LLMC_PROC_SELF_CGROUP (default /proc/self/cgroup: lines
+   "hierarchy-ID:controllers:path", cgroups(7)) under $LLMC_CGROUP_ROOT
+   (default /sys/fs/cgroup):
+     v1: the line whose controllers include "memory"; ROOT/memory/PATH/memory.limit_in_bytes
+     v2: the line "0::PATH"; ROOT/PATH/memory.max ("max": no limit)
+   A hybrid host (v1 controllers beside a v2 hierarchy without the memory
+   controller) reads v1; a v1 line whose hierarchy is not mounted falls
+   back to v2. Returns 1 with *cg, or 0 when no limit applies. The
+   environment lets a test hand it fake trees (tests/unit/test_fit.c). */
+static inline int fit_cgroup_limit(FitCgroup* cg) {
+    const char* root = getenv("LLMC_CGROUP_ROOT");
+    const char* self = getenv("LLMC_PROC_SELF_CGROUP");
+    if (!root || !root[0]) root = "/sys/fs/cgroup";
+    if (!self || !self[0]) self = "/proc/self/cgroup";
+    FILE* f = fopen(self, "r");
+    if (!f) return 0;
+    char line[1024], v1[760] = "", v2[760] = "";
     int have1 = 0, have2 = 0;
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\n")] = 0;
         char* a = strchr(line, ':');
         char* b = a ? strchr(a + 1, ':') : NULL;
         if (!a || !b) continue;
-        *b = 0;
+        *a = 0; *b = 0;   /* line: the hierarchy id; a + 1: the controllers; b + 1: the path */
         const char* ctrl = a + 1;
         const char* path = b + 1;
         if (!strcmp(line, "0") && ctrl[0] == 0) { snprintf(v2, sizeof(v2), "%s", path); have2 = 1; }
@@ -113,28 +146,49 @@ static inline int fit_cgroup_limit(unsigned long long* limit, char* where, size_
         }
     }
     fclose(f);
-    const char* root = have1 ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
-    const char* file = have1 ? "memory.limit_in_bytes" : "memory.max";
-    char path[768];
-    if (have1) snprintf(path, sizeof(path), "%s", v1);
-    else if (have2) snprintf(path, sizeof(path), "%s", v2);
-    else return 0;
+    char base[600];
+    if (have1) {   /* a v1 memory hierarchy that is not mounted here (some containers): try v2 */
+        snprintf(base, sizeof(base), "%s/memory", root);
+        if (access(base, R_OK) != 0) have1 = 0;
+    }
+    if (!have1 && !have2) return 0;
+    int ver = have1 ? 1 : 2;
+    const char* file = ver == 1 ? "memory.limit_in_bytes" : "memory.max";
+    if (ver == 2) snprintf(base, sizeof(base), "%s", root);
+    char path[760];
+    snprintf(path, sizeof(path), "%s", ver == 1 ? v1 : v2);
     unsigned long long best = ~0ULL;
-    char at[768] = "";
     for (;;) {
-        char p[1600];
-        snprintf(p, sizeof(p), "%s%s/%s", root, strcmp(path, "/") ? path : "", file);
+        char d[1400], p[1400 + 32];
+        snprintf(d, sizeof(d), "%.600s%.760s", base, strcmp(path, "/") ? path : "");
+        snprintf(p, sizeof(p), "%s/%s", d, file);
         unsigned long long x;
-        if (fit_read_number(p, &x) && x < best) { best = x; snprintf(at, sizeof(at), "%s", path); }
+        if (fit_read_number(p, &x) && x < best) { best = x; snprintf(cg->file, sizeof(cg->file), "%s", p); snprintf(cg->dir, sizeof(cg->dir), "%s", d); }
         if (!strcmp(path, "/") || !path[0]) break;
-        char* s = strrchr(path, '/');
-        if (!s) break;
-        if (s == path) path[1] = 0; else *s = 0;
+        char* sl = strrchr(path, '/');
+        if (!sl) break;
+        if (sl == path) path[1] = 0; else *sl = 0;
     }
     if (best >= (1ULL << 62)) return 0;
-    *limit = best;
-    snprintf(where, wn, "cgroup %s %s", have1 ? "v1" : "v2", at);
+    cg->version = ver;
+    cg->limit = best;
     return 1;
+}
+
+/* What the cgroup of cg already holds that the kernel cannot take back
+   (bytes): its usage (v1 memory.usage_in_bytes, v2 memory.current) minus
+   its page cache (memory.stat: v1 total_active_file + total_inactive_file,
+   v2 active_file + inactive_file: reclaimable under the limit). The caller
+   subtracts its own ranks' share. 0 if the files cannot be read. */
+static inline unsigned long long fit_cgroup_unreclaimable(const FitCgroup* cg) {
+    char p[1500];
+    unsigned long long usage = 0;
+    snprintf(p, sizeof(p), "%s/%s", cg->dir, cg->version == 1 ? "memory.usage_in_bytes" : "memory.current");
+    if (!fit_read_number(p, &usage)) return 0;
+    snprintf(p, sizeof(p), "%s/memory.stat", cg->dir);
+    unsigned long long file = cg->version == 1 ? fit_stat_field(p, "total_active_file") + fit_stat_field(p, "total_inactive_file")
+                                               : fit_stat_field(p, "active_file") + fit_stat_field(p, "inactive_file");
+    return usage > file ? usage - file : 0;
 }
 
 /* MemAvailable of /proc/meminfo in bytes, 0 if unknown. */
@@ -142,23 +196,33 @@ static inline unsigned long long fit_mem_available(void) { return proc_field_byt
 
 typedef struct {
     unsigned long long bytes;   /* this rank's budget */
-    char source[320];           /* where it comes from, e.g. "cgroup v1 /llmc/node1: 0.9000 GB / 2 ranks of the node" */
+    char source[480];           /* where it comes from, e.g. "cgroup v1 /sys/fs/cgroup/memory/llmc/node1/memory.limit_in_bytes: 0.9 GB / 2 ranks of the node" */
 } FitBudget;
 
 /* This rank's memory budget (see the top). flag_bytes: --memory-limit (0:
-   none); ranks_on_node: the ranks sharing the node (Comm.local_size). */
-static inline FitBudget fit_budget(unsigned long long flag_bytes, int ranks_on_node) {
+   none); ranks_on_node: the ranks sharing the node (Comm.local_size);
+   ranks_held: what those ranks hold now, summed over the node (their
+   RssAnon + RssShmem: the part of their resident memory the cgroup cannot
+   reclaim; fit_own_unreclaimable). With a cgroup limit, what the cgroup
+   holds beyond the ranks (the MPI or Slurm step daemon, other processes:
+   fit_cgroup_unreclaimable minus ranks_held) is taken off the limit before
+   it is divided among the ranks. */
+static inline FitBudget fit_budget(unsigned long long flag_bytes, int ranks_on_node, unsigned long long ranks_held) {
     FitBudget b;
     memset(&b, 0, sizeof(b));
     int n = ranks_on_node > 0 ? ranks_on_node : 1;
-    unsigned long long lim;
-    char where[800];
+    FitCgroup cg;
+    memset(&cg, 0, sizeof(cg));
     if (flag_bytes) {
         b.bytes = flag_bytes;
         snprintf(b.source, sizeof(b.source), "--memory-limit: %.4g GB per rank", flag_bytes / 1e9);
-    } else if (fit_cgroup_limit(&lim, where, sizeof(where))) {
-        b.bytes = lim / (unsigned long long)n;
-        snprintf(b.source, sizeof(b.source), "%.200s: %.4g GB / %d rank%s of the node", where, lim / 1e9, n, n > 1 ? "s" : "");
+    } else if (fit_cgroup_limit(&cg)) {
+        unsigned long long held = fit_cgroup_unreclaimable(&cg);
+        unsigned long long other = held > ranks_held ? held - ranks_held : 0;
+        unsigned long long left = cg.limit > other ? cg.limit - other : 0;
+        b.bytes = left / (unsigned long long)n;
+        snprintf(b.source, sizeof(b.source), "cgroup v%d %.300s: %.4g GB, less %.4g GB held by other processes of the cgroup, / %d rank%s of the node",
+                 cg.version, cg.file, cg.limit / 1e9, other / 1e9, n, n > 1 ? "s" : "");
     } else {
         unsigned long long a = fit_mem_available();
         b.bytes = a / (unsigned long long)n;
@@ -166,6 +230,12 @@ static inline FitBudget fit_budget(unsigned long long flag_bytes, int ranks_on_n
                  a / 1e9, n, n > 1 ? "s" : "");
     }
     return b;
+}
+
+/* This process's resident memory that its cgroup cannot reclaim: RssAnon +
+   RssShmem of /proc/self/status (its file-backed pages are page cache). */
+static inline unsigned long long fit_own_unreclaimable(void) {
+    return proc_field_bytes("/proc/self/status", "RssAnon:") + proc_field_bytes("/proc/self/status", "RssShmem:");
 }
 
 /* The training workspace of this program measured at build time
@@ -200,49 +270,6 @@ typedef struct {
 static inline void fit_peak_total(FitPeak* p) {
     unsigned long long run = p->host + p->workspace;
     p->peak = p->baseline + p->ledger + (p->staging > run ? p->staging : run);
-}
-
-/* The link rates of the cost model, bytes per second of ring wire bytes per
-   rank: inside a node (shared memory) and across nodes (the network); 0
-   where there is nothing to measure (one rank per node; one node).
-   Collective: each rate is the best of 3 all-gathers of 4 MB per rank on a
-   communicator of the ranks of one node, and of one rank per node. */
-static inline void fit_measure_links(Comm* c, double* inside, double* across) {
-    *inside = *across = 0.0;
-    MPI_Comm node, cross;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
-    int nl;
-    MPI_Comm_size(node, &nl);
-    MPI_Comm_split(MPI_COMM_WORLD, c->local_rank, c->rank, &cross);
-    int nc;
-    MPI_Comm_size(cross, &nc);
-    const int per = 1 << 22;
-    int kmax = nl > nc ? nl : nc;
-    char* sbuf = (char*)malloc_or_die((size_t)per, "link probe");
-    char* rbuf = (char*)malloc_or_die((size_t)per * (size_t)kmax, "link probe");
-    memset(sbuf, 1, (size_t)per);
-    for (int which = 0; which < 2; which++) {
-        MPI_Comm m = which ? cross : node;
-        int n = which ? nc : nl;
-        double best = 1e30;
-        if (n > 1) {
-            for (int r = 0; r < 3; r++) {
-                MPI_Barrier(m);
-                double t0 = MPI_Wtime();
-                MPI_Allgather(sbuf, per, MPI_BYTE, rbuf, per, MPI_BYTE, m);
-                double t = MPI_Wtime() - t0;
-                MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, m);
-                if (t < best) best = t;
-            }
-        }
-        /* every rank takes the slowest group's rate (groups of one rank have none) */
-        double rate = n > 1 ? (double)per * (n - 1) / best : 1e300, lo = rate;
-        MPI_Allreduce(&rate, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-        if (lo >= 1e299) lo = 0.0;
-        if (which) *across = lo; else *inside = lo;
-    }
-    free(sbuf); free(rbuf);
-    MPI_Comm_free(&node); MPI_Comm_free(&cross);
 }
 
 #endif /* LLMC_FIT_H */

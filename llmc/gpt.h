@@ -172,15 +172,17 @@ static inline void gpt2_alloc_activations(GPT2* m, int B, int T) {
     m->losses = (float*)gpt2_act(m, BT * f);
     m->last_logits = (floatX*)gpt2_act(m, (size_t)B * Vp * x);
     m->preatt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
-    m->dpreatt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
-    m->datt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
-    m->dres = (floatX*)gpt2_act(m, BT * C * x);
-    m->dln = (floatX*)gpt2_act(m, BT * C * x);
-    m->dqkv = (floatX*)gpt2_act(m, BT * 3 * C * x);
-    m->datty = (floatX*)gpt2_act(m, BT * C * x);
-    m->dfch = (floatX*)gpt2_act(m, BT * 4 * C * x);
-    m->dfch_gelu = (floatX*)gpt2_act(m, BT * 4 * C * x);
-    m->dlnf = (floatX*)gpt2_act(m, BT * C * x);
+    if (!opt->eval_only) {   /* the backward's buffers (-x 0 runs no backward) */
+        m->dpreatt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
+        m->datt = (floatX*)gpt2_act(m, (size_t)B * NH * T * T * x);
+        m->dres = (floatX*)gpt2_act(m, BT * C * x);
+        m->dln = (floatX*)gpt2_act(m, BT * C * x);
+        m->dqkv = (floatX*)gpt2_act(m, BT * 3 * C * x);
+        m->datty = (floatX*)gpt2_act(m, BT * C * x);
+        m->dfch = (floatX*)gpt2_act(m, BT * 4 * C * x);
+        m->dfch_gelu = (floatX*)gpt2_act(m, BT * 4 * C * x);
+    }
+    m->dlnf = (floatX*)gpt2_act(m, BT * C * x);   /* also a forward's last positions (sampling) */
     m->inputs = (int*)gpt2_act(m, BT * sizeof(int));
     m->targets = (int*)gpt2_act(m, BT * sizeof(int));
     m->emb_rows = emb_rows ? (floatX*)gpt2_alloc(m, MEM_EMB_ROWS, emb_rows) : m->dres;

@@ -1,22 +1,39 @@
 /*
  gpt_fit.h: which configuration of a GPT-2 run fits a rank's memory, and
  which of those is fastest (-z auto), from the shard plan alone: nothing is
- allocated. For every candidate (zero_stage 0-3; --shard-group G over the
- divisors of N made of whole nodes; at stage 3 --reshard-embedding 1 and 0;
- --keep-logits 0 and 1; -r 0..3 unless -r is given; with -d, smaller
- micro-batches with more accumulation; the optimizer offloaded to disk, only when a disk:DIR is
- given and only when nothing else fits) it builds the plan a run would build
- (gpt2_predict), predicts the per-rank peak (fit.h: the process's baseline +
- ledger + host bookkeeping + the larger of I/O staging and the calibrated
- workspace) and the step time of a simple cost model: compute (flops per
- rank / the measured matmul rate) + every collective's ring wire bytes / the
- rate of the link it crosses (inside a node or across nodes; a collective
- whose ranks span nodes runs at the across rate) + the offloaded optimizer's
- disk bytes / the disk rate, with no overlap assumed. The model ranks the
- candidates; its milliseconds are not a forecast (docs/fit.md). The fastest
- candidate that fits wins; differences under 1% are ties, which go to the
- less recomputation, then the lower stage, then the smaller peak (-r 1 and
- 2 cost no flops in the model, only elementwise passes).
+ allocated. Decided ONCE for all ranks (docs/design.md section 11): the
+ budget is the smallest over the ranks, the baseline the largest, the
+ measured rates the slowest, and -z auto's choice is made by rank 0 and
+ broadcast; the trainer then checks that every rank runs the same
+ configuration (comm_agree_config).
+
+ Candidates (gpt2_fit_enumerate): zero_stage 0-3; --shard-group G over the
+ divisors of N; at stage 3 --reshard-embedding 1 and 0; --keep-logits 0
+ and 1; -r 0..3; with -d, smaller micro-batches with more accumulation; the
+ optimizer offloaded to disk (chosen only when a disk:DIR is given and
+ nothing else fits; always evaluated, so that the advice can say whether it
+ would fit). Every flag the user gives (--shard-group, --reshard-embedding,
+ --keep-logits, -r, -b) stays fixed in the search. An evaluation-only run
+ (-x 0) has no grads, no optimizer and no backward: only the stage and the
+ shard group vary.
+
+ For every candidate it builds the plan a run would build (gpt2_predict),
+ predicts the per-rank peak (fit.h: the process's baseline + ledger + host
+ bookkeeping + the larger of I/O staging and the calibrated workspace) and
+ the step time of a simple cost model: compute (flops per rank / the
+ measured matmul rate) + every collective's ring wire bytes / the rate of
+ the link it crosses (a collective whose groups of ranks span nodes, as the
+ ranks' real placement says, runs at the across rate: a cyclic placement or
+ nodes of different sizes are modelled as they are) + the offloaded
+ optimizer's disk bytes / the disk rate, with no overlap assumed. The model
+ ranks the candidates; its milliseconds are not a forecast (docs/fit.md).
+
+ The choice (gpt2_fit_choose) does not depend on the order of the
+ candidates: among those that fit, every candidate within 1% of the
+ fastest predicted time is a tie, and ties go to the less recomputation,
+ then the lower stage, then the smaller peak, then the larger shard group,
+ --keep-logits 0, --reshard-embedding 1 and the larger micro-batch (-r 1
+ and 2 cost no flops in the model, only elementwise passes).
 */
 #ifndef LLMC_GPT_FIT_H
 #define LLMC_GPT_FIT_H
@@ -40,10 +57,15 @@ typedef struct {
 typedef struct {
     const GPT2Config* cfg;
     GPT2Options base;             /* the user's options (vocab_chunk, prefetch, reshard_after_forward, overlap, ...) */
-    int N, L;                     /* ranks; ranks per node */
+    int N;                        /* ranks */
+    const int* node_of;           /* the node of every rank (N entries, 0-based, the same on every rank); NULL: one node */
     int B, T;
     long total_batch;             /* tokens per optimizer step, all ranks */
-    int batch_given;              /* -d given: smaller micro-batches with accumulation are candidates */
+    int batch_given;              /* -d given: smaller micro-batches with accumulation are candidates (unless -b is given) */
+    int B_given;                  /* -b given: the micro-batch is fixed */
+    int keep_logits_given;        /* --keep-logits given: fixed */
+    int reshard_emb_given;        /* --reshard-embedding given: fixed */
+    int shard_group;              /* --shard-group G given: fixed (0: searched) */
     int offload_dir_given;        /* --offload-optimizer disk:DIR given: offload may be chosen (last resort) */
     const char* offload_dir;      /* its DIR (NULL: the flags say DIR) */
     int recompute_given;          /* -r given: only that level; else -r 0..3 are candidates */
@@ -60,6 +82,27 @@ typedef struct {
    every weight, attention's scores and values), as the trainer counts them */
 static inline double gpt2_flops_per_token(const GPT2Config* c, int T) {
     return 6.0 * (double)gpt2_count_parameters(c) + 12.0 * c->num_layers * (double)c->channels * T;
+}
+
+/* Does a group of ranks span nodes? The groups of k consecutive ranks
+   (ranks jk .. jk+k-1: the shard groups for k = G, hpZ's and qgZ's
+   first-hop groups inside them), from the placement x->node_of. */
+static inline int fit_consecutive_span(const FitContext* x, int k) {
+    if (!x->node_of || k < 2) return 0;
+    for (int r = 0; r < x->N; r++)
+        if (x->node_of[r] != x->node_of[r - r % k]) return 1;
+    return 0;
+}
+/* ... and the strided groups: inside each block of `block` consecutive
+   ranks, the ranks q, q + k, q + 2k, ... (the replica groups of HSDP for
+   k = G and block = N; qgZ's second hop for k = L and block = G). */
+static inline int fit_strided_span(const FitContext* x, int k, int block) {
+    if (!x->node_of || k < 1 || block <= k) return 0;
+    for (int r = 0; r < x->N; r++) {
+        int base = r - r % block, q = (r - base) % k;
+        if (x->node_of[r] != x->node_of[base + q]) return 1;
+    }
+    return 0;
 }
 
 /* Predict one candidate (c->opt, c->G, c->B set): its per-rank peak and
@@ -81,22 +124,25 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     m->baseline = x->baseline;
     m->host = held + x->loaders;
     m->staging = staging;
-    m->workspace = x->workspace;
+    m->workspace = x->workspace;   /* (-x 0: the training step's workspace, an over-estimate of a forward's) */
     fit_peak_total(m);
     c->fits = m->peak <= x->budget;
     /* traffic: ring wire bytes per rank of each collective per step; a
-       collective runs across nodes when its ranks span nodes (ranks are
-       placed node by node, L per node) */
+       collective runs across nodes when one of its groups spans nodes */
     unsigned long long h[COLL_NUM];
     zero_predict_traffic(&P, h);
     c->inside_bytes = c->across_bytes = 0.0;
     c->comm_ms = 0.0;
-    for (int k = 0; k < COLL_NUM; k++) {
+    for (int k = 0; k < COLL_NUM && !c->opt.eval_only; k++) {
         int n = k == COLL_SCALARS ? x->N : zero_coll_ranks(&P, k);
         if (n < 2 || h[k] == 0) continue;
         double w = (double)ring_wire_bytes(k, h[k], n);
-        int spans = k == COLL_ALL_REDUCE || k == COLL_SCALARS ? x->N > x->L : k == COLL_SECONDARY_GATHER ? P.secondary > x->L
-                  : k == COLL_QG_INSIDE ? P.qg_local > x->L : k == COLL_QG_ACROSS ? P.num_ranks / P.qg_local > 1 : c->G > x->L;
+        int spans = k == COLL_ALL_REDUCE ? fit_strided_span(x, c->G, x->N)
+                  : k == COLL_SCALARS ? fit_consecutive_span(x, x->N)
+                  : k == COLL_SECONDARY_GATHER ? fit_consecutive_span(x, P.secondary)
+                  : k == COLL_QG_INSIDE ? fit_consecutive_span(x, P.qg_local)
+                  : k == COLL_QG_ACROSS ? fit_strided_span(x, P.qg_local, c->G)
+                  : fit_consecutive_span(x, c->G);
         double rate = spans ? x->across_Bps : x->inside_Bps;
         if (spans) c->across_bytes += w; else c->inside_bytes += w;
         if (rate > 0) c->comm_ms += 1000.0 * w / rate;
@@ -106,7 +152,7 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     if (!c->opt.keep_logits) flops += tokens * 2.0 * x->cfg->channels * (double)x->cfg->padded_vocab_size; /* the LM head's logits again in backward */
     if (c->opt.recompute >= 3)   /* every block's forward again but fcproj: qkv 6C^2, attproj 2C^2, fc 8C^2, attention 4CT per token */
         flops += tokens * x->cfg->num_layers * (16.0 * x->cfg->channels * (double)x->cfg->channels + 4.0 * x->cfg->channels * (double)x->T);
-    c->compute_ms = x->flops_per_s > 0 ? 1000.0 * flops / x->flops_per_s : 0.0;
+    c->compute_ms = x->flops_per_s > 0 && !c->opt.eval_only ? 1000.0 * flops / x->flops_per_s : 0.0;
     unsigned long long off[OFFL_NUM];
     zero_predict_offload_traffic(&P, off);
     double io = (double)off[OFFL_DISK_READ] + (double)off[OFFL_DISK_WRITE];
@@ -117,50 +163,82 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
 }
 
 /* The candidates of -z auto (see the top), evaluated; at most max. Returns
-   the count. */
+   the count. The user's flags stay fixed; offloaded candidates (stages 1-3)
+   are listed whether or not a DIR is given (gpt2_fit_choose takes them only
+   when one is). */
 static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int max) {
     int n = 0;
     char err[ERRLEN];
-    int Bs[16], nb = 0;
+    int Bs[16], nb = 0, ev = x->base.eval_only;
     for (int b = x->B; b >= 1 && nb < 16; b = b / 2) {
-        if (!x->batch_given && b != x->B) break;
+        if ((!x->batch_given || x->B_given || ev) && b != x->B) break;
         long tpm = (long)b * x->T * x->N;
         if (x->total_batch % tpm == 0) Bs[nb++] = b;
         if (b == 1) break;
     }
+    int kl0 = x->keep_logits_given || ev ? x->base.keep_logits : 0, kl1 = x->keep_logits_given || ev ? x->base.keep_logits : 1;
+    int rc0 = x->recompute_given || ev ? x->base.recompute : 0, rc1 = x->recompute_given || ev ? x->base.recompute : 3;
     for (int s = 0; s <= 3; s++)
         for (int G = x->N; G >= 1; G--) {
             if (x->N % G || (s == 0 && G != x->N)) continue;
-            if (G != x->N && G % x->L != 0) continue;   /* HSDP: shard groups of whole nodes (one node when G = L) */
+            if (x->shard_group > 0 && G != x->shard_group) continue;
             if (s > 0 && G == 1 && x->N > 1) continue;  /* shards of one rank: stage 0's memory with extra copies */
-            for (int re = 1; re >= (s == 3 ? 0 : 1); re--)
-                for (int kl = 0; kl <= 1; kl++)
-                    for (int of = 0; of <= (s >= 1 && x->offload_dir_given ? 1 : 0); of++)
+            int re0 = s == 3 && !x->reshard_emb_given ? 0 : x->base.reshard_embedding, re1 = s == 3 && !x->reshard_emb_given ? 1 : x->base.reshard_embedding;
+            for (int re = re1; re >= re0; re--)
+                for (int kl = kl0; kl <= kl1; kl++)
+                    for (int of = 0; of <= (s >= 1 && !ev ? 1 : 0); of++)
                         for (int ib = 0; ib < nb; ib++)
-                        for (int rc = x->recompute_given ? x->base.recompute : 0; rc <= (x->recompute_given ? x->base.recompute : 3) && n < max; rc++) {
-                            FitCandidate* c = &out[n];
-                            memset(c, 0, sizeof(*c));
-                            c->opt = x->base;
-                            c->opt.zero_stage = s; c->opt.reshard_embedding = re; c->opt.keep_logits = kl;
-                            c->opt.offload = of ? OFFLOAD_DISK : OFFLOAD_NONE; c->opt.recompute = rc;
-                            c->opt.grad_accum_steps = (int)(x->total_batch / ((long)Bs[ib] * x->T * x->N));
-                            c->G = G; c->B = Bs[ib];
-                            if (gpt2_fit_evaluate(x, c, err, sizeof(err)) == 0) n++;
-                        }
+                            for (int rc = rc0; rc <= rc1 && n < max; rc++) {
+                                FitCandidate* c = &out[n];
+                                memset(c, 0, sizeof(*c));
+                                c->opt = x->base;
+                                c->opt.zero_stage = s; c->opt.reshard_embedding = re; c->opt.keep_logits = kl;
+                                c->opt.offload = of ? OFFLOAD_DISK : OFFLOAD_NONE; c->opt.recompute = rc;
+                                c->opt.grad_accum_steps = (int)(x->total_batch / ((long)Bs[ib] * x->T * x->N));
+                                c->G = G; c->B = Bs[ib];
+                                if (gpt2_fit_evaluate(x, c, err, sizeof(err)) == 0) n++;
+                            }
         }
     return n;
 }
 
-/* Is a better than b for -z auto? Only fitting candidates compete; offload
-   only when nothing else fits (the caller filters); then the least
-   predicted step time (differences under 1% count as ties), then the less
-   recomputation, the lower stage, the smaller peak. */
-static inline int gpt2_fit_better(const FitCandidate* a, const FitCandidate* b) {
-    double lo = a->step_ms < b->step_ms ? a->step_ms : b->step_ms;
-    if (fabs(a->step_ms - b->step_ms) > 0.01 * lo + 1e-9) return a->step_ms < b->step_ms;
-    if (a->opt.recompute != b->opt.recompute) return a->opt.recompute < b->opt.recompute;   /* -r 1, 2 cost what the model leaves out */
-    if (a->opt.zero_stage != b->opt.zero_stage) return a->opt.zero_stage < b->opt.zero_stage;
-    return a->mem.peak < b->mem.peak;
+/* The order after the predicted time: <0 when a goes first. Less
+   recomputation, the lower stage, the smaller peak, then (a total order
+   over what the candidates vary) the larger shard group, --keep-logits 0,
+   --reshard-embedding 1, the larger micro-batch, no offload. */
+static inline int gpt2_fit_tiebreak(const FitCandidate* a, const FitCandidate* b) {
+    if (a->opt.recompute != b->opt.recompute) return a->opt.recompute < b->opt.recompute ? -1 : 1;   /* -r 1, 2 cost what the model leaves out */
+    if (a->opt.zero_stage != b->opt.zero_stage) return a->opt.zero_stage < b->opt.zero_stage ? -1 : 1;
+    if (a->mem.peak != b->mem.peak) return a->mem.peak < b->mem.peak ? -1 : 1;
+    if (a->G != b->G) return a->G > b->G ? -1 : 1;
+    if (a->opt.keep_logits != b->opt.keep_logits) return a->opt.keep_logits < b->opt.keep_logits ? -1 : 1;
+    if (a->opt.reshard_embedding != b->opt.reshard_embedding) return a->opt.reshard_embedding > b->opt.reshard_embedding ? -1 : 1;
+    if (a->B != b->B) return a->B > b->B ? -1 : 1;
+    if (a->opt.offload != b->opt.offload) return a->opt.offload < b->opt.offload ? -1 : 1;
+    return 0;
+}
+
+/* The best of the candidates that fit, are offloaded or not as `offload`
+   says, and are not in skip[0..nskip): the fastest predicted time, every
+   candidate within 1% of it a tie, ties by gpt2_fit_tiebreak. The same
+   answer for any order of cs. -1 if none. */
+static inline int gpt2_fit_choose(const FitCandidate* cs, int n, int offload, const int* skip, int nskip) {
+    double t = 0.0;
+    int any = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        int best = -1;
+        for (int i = 0; i < n; i++) {
+            int skipped = 0;
+            for (int j = 0; j < nskip; j++) skipped |= skip[j] == i;
+            if (skipped || !cs[i].fits || (cs[i].opt.offload != OFFLOAD_NONE) != (offload != 0)) continue;
+            if (pass == 0) { if (!any || cs[i].step_ms < t) t = cs[i].step_ms; any = 1; continue; }
+            if (cs[i].step_ms > t * 1.01 + 1e-9) continue;
+            if (best < 0 || gpt2_fit_tiebreak(&cs[i], &cs[best]) < 0) best = i;
+        }
+        if (pass == 0 && !any) return -1;
+        if (pass == 1) return best;
+    }
+    return -1;
 }
 
 /* The flags that give candidate c, e.g. "-z 3 --shard-group 2
@@ -192,6 +270,56 @@ static inline void gpt2_fit_header(FILE* f) {
             "configuration (the flags that give it)");
 }
 
+/* The link rates of the cost model, bytes per second of ring wire bytes per
+   rank: inside a node (shared memory) and across nodes (the network); 0
+   where there is nothing to measure (one rank per node; one node).
+   Collective: each rate is the best of 3 all-gathers of 4 MB per rank on a
+   communicator of the ranks of one node, and of one rank per node (every
+   wait under the collective timeout: comm_wait_request); every rank takes
+   the slowest group's rate. */
+static inline void fit_measure_links(Comm* c, double* inside, double* across) {
+    *inside = *across = 0.0;
+    MPI_Comm node, cross;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
+    int nl;
+    MPI_Comm_size(node, &nl);
+    MPI_Comm_split(MPI_COMM_WORLD, c->local_rank, c->rank, &cross);
+    int nc;
+    MPI_Comm_size(cross, &nc);
+    const int per = 1 << 22;
+    int kmax = nl > nc ? nl : nc;
+    char* sbuf = (char*)malloc_or_die((size_t)per, "link probe");
+    char* rbuf = (char*)malloc_or_die((size_t)per * (size_t)kmax, "link probe");
+    memset(sbuf, 1, (size_t)per);
+    for (int which = 0; which < 2; which++) {
+        MPI_Comm m = which ? cross : node;
+        int n = which ? nc : nl;
+        double best = 1e30;
+        MPI_Request rq;
+        if (n > 1) {
+            for (int r = 0; r < 3; r++) {
+                MPI_Ibarrier(m, &rq);
+                comm_wait_request(&rq, 0, "the link probe of -z auto (a barrier)");
+                double t0 = MPI_Wtime();
+                MPI_Iallgather(sbuf, per, MPI_BYTE, rbuf, per, MPI_BYTE, m, &rq);
+                comm_wait_request(&rq, 0, "the link probe of -z auto (an all-gather)");
+                double t = MPI_Wtime() - t0, tmax = t;
+                MPI_Iallreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, m, &rq);
+                comm_wait_request(&rq, 0, "the link probe of -z auto");
+                if (tmax < best) best = tmax;
+            }
+        }
+        /* every rank takes the slowest group's rate (groups of one rank have none) */
+        double rate = n > 1 ? (double)per * (n - 1) / best : 1e300, lo = rate;
+        MPI_Iallreduce(&rate, &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD, &rq);
+        comm_wait_request(&rq, 0, "the link probe of -z auto");
+        if (lo >= 1e299) lo = 0.0;
+        if (which) *across = lo; else *inside = lo;
+    }
+    free(sbuf); free(rbuf);
+    MPI_Comm_free(&node); MPI_Comm_free(&cross);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The decision: the fit check, or -z auto's choice                         */
 
@@ -200,7 +328,6 @@ typedef struct {
     unsigned long long memory_limit;   /* --memory-limit per rank (0: the cgroup's or MemAvailable) */
     int zero_auto;                     /* -z auto */
     int fit_check;                     /* --fit-check 1: refuse a configuration over the budget */
-    int shard_group;                   /* --shard-group G (0: not given) */
     float link_inside_gbps, link_across_gbps; /* --link-gbps (0: measured) */
     const char* init;                  /* -e, for the refusal's message */
 } FitRequest;
@@ -210,11 +337,11 @@ typedef struct {
 typedef struct {
     FitCandidate run;
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
-    char budget_source[320];
+    char budget_source[480];     /* where rank 0's budget comes from */
 } FitDecision;
 
 /* Stable order of candidate indices idx[0..n) by a key (peak or step time),
-   ties by index: the same order on every rank and every run. */
+   ties by gpt2_fit_tiebreak: the same order on every run. */
 typedef struct { const FitCandidate* cs; int by_peak; } FitOrderKey;
 static FitOrderKey gpt2_fit_order_key;
 static int gpt2_fit_order_cmp(const void* a, const void* b) {
@@ -223,155 +350,189 @@ static int gpt2_fit_order_cmp(const void* a, const void* b) {
     double ki = gpt2_fit_order_key.by_peak ? (double)cs[i].mem.peak : cs[i].step_ms;
     double kj = gpt2_fit_order_key.by_peak ? (double)cs[j].mem.peak : cs[j].step_ms;
     if (ki != kj) return ki < kj ? -1 : 1;
-    return i < j ? -1 : i > j;
+    int t = gpt2_fit_tiebreak(&cs[i], &cs[j]);
+    return t ? t : (i < j ? -1 : i > j);
 }
 static inline void gpt2_fit_order(const FitCandidate* cs, int* idx, int n, int by_peak) {
     gpt2_fit_order_key.cs = cs; gpt2_fit_order_key.by_peak = by_peak;
     qsort(idx, (size_t)n, sizeof(int), gpt2_fit_order_cmp);
 }
 
-/* -z auto's table (rank 0): the fitting candidates by predicted time (at
-   most 24), then the eight closest to fitting. */
+/* -z auto's table (rank 0): the fitting candidates that may be chosen, by
+   predicted time (at most 24), then the eight closest to fitting. */
 static inline void gpt2_fit_table(FILE* f, const FitContext* x, const FitCandidate* cs, int n, int best) {
     gpt2_fit_header(f);
     int* ord = (int*)malloc_or_die((size_t)(n > 0 ? n : 1) * sizeof(int), "-z auto order");
     int k = 0;
-    for (int i = 0; i < n; i++) if (cs[i].fits) ord[k++] = i;
+    for (int i = 0; i < n; i++) if (cs[i].fits && (x->offload_dir_given || cs[i].opt.offload == OFFLOAD_NONE)) ord[k++] = i;
     gpt2_fit_order(cs, ord, k, 0);
     for (int i = 0; i < k && i < 24; i++) gpt2_fit_row(f, x, &cs[ord[i]], ord[i] == best ? "<- chosen" : "");
     if (k > 24) fprintf(f, "  ... %d more that fit\n", k - 24);
     int nf = 0;
-    for (int i = 0; i < n; i++) if (!cs[i].fits) ord[nf++] = i;
+    for (int i = 0; i < n; i++) if (!cs[i].fits && (x->offload_dir_given || cs[i].opt.offload == OFFLOAD_NONE)) ord[nf++] = i;
     gpt2_fit_order(cs, ord, nf, 1);
     for (int i = 0; i < nf && i < 8; i++) gpt2_fit_row(f, x, &cs[ord[i]], "");
     if (nf > 8) fprintf(f, "  ... %d more that do not fit\n", nf - 8);
     free(ord);
 }
 
-/* -z auto: measure the rates the cost model needs, enumerate, choose the
-   fastest configuration that fits (offload only when nothing else does),
-   print the table and the choice (rank 0). Collective; a configuration that
-   cannot be chosen ends every rank with one message. */
+/* Up to three configurations that fit, as text: "FLAGS (X GB), or ..."
+   (without offload first, then offloaded ones; each pick gpt2_fit_choose's).
+   Returns how many. */
+static inline int gpt2_fit_alternatives(const FitContext* x, const FitCandidate* cs, int n, char* out, size_t cap) {
+    int taken[3], shown = 0;
+    out[0] = 0;
+    for (int off = 0; off <= 1 && shown < 3; off++)
+        for (;;) {
+            if (shown >= 3) break;
+            int best = gpt2_fit_choose(cs, n, off, taken, shown);
+            if (best < 0) break;
+            taken[shown] = best;
+            char fl[600];
+            gpt2_fit_flags(x, &cs[best], fl, sizeof(fl));
+            size_t l = strlen(out);
+            snprintf(out + l, cap - l, "%s%s (%.4g GB)", shown ? ", or " : "", fl, cs[best].mem.peak / 1e9);
+            shown++;
+        }
+    return shown;
+}
+
+/* MPI_Allreduce of one value with the collective timeout (comm_wait_request). */
+static inline void fit_allreduce(const void* in, void* out, MPI_Datatype t, MPI_Op op, MPI_Comm mc, const char* what) {
+    MPI_Request rq;
+    MPI_Iallreduce(in, out, 1, t, op, mc, &rq);
+    comm_wait_request(&rq, 0, what);
+}
+
+/* -z auto: measure the rates the cost model needs (agreed: the slowest over
+   the ranks), then rank 0 enumerates and chooses the fastest configuration
+   that fits (offload only when nothing else does and a DIR is given),
+   prints the table and the choice, and broadcasts it: every rank runs
+   rank 0's choice. Collective; when nothing can be chosen every rank ends
+   with rank 0's one message, which names an offloaded configuration only
+   when one is predicted to fit. */
 static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q, const FitBudget* bud, FitDecision* d) {
     char err[ERRLEN] = "";
     if (q->link_inside_gbps > 0) { x->inside_Bps = q->link_inside_gbps * 1.25e8; x->across_Bps = q->link_across_gbps * 1.25e8; }
     else fit_measure_links(comm, &x->inside_Bps, &x->across_Bps);
-    x->flops_per_s = backend_matmul_flops();
+    double f = backend_matmul_flops(), lo = f;
+    fit_allreduce(&f, &lo, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD, "-z auto's compute rate (the slowest rank's)");
+    x->flops_per_s = lo;
     if (x->offload_dir_given) {
         struct stat st;
         if (stat(x->offload_dir, &st) != 0) set_err(err, ERRLEN, "--offload-optimizer disk:%s: %s (-z auto may put the optimizer states there)", x->offload_dir, strerror(errno));
         else if (!S_ISDIR(st.st_mode)) set_err(err, ERRLEN, "--offload-optimizer disk:%s: not a directory (-z auto may put the optimizer states there)", x->offload_dir);
         else x->disk_Bps = offload_probe_rate(x->offload_dir);
         comm_check_all(comm, err);
+        double dl = x->disk_Bps;
+        fit_allreduce(&x->disk_Bps, &dl, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD, "-z auto's disk rate (the slowest rank's)");
+        x->disk_Bps = dl;
     }
     /* the probes leave MPI's buffers for the new communicators and the
        libraries' matmul state resident: measure the baseline again */
     malloc_trim(0);   /* the probes' freed buffers back to the system */
     unsigned long long now = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
-    MPI_Allreduce(&now, &x->baseline, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    int cap = 4096;
-    FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "-z auto candidates");
-    int n = gpt2_fit_enumerate(x, cs, cap);
+    fit_allreduce(&now, &x->baseline, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "-z auto's baseline (the largest rank's)");
     int best = -1;
-    for (int pass = 0; pass < 2 && best < 0; pass++)   /* offload only when nothing else fits */
-        for (int i = 0; i < n; i++) {
-            FitCandidate* c = &cs[i];
-            if (!c->fits || (c->opt.offload == OFFLOAD_DISK) != (pass == 1)) continue;
-            if (pass == 1 && !x->offload_dir_given) continue;
-            if (q->shard_group > 0 && c->G != q->shard_group) continue;
-            if (best < 0 || gpt2_fit_better(c, &cs[best])) best = i;
-        }
-    if (comm->rank == 0) {
+    FitCandidate chosen;
+    memset(&chosen, 0, sizeof(chosen));
+    if (comm->rank == 0) {   /* one decision, broadcast below */
+        int cap = 8192;
+        FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "-z auto candidates");
+        int n = gpt2_fit_enumerate(x, cs, cap), nallowed = 0;
+        for (int i = 0; i < n; i++) nallowed += x->offload_dir_given || cs[i].opt.offload == OFFLOAD_NONE;
+        best = gpt2_fit_choose(cs, n, 0, NULL, 0);
+        if (best < 0 && x->offload_dir_given) best = gpt2_fit_choose(cs, n, 1, NULL, 0);
         printf("-z auto: %d configurations on the plan, this rank's budget %.4g GB (%s), links %.3g Gbit/s inside a node, "
-               "%.3g across nodes (%s), compute %.1f GFLOP/s per rank (measured)%s\n", n, x->budget / 1e9, bud->source,
-               x->inside_Bps / 1.25e8, x->across_Bps / 1.25e8, q->link_inside_gbps > 0 ? "--link-gbps" : "measured", x->flops_per_s / 1e9,
-               x->workspace ? "" : "; workspace not calibrated (make builds build/fit/)");
+               "%.3g across nodes (%s), compute %.1f GFLOP/s per rank (measured, the slowest rank's)%s\n", nallowed, x->budget / 1e9, bud->source,
+               x->inside_Bps / 1.25e8, x->across_Bps / 1.25e8, q->link_inside_gbps > 0 ? "--link-gbps" : "measured, the slowest rank's",
+               x->flops_per_s / 1e9, x->workspace ? "" : "; workspace not calibrated (make builds build/fit/)");
         gpt2_fit_table(stdout, x, cs, n, best);
-    }
-    if (best < 0) {
-        set_err(err, ERRLEN, "-z auto: none of the %d configurations fits this rank's budget of %.4g GB (%s): lower -b/-t or the model size, "
-                "add ranks or memory%s", n, x->budget / 1e9, bud->source,
-                x->offload_dir_given ? "" : ", or allow the offloaded optimizer (not tried) with --offload-optimizer disk:DIR");
-    } else {
-        const FitCandidate* c = &cs[best];
-        d->run = *c;
-        if (comm->rank == 0) {
+        if (best >= 0) {
+            chosen = cs[best];
             char fl[600];
-            gpt2_fit_flags(x, c, fl, sizeof(fl));
+            gpt2_fit_flags(x, &chosen, fl, sizeof(fl));
             printf("-z auto: chose %s: %s of the configurations that fit %.4g GB per rank: %.4g GB per rank predicted, "
                    "%.1f ms per step (compute %.1f, communication and I/O %.1f; no overlap assumed)\n", fl,
-                   c->opt.offload == OFFLOAD_DISK ? "nothing fits without offload; the fastest offloaded one" : "the fastest",
-                   x->budget / 1e9, c->mem.peak / 1e9, c->step_ms, c->compute_ms, c->comm_ms + c->io_ms);
+                   chosen.opt.offload == OFFLOAD_DISK ? "nothing fits without offload; the fastest offloaded one" : "the fastest",
+                   x->budget / 1e9, chosen.mem.peak / 1e9, chosen.step_ms, chosen.compute_ms, chosen.comm_ms + chosen.io_ms);
+        } else {
+            int off = x->offload_dir_given ? -1 : gpt2_fit_choose(cs, n, 1, NULL, 0);
+            char hint[700] = "";
+            if (off >= 0) {
+                char fl[600];
+                gpt2_fit_flags(x, &cs[off], fl, sizeof(fl));
+                snprintf(hint, sizeof(hint), "; with the optimizer offloaded it would fit: %s (%.4g GB)", fl, cs[off].mem.peak / 1e9);
+            }
+            set_err(err, ERRLEN, "-z auto: none of the %d configurations fits this rank's budget of %.4g GB (%s): lower -b/-t or the model size, "
+                    "or add ranks or memory%s", nallowed, x->budget / 1e9, bud->source,
+                    off >= 0 ? hint : x->base.eval_only || x->offload_dir_given ? "" : " (not even with the optimizer offloaded)");
         }
+        fflush(stdout);
+        free(cs);
     }
-    free(cs);
     comm_check_all(comm, err);
+    MPI_Request rq;
+    MPI_Ibcast(&chosen, (int)sizeof(chosen), MPI_BYTE, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "-z auto's choice (a broadcast from rank 0)");
+    d->run = chosen;
 }
 
 /* A configuration over the budget: the one message of its refusal (into
    out, n bytes), with its peak and parts, the stage's formula in numbers
-   and up to three configurations that fit (without offload first, then the
-   fastest). */
+   and up to three configurations predicted to fit (without offload first),
+   or, when none does, what to change. */
 static inline void gpt2_fit_refusal(FitContext* x, const FitRequest* q, const FitBudget* bud, const FitCandidate* mine, char* out, size_t n) {
-    int cap = 4096;
+    int cap = 8192;
     FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "fit alternatives");
-    x->offload_dir_given = 1;   /* list the offloaded configurations too */
     int nc = gpt2_fit_enumerate(x, cs, cap);
-    char alts[2000] = "";
-    int shown = 0, taken[3] = {-1, -1, -1};
-    for (; shown < 3; shown++) {
-        int best = -1;
-        for (int i = 0; i < nc; i++) {
-            FitCandidate* c = &cs[i];
-            if (!c->fits || i == taken[0] || i == taken[1] || i == taken[2]) continue;
-            if (best >= 0) {
-                FitCandidate* b = &cs[best];
-                int co = c->opt.offload != OFFLOAD_NONE, bo = b->opt.offload != OFFLOAD_NONE;
-                if (co != bo ? co > bo : !gpt2_fit_better(c, b)) continue;
-            }
-            best = i;
-        }
-        if (best < 0) break;
-        taken[shown] = best;
-        char fl[600];
-        gpt2_fit_flags(x, &cs[best], fl, sizeof(fl));
-        size_t l = strlen(alts);
-        snprintf(alts + l, sizeof(alts) - l, "%s%s (%.4g GB)", shown ? ", or " : "", fl, cs[best].mem.peak / 1e9);
-    }
+    char alts[2000];
+    int shown = gpt2_fit_alternatives(x, cs, nc, alts, sizeof(alts));
     free(cs);
-    char nothing[200];
-    snprintf(nothing, sizeof(nothing), "No stage fits %d rank%s at -b %d -t %d, even offloaded%s: add ranks or memory, or lower -b (with -d for the same "
-             "global batch) or -t", x->N, x->N > 1 ? "s" : "", x->B, x->T, x->recompute_given ? "" : " or with -r 3");
+    char nothing[240];
+    snprintf(nothing, sizeof(nothing), "No stage fits %d rank%s at -b %d -t %d%s%s: add ranks or memory, or lower -b (with -d for the same "
+             "global batch) or -t", x->N, x->N > 1 ? "s" : "", x->B, x->T, x->base.eval_only ? "" : ", even offloaded",
+             x->recompute_given || x->base.eval_only ? "" : " or with -r 3");
     /* the stage's formula in numbers, e.g. "(p+g) Psi + k Psi/N = 4 Psi + 12 Psi/2" */
     int pb = (int)sizeof(floatX), kb = pb == 2 ? 12 : 8;
-    char form[160];
+    char form[200];
     zero_formula_text(form, sizeof(form), mine->opt.zero_stage, pb, pb, kb, mine->G);
+    if (mine->opt.eval_only && mine->opt.zero_stage == 3) snprintf(form, sizeof(form), "p Psi/N = %d Psi/%d (-x 0: the params only)", pb, mine->G);
+    else if (mine->opt.eval_only) snprintf(form, sizeof(form), "p Psi = %d Psi (-x 0: the params only)", pb);
     if (mine->opt.offload != OFFLOAD_NONE) snprintf(form + strlen(form), sizeof(form) - strlen(form), ", the optimizer's k Psi/N offloaded");
     const FitPeak* m = &mine->mem;
     set_err(out, n, "-e %s (L=%d C=%d, %.4g parameters) at zero_stage %d needs %.4g GB per rank (model states %.4g GB = %s, activations %.4g GB, other %.4g GB); "
             "this rank's budget is %.4g GB (%s). %s%s (--fit-check 0 runs it anyway)",
             q->init, x->cfg->num_layers, x->cfg->channels, (double)gpt2_count_parameters(x->cfg),
             mine->opt.zero_stage, m->peak / 1e9, m->model_states / 1e9, form, m->activations / 1e9,
-            (m->peak - m->model_states - m->activations) / 1e9, x->budget / 1e9, bud->source, shown ? "Fits: " : nothing, alts);
+            (m->peak - m->model_states - m->activations) / 1e9, x->budget / 1e9, bud->source, shown ? "Fits: " : nothing, shown ? alts : "");
 }
 
 /* The fit check and -z auto, before anything of the model is allocated
-   (train_gpt.cu's one call): this rank's budget (fit_budget; CUDA: the
-   device's free memory), agreed over the ranks (the smallest budget, the
-   largest baseline: every rank reaches the same verdict), then either -z
-   auto's choice (gpt2_fit_auto) or the predicted peak of the configuration
-   x->base with shard group `G`; one over the budget is refused with one
-   message on every rank (--fit-check 0 runs it anyway, with a warning).
-   Collective. x: filled by the caller except budget and the rates. */
+   (train_gpt.cu's one call): this rank's budget (fit_budget, less what the
+   node's cgroup holds beyond its ranks; CUDA: the device's free memory),
+   agreed over the ranks (the smallest budget, the largest baseline), then
+   either -z auto's choice (gpt2_fit_auto, made by rank 0) or the predicted
+   peak of the configuration x->base with shard group `G`, whose verdict is
+   agreed too (it fits only if it fits on every rank); one over the budget
+   is refused with one message on every rank (--fit-check 0 runs it anyway,
+   with a warning). Collective. x: filled by the caller except budget and
+   the rates. */
 static inline void gpt2_fit_decide(Comm* comm, FitContext* x, const FitRequest* q, int G, FitDecision* d) {
     char err[ERRLEN] = "";
     memset(d, 0, sizeof(*d));
-    FitBudget bud = fit_budget(q->memory_limit, comm->local_size);
+    /* what this node's ranks hold now (their cgroup charges it beside the other residents) */
+    unsigned long long mine_held = fit_own_unreclaimable(), node_held = mine_held;
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &node);
+    fit_allreduce(&mine_held, &node_held, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node, "the fit check's sum over the node's ranks");
+    MPI_Comm_free(&node);
+    FitBudget bud = fit_budget(q->memory_limit, comm->local_size, node_held);
     if (!q->memory_limit) backend_memory_budget(&bud.bytes, bud.source, sizeof(bud.source), comm->local_rank, comm->local_size); /* CUDA: the device's free memory */
     /* one decision for all ranks: the smallest budget, the largest baseline */
     unsigned long long lo = bud.bytes, hi = x->baseline;
-    MPI_Allreduce(&bud.bytes, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&x->baseline, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    fit_allreduce(&bud.bytes, &lo, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, "the fit check's budget (the smallest rank's)");
+    fit_allreduce(&x->baseline, &hi, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "the fit check's baseline (the largest rank's)");
     x->budget = lo; x->baseline = hi;
     d->budget = lo;
     snprintf(d->budget_source, sizeof(d->budget_source), "%s", bud.source);
@@ -380,15 +541,18 @@ static inline void gpt2_fit_decide(Comm* comm, FitContext* x, const FitRequest* 
     if (q->zero_auto) { gpt2_fit_auto(comm, x, q, &bud, d); return; }
     gpt2_fit_evaluate(x, mine, err, ERRLEN);
     comm_check_all(comm, err);
+    int fits = mine->fits, all = fits;
+    fit_allreduce(&fits, &all, MPI_INT, MPI_MIN, MPI_COMM_WORLD, "the fit check's verdict (every rank's)");
+    mine->fits = all;
     if (mine->fits || !q->fit_check) {
         if (comm->rank == 0 && !mine->fits)
             printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over this rank's budget of %.4g GB (%s): running anyway\n",
                    mine->opt.zero_stage, mine->mem.peak / 1e9, x->budget / 1e9, bud.source);
         return;
     }
-    char refusal[3000];   /* longer than ERRLEN: up to three alternatives with their flags */
-    gpt2_fit_refusal(x, q, &bud, mine, refusal, sizeof(refusal));
-    comm_check_all(comm, refusal);
+    char refusal[3000] = "";   /* longer than ERRLEN: up to three alternatives with their flags */
+    if (comm->rank == 0) gpt2_fit_refusal(x, q, &bud, mine, refusal, sizeof(refusal));
+    comm_check_all(comm, comm->rank == 0 ? refusal : "");
 }
 
 #endif /* LLMC_GPT_FIT_H */

@@ -58,7 +58,8 @@ static inline size_t gpt2_recompute_bytes(const GPT2Config* c, const GPT2Options
    fp32 lnf statistics; B*Vp floatX last-position logits; three NH*T*T per
    sequence (preatt, dpreatt, datt); backward scratch per token 15C floatX
    (dres, dln, dqkv 3C, datty, dfch 4C, dfch_gelu 4C, dlnf); two int32 per
-   token (inputs, targets). */
+   token (inputs, targets). Evaluation only (o->eval_only): no backward
+   scratch but dlnf (a forward's last positions), one NH*T*T (preatt). */
 static inline size_t gpt2_activation_bytes(const GPT2Config* c, const GPT2Layout* y, const GPT2Options* o, int B, int T) {
     size_t BT = (size_t)B * T, C = (size_t)c->channels, L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
     size_t x = sizeof(floatX), kept, tr;
@@ -67,8 +68,8 @@ static inline size_t gpt2_activation_bytes(const GPT2Config* c, const GPT2Layout
     size_t lm_cols = o->keep_logits ? (size_t)c->padded_vocab_size : (size_t)y->chunk_rows;
     size_t rest = BT * (2 * C * x + lm_cols * x + 3 * sizeof(float) + sizeof(double) + 2 * sizeof(float));
     size_t last = (size_t)B * (size_t)c->padded_vocab_size * x;
-    size_t att_scratch = 3 * (size_t)B * NH * (size_t)T * (size_t)T * x;
-    size_t bwd = BT * 15 * C * x;
+    size_t att_scratch = (o->eval_only ? 1 : 3) * (size_t)B * NH * (size_t)T * (size_t)T * x;
+    size_t bwd = BT * (o->eval_only ? 1 : 15) * C * x;
     size_t ints = 2 * BT * sizeof(int);
     return L * per_layer + rest + last + att_scratch + bwd + ints;
 }
@@ -77,8 +78,9 @@ static inline size_t gpt2_activation_bytes(const GPT2Config* c, const GPT2Layout
    all-gathered rows (N > 1) and the accumulator (stages 0-1 with more than
    one micro-step): the own shards of units 0..K. */
 static inline void gpt2_emb_bytes(const ZeroPlan* P, const GPT2Layout* y, int C, int B, int T, unsigned long long* rows, unsigned long long* acc) {
-    *rows = P->num_ranks > 1 ? (unsigned long long)P->num_ranks * B * T * C * sizeof(floatX) : 0;
+    *rows = P->num_ranks > 1 && !P->eval_only ? (unsigned long long)P->num_ranks * B * T * C * sizeof(floatX) : 0;
     *acc = 0;
+    if (P->eval_only) return;   /* no backward */
     if (P->zero_stage <= 1 && P->grad_accum_steps > 1)
         for (int u = 0; u < 1 + y->num_chunks; u++) *acc += (unsigned long long)P->units[u].shard * sizeof(floatX);
 }
@@ -107,9 +109,11 @@ static inline int gpt2_predict(ZeroPlan* P, GPT2Layout* y, Ledger* L, const GPT2
     int r = opt->recompute < 0 ? 0 : opt->recompute > 3 ? 3 : opt->recompute;
     gpt2_recompute_per_token(r, cfg->channels, cfg->num_heads, T, sizeof(floatX), &kept, &tr);
     snprintf(L->formula[MEM_ACTIVATIONS], sizeof(L->formula[MEM_ACTIVATIONS]),
-             "-r %d: L B T (%s) = %zu + %zu outside the blocks (x = %zu)", r, kept_form[r], Lr * BT * kept, act - Lr * BT * kept, sizeof(floatX));
+             "%s%d: L B T (%s) = %zu + %zu outside the blocks (x = %zu)", opt->eval_only ? "-x 0, forward only, as -r " : "-r ", r, kept_form[r],
+             Lr * BT * kept, act - Lr * BT * kept, sizeof(floatX));
     if (r > 0)
-        snprintf(L->formula[MEM_RECOMPUTE], sizeof(L->formula[MEM_RECOMPUTE]), "-r %d: one layer, B T (%s)", r, tr_form[r]);
+        snprintf(L->formula[MEM_RECOMPUTE], sizeof(L->formula[MEM_RECOMPUTE]), "%s%d: one layer, B T (%s)%s", opt->eval_only ? "-x 0, as -r " : "-r ", r,
+                 tr_form[r], opt->eval_only ? ", every layer's forward in turn" : "");
     return 0;
 }
 

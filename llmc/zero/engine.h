@@ -206,7 +206,7 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
             E->slots[K->first_slot + s] = (floatX*)ledger_alloc(L, MEM_GATHERED, pb * K->max_padded);
             E->slot_unit[K->first_slot + s] = -1;
         }
-        if (P->zero_stage >= 2)
+        if (P->zero_stage >= 2 && !P->eval_only)
             for (int b = 0; b < K->grad_buffers; b++)
                 E->unit_grads[k][b] = (floatX*)ledger_alloc(L, MEM_UNIT_GRADS, gb * K->max_padded);
     }

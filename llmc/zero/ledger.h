@@ -109,7 +109,7 @@ static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long act
     for (int c = 0; c < P->num_classes; c++) {
         const ZeroClass* K = &P->classes[c];
         if (P->zero_stage == 3) L->predicted[MEM_GATHERED] += p * (unsigned long long)K->num_slots * K->max_padded;
-        if (P->zero_stage >= 2) L->predicted[MEM_UNIT_GRADS] += g * (unsigned long long)K->grad_buffers * K->max_padded;
+        if (P->zero_stage >= 2 && !P->eval_only) L->predicted[MEM_UNIT_GRADS] += g * (unsigned long long)K->grad_buffers * K->max_padded;
     }
     /* Collectives run in place (the own shard of a full unit buffer receives
        the sum); a backend whose reduce-scatter is an all-to-all plus a sum in

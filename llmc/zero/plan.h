@@ -136,6 +136,7 @@ typedef struct {
     ZeroClass classes[ZERO_MAX_CLASSES];
     int overlap;              /* 1: two unit-grad buffers per class (reduce-scatter overlaps backward) */
     unsigned long long emb_gather_bytes; /* per micro-step, handed to the embedding-row all-gather (model) */
+    int eval_only;            /* 1: no training: grads and optimizer states are held by no rank (ZeroSpec) */
     int offload;              /* OFFLOAD_NONE, _HOST or _DISK: where master, m, v live (stages 1-3) */
     int offload_staging;      /* 1: the backend cannot run AdamW on host memory (CUDA): each unit's grad
                                  shard goes to a host buffer, the updated param shard comes back */
@@ -196,6 +197,8 @@ typedef struct {
     size_t quant_grads_block;  /* qgZ: elements per fp32 scale */
     int quant_grads_local;     /* qgZ: L, ranks per node (consecutive): the first hop inside the node, the
                                   second across nodes; 1 or the group size: a single hop */
+    int eval_only;             /* 1: no training (-x 0: evaluate and sample): the plan holds the params
+                                  only, no grads, master weights, m, v, unit grads or offload */
 } ZeroSpec;
 
 /* (zero_plan_init) Assign every unit to a class (unit_class[u] in
@@ -269,8 +272,9 @@ static inline size_t zero_qg_scratch_bytes(size_t grecord, size_t shard, int N, 
    reduce-scatter and all-reduce: one full unit of grads; with qwZ also
    every rank's quantized record of the largest unit). */
 static inline unsigned long long zero_comm_scratch_bytes(const ZeroPlan* P) {
-    unsigned long long b = (unsigned long long)P->grad_bytes * P->max_padded;
     unsigned long long q = (unsigned long long)P->num_ranks * P->max_qrecord;
+    if (P->eval_only) return q;   /* nothing is reduced: only qwZ's records */
+    unsigned long long b = (unsigned long long)P->grad_bytes * P->max_padded;
     if (P->max_qg_scratch > q) q = P->max_qg_scratch;
     return q > b ? q : b;
 }
@@ -389,8 +393,9 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
     P->prefetch = s->prefetch; P->grad_accum_steps = s->grad_accum_steps;
     P->overlap = s->overlap;
     P->rs_scratch = s->rs_scratch;
-    P->offload = s->offload;
-    P->offload_staging = s->offload_staging;
+    P->eval_only = s->eval_only ? 1 : 0;
+    P->offload = P->eval_only ? OFFLOAD_NONE : s->offload;   /* no optimizer states to offload */
+    P->offload_staging = P->eval_only ? 0 : s->offload_staging;
     P->emb_gather_bytes = s->emb_gather_bytes;
     zero_plan_layout(P, s);
     if (zero_plan_quant(P, s, err, errlen)) return 1;
@@ -429,15 +434,19 @@ static inline int zero_is_full(const ZeroPlan* P, int b) {
     return P->zero_stage < 1;
 }
 
-/* Elements a rank holds of buffer kind b. */
+/* Elements a rank holds of buffer kind b (an evaluation-only plan holds
+   no grads and no optimizer states). */
 static inline size_t zero_held_elements(const ZeroPlan* P, int b) {
+    if (P->eval_only && b != ZB_PARAMS) return 0;
     return zero_is_full(P, b) ? P->padded_parameters : P->shard_parameters;
 }
 
 /* Range [lo, hi) of unit coordinates (0..padded) that this rank holds of
-   buffer kind b: the whole unit when FULL, its own shard otherwise. */
+   buffer kind b: the whole unit when FULL, its own shard otherwise (empty
+   for grads and optimizer states in an evaluation-only plan). */
 static inline void zero_held_range(const ZeroPlan* P, int b, int u, size_t* lo, size_t* hi) {
     const ZeroUnit* U = &P->units[u];
+    if (P->eval_only && b != ZB_PARAMS) { *lo = *hi = 0; return; }
     if (zero_is_full(P, b)) { *lo = 0; *hi = U->padded; }
     else { *lo = (size_t)P->rank * U->shard; *hi = *lo + U->shard; }
 }

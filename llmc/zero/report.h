@@ -23,6 +23,7 @@ static inline void zero_formula_memory(const ZeroPlan* P, double out[MEM_NUM]) {
     out[MEM_MASTER] = P->master_bytes * psi / (P->zero_stage >= 1 ? N : 1.0);
     out[MEM_ADAM_M] = 4.0 * psi / (P->zero_stage >= 1 ? N : 1.0);
     out[MEM_ADAM_V] = out[MEM_ADAM_M];
+    if (P->eval_only) out[MEM_GRADS] = out[MEM_MASTER] = out[MEM_ADAM_M] = out[MEM_ADAM_V] = 0.0;   /* no training */
 }
 
 /* Print predicted vs allocated bytes per category for this rank: the
@@ -39,8 +40,11 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
         {"p Psi/N", "g Psi/N", "4 Psi/N", "4 Psi/N", "4 Psi/N"}};
     int p = P->param_bytes, g = P->grad_bytes, k = P->master_bytes + 8;
     /* the paper's per-rank model-state formula with this program's bytes */
-    char law[96];
+    char law[160];
     zero_formula_text(law, sizeof(law), P->zero_stage, p, g, k, 0);
+    if (P->eval_only)   /* -x 0: the params alone */
+        snprintf(law, sizeof(law), "p Psi%s = %d Psi%s (-x 0, evaluation only: no grads, no optimizer states)",
+                 P->zero_stage == 3 ? "/N" : "", p, P->zero_stage == 3 ? "/N" : "");
     int off = P->offload != OFFLOAD_NONE;
     int hostcol = off && (P->offload == OFFLOAD_HOST || P->offload_staging), diskcol = P->offload == OFFLOAD_DISK;
     fprintf(out, "memory ledger, rank %d of %d%s, zero_stage %d: Psi = %zu parameters (%zu padded, %zu per shard), p=%d g=%d k=%d bytes/param%s\n",
@@ -64,7 +68,7 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
         th[0] += L->predicted_host[i]; th[1] += L->allocated_host[i];
         td[0] += L->predicted_disk[i]; td[1] += L->allocated_disk[i];
         char fs[300] = "";
-        if (f[i] >= 0) { snprintf(fs, sizeof(fs), "%16.0f  %s", f[i], forms[P->zero_stage][i < 5 ? i : 0]); tf += f[i]; }
+        if (f[i] >= 0) { snprintf(fs, sizeof(fs), "%16.0f  %s", f[i], P->eval_only && i >= MEM_GRADS && i <= MEM_ADAM_V ? "0 (-x 0: no training)" : forms[P->zero_stage][i < 5 ? i : 0]); tf += f[i]; }
         else if (L->formula[i][0]) snprintf(fs, sizeof(fs), "%16s  %s", "", L->formula[i]);   /* the model's own (activations) */
         fprintf(out, "  %-28s %16llu %16llu", mem_names[i], L->predicted[i], L->allocated[i]);
         if (hostcol) fprintf(out, " %16llu %16llu", L->predicted_host[i], L->allocated_host[i]);
