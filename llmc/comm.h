@@ -512,9 +512,8 @@ static inline void comm_agree_config(Comm* c, const char* what, const char* desc
                 }
                 a = *an ? an + 1 : an; b = *bn ? bn + 1 : bn;
             }
-            set_err(err, ERRLEN, "the ranks would run different %s: rank %d has %s = %s where rank 0 has %s = %s (rank%s %s differ%s from rank 0); "
-                    "every rank must run the same program with the same flags and environment", what, c->rank, mk, mv, mk, rv, k > 1 ? "s" : "", list,
-                    k > 1 ? "" : "s");
+            set_err(err, ERRLEN, "the ranks would run different %s: rank %d has %s = %s where rank 0 has %s = %s (the ranks that differ from rank 0: %s); "
+                    "every rank must run the same program with the same flags and environment", what, c->rank, mk, mv, mk, rv, list);
         }
     }
     free(all);

@@ -416,6 +416,8 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
     if (q->link_inside_gbps > 0) { x->inside_Bps = q->link_inside_gbps * 1.25e8; x->across_Bps = q->link_across_gbps * 1.25e8; }
     else fit_measure_links(comm, &x->inside_Bps, &x->across_Bps);
     double f = backend_matmul_flops(), lo = f;
+    const char* scale = getenv("LLMC_TEST_FLOPS_SCALE");   /* test hook: this rank measures as if its cores were that much slower or faster */
+    if (scale && atof(scale) > 0) f *= atof(scale);
     fit_allreduce(&f, &lo, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD, "-z auto's compute rate (the slowest rank's)");
     x->flops_per_s = lo;
     if (x->offload_dir_given) {

@@ -38,6 +38,8 @@ suite() { # name command...
 suite "reference selftest" /usr/bin/python3 tests/suites/reference_selftest.py --dir data/ref
 suite "dataloader" bash -c "$CC_TEST tests/unit/test_dataloader.c -o build/test_dataloader && ./build/test_dataloader"
 suite "shard plan" bash -c "$CC_TEST tests/unit/test_zero.c -o build/test_zero -lm && ./build/test_zero"
+suite "fit budget" bash -c "$CC_TEST tests/unit/test_fit.c -o build/test_fit -lm && ./build/test_fit"
+suite "fit choice" bash -c "mpicc -O2 -std=gnu11 -Wall -fopenmp -march=x86-64-v3 -I. tests/unit/test_fit_choose.c -o build/test_fit_choose -lopenblas -lm && $MPIRUN -np 1 ./build/test_fit_choose"
 suite "block quantization" bash -c "$CC_TEST tests/unit/test_quant.c -o build/test_quant -lm && ./build/test_quant"
 suite "quantized collectives" bash -c "mpicc -O2 -std=gnu11 -Wall -fopenmp -I. tests/unit/test_quant_coll.c -o build/test_quant_coll -lm && $MPIRUN -np 4 ./build/test_quant_coll"
 suite "cpu kernels" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp tests/unit/test_kernels.c -o build/test_kernels -lopenblas -lm && ./build/test_kernels"

@@ -97,7 +97,7 @@ static inline double zero_formula_offload_bytes(double psi, double N, double k) 
 static inline void zero_estimate_print_offload(FILE* out, double psi, int N, int p, int g, int k, double gpu_mem, double act,
                                                const double* peak, const long long* peak_min) {
     fprintf(out, "optimizer offloaded (--offload-optimizer host or disk:DIR, stages 1-3): master, m, v = k Psi/N = %d Psi/N per rank off the device\n", k);
-    fprintf(out, "%-6s %-28s %14s %14s %14s %6s %10s\n", "stage", "per-rank device bytes", "GB per rank", "offloaded GB", "disk GB/step", "fits", "min ranks");
+    fprintf(out, "%-6s %-28s %14s %10s %14s %14s %6s %10s\n", "stage", "per-rank device bytes", "GB per rank", "peak GB", "offloaded GB", "disk GB/step", "fits", "min ranks");
     static const char* forms[4] = {"", "(p+g) Psi", "p Psi + g Psi/N", "(p+g) Psi/N"};
     for (int s = 1; s < 4; s++) {
         double b = zero_formula_offload_device_bytes(s, psi, (double)N, p, g);
@@ -115,12 +115,16 @@ static inline void zero_estimate_print_offload(FILE* out, double psi, int N, int
             else snprintf(minr, sizeof(minr), "%llu", m);
         }
         snprintf(label, sizeof(label), "%d+off", s);
-        fprintf(out, "%-6s %-28s %14.3f %14.3f %14.3f %6s %10s\n", label, forms[s], b / 1e9, off / 1e9, 2.0 * off / 1e9, fits, minr);
+        char pk[24] = "-";
+        if (peak) snprintf(pk, sizeof(pk), "%.3f", peak[s] / 1e9);
+        fprintf(out, "%-6s %-28s %14.3f %10s %14.3f %14.3f %6s %10s\n", label, forms[s], b / 1e9, pk, off / 1e9, 2.0 * off / 1e9, fits, minr);
     }
 }
 
 /* Print the estimator table: per-rank GB (1e9 bytes) of the model states for
-   stages 0-3 (the paper's formulas), traffic per step in Psi (the model's
+   stages 0-3 (the paper's formulas), the full per-rank peak of a run when
+   known (info->peak_bytes: what "fits" compares; "-" otherwise, when fits
+   compares model states + activations), traffic per step in Psi (the model's
    own shard plan when info->traffic_psi, else the paper's), whether each fits
    in gpu_mem bytes (if > 0; model states plus, when known, the activations)
    and the smallest rank count that fits; then one line on where the traffic
@@ -132,7 +136,7 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
     fprintf(out, "ZeRO estimate: Psi = %.0f parameters (%.4g), N = %d ranks, %d+%d+%d = %d bytes/param", psi, psi, N, p, g, k, p + g + k);
     if (gpu_mem > 0) fprintf(out, ", memory %.6g GB per rank", gpu_mem / 1e9);
     fprintf(out, "\n");
-    fprintf(out, "%-6s %-28s %14s %12s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "traffic", "fits", "min ranks");
+    fprintf(out, "%-6s %-28s %14s %10s %12s %6s %10s\n", "stage", "per-rank model states", "GB per rank", "peak GB", "traffic", "fits", "min ranks");
     for (int s = 0; s < 4; s++) {
         char form[64];
         zero_formula_text(form, sizeof(form), s, 0, 0, 0, 0);
@@ -150,7 +154,9 @@ static inline void zero_estimate_print(FILE* out, double psi, int N, int p, int 
             else snprintf(minr, sizeof(minr), "%llu", m);
         }
         double tr = info->traffic_psi ? info->traffic_psi[s] : zero_formula_traffic_psi(s);
-        fprintf(out, "%-6d %-28s %14.3f %8.3f Psi %6s %10s\n", s, form, b / 1e9, tr, fits, minr);
+        char pk[24] = "-";
+        if (info->peak_bytes) snprintf(pk, sizeof(pk), "%.3f", info->peak_bytes[s] / 1e9);
+        fprintf(out, "%-6d %-28s %14.3f %10s %8.3f Psi %6s %10s\n", s, form, b / 1e9, pk, tr, fits, minr);
     }
     zero_estimate_print_offload(out, psi, N, p, g, k, gpu_mem, act, info->peak_bytes_off, info->peak_min_ranks_off);
     if (info->traffic_psi)

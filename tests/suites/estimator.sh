@@ -56,8 +56,11 @@ est() { # est args...: sets OUT (stdout+stderr) and RC
 }
 
 # Field of the row of stage s, counted from the end of the line:
-#   stage  formula...  GB  traffic  Psi  fits  min-ranks
-#   NF-4 = GB per rank, NF-3 = traffic, NF-1 = fits, NF = min ranks
+#   stage  formula...  GB  peak  traffic  Psi  fits  min-ranks
+#   NF-5 = GB per rank (model states), NF-4 = the full peak ("-" unless
+#   -e, -b, -t and a memory size are given), NF-3 = traffic, NF-1 = fits,
+#   NF = min ranks; the offloaded table: NF-5 device GB, NF-4 peak,
+#   NF-3 offloaded GB, NF-2 disk GB per step
 row_field() { # row_field stage offset_from_end
     printf '%s\n' "$OUT" | awk -v s="$1" -v k="$2" '$1 == s && NF >= 7 { print $(NF - k); exit }'
 }
@@ -68,7 +71,7 @@ starts_with() { # starts_with value prefix...: value begins with one of the pref
 }
 check_gb() { # check_gb stage prefix...
     local s=$1; shift
-    local v; v=$(row_field "$s" 4)
+    local v; v=$(row_field "$s" 5)
     check "stage $s: $v GB per rank (expected $*)" starts_with "$v" "$@"
 }
 check_field() { # check_field stage offset_from_end expected name
@@ -163,6 +166,15 @@ check "stage-0 peak $EP GB == the run's predicted peak $RUNP GB within 5% (the r
     awk -v a="$EP" -v b="$RUNP" 'BEGIN { exit !(a > 0 && b > 0 && a / b > 0.95 && a / b < 1.05) }'
 check "at N = 1 the stage-3 peak is not below the stage-0 peak (one rank shards nothing; stage 3 adds its gathered units)" \
     bash -c 'sed -n "s/.*peaks at N = 1: 0: \([0-9.e+-]*\) GB, 1: [0-9.e+-]* GB, 2: [0-9.e+-]* GB, 3: \([0-9.e+-]*\) GB.*/\1 \2/p" <<<"$0" | awk "{ exit !(\$2 >= \$1) }"' "$OUT"
+# the table shows the full peak that "fits" compares (beside the model states), and "-" when it is not known
+PKS=$(sed -n 's/.*peaks at N = 1: 0: \([^ ]*\) GB, 1: \([^ ]*\) GB, 2: \([^ ]*\) GB, 3: \([^ ]*\) GB;.*/\1 \2 \3 \4/p' <<<"$OUT")
+for s in 0 1 2 3; do
+  PK=$(awk -v i=$((s + 1)) '{print $i}' <<<"$PKS")
+  check "stage $s: the peak column $(row_field $s 4) GB is the fit check's peak $PK GB, and fits '$(row_field $s 1)' says peak <= 1 GB" \
+    awk -v c="$(row_field $s 4)" -v p="$PK" -v f="$(row_field $s 1)" 'BEGIN { exit !(p != "" && c == sprintf("%.3f", p) && (f == "yes") == (p <= 1)) }'
+done
+est $TINY --estimate --ranks 1 --gpu-mem 1
+check "no -b/-t: the peak column says '-' (the fit is the lower bound of the closed forms)" test "$(row_field 3 4)" = "-"
 # GPT-2 124M, B=8, T=1024 on 8 ranks in 10 GB: the model states fit at every
 # stage (1.99 GB at stage 0), the fp32 activations (13.55 GB) do not
 est -e d12 --estimate --ranks 8 --gpu-mem 10
