@@ -2,8 +2,8 @@
  fit.h: does a configuration fit the memory a rank has? The rank's budget
  (where it comes from, in this order): --memory-limit per rank; else the
  memory limit of the rank's cgroup (v1 memory.limit_in_bytes or v2
- memory.max, the smallest on the path to the root, read through
- /proc/self/cgroup: fit_cgroup_limit), less what that cgroup already
+ memory.max: of the limits on the path to the root the one that leaves the
+ least room, read through /proc/self/cgroup: fit_cgroup_limit), less what that cgroup already
  holds beyond the node's ranks (the MPI or Slurm step daemon and any other
  resident: its usage less its page cache less the ranks' own anonymous
  memory), divided by the ranks of its node; else MemAvailable divided by
@@ -20,8 +20,9 @@
  against the measured VmHWM.
 
  Also: sizes as text ("900M", "1.5G": decimal units, as the project's GB =
- 1e9 bytes; "900Mi": binary), and the link rates -z auto's cost model uses,
- measured by a short all-gather inside a node and across nodes.
+ 1e9 bytes; "900Mi": binary). No MPI here: tests/unit/test_fit.c runs it
+ alone on fake cgroup trees. The link probe, the cost model and the
+ decision are llmc/gpt_fit.h's.
 */
 #ifndef LLMC_FIT_H
 #define LLMC_FIT_H
@@ -100,18 +101,37 @@ static inline unsigned long long fit_stat_field(const char* path, const char* ke
     return v;
 }
 
+/* What the cgroup directory dir (cgroup version 1 or 2) holds that the
+   kernel cannot take back (bytes): its usage (v1 memory.usage_in_bytes, v2
+   memory.current) minus its page cache (memory.stat: v1 total_active_file
+   + total_inactive_file, v2 active_file + inactive_file: reclaimable under
+   the limit). 0 if the files cannot be read. */
+static inline unsigned long long fit_cgroup_unreclaimable(const char* dir, int version) {
+    char p[1500];
+    unsigned long long usage = 0;
+    snprintf(p, sizeof(p), "%s/%s", dir, version == 1 ? "memory.usage_in_bytes" : "memory.current");
+    if (!fit_read_number(p, &usage)) return 0;
+    snprintf(p, sizeof(p), "%s/memory.stat", dir);
+    unsigned long long file = version == 1 ? fit_stat_field(p, "total_active_file") + fit_stat_field(p, "total_inactive_file")
+                                           : fit_stat_field(p, "active_file") + fit_stat_field(p, "inactive_file");
+    return usage > file ? usage - file : 0;
+}
+
 /* The memory cgroup that limits this process (fit_cgroup_limit). */
 typedef struct {
     int version;                 /* 1 or 2 */
-    unsigned long long limit;    /* bytes: the smallest limit on the path to the root */
+    unsigned long long limit;    /* bytes: the limit of the binding cgroup on the path to the root */
+    unsigned long long other;    /* what that cgroup holds beyond the caller's ranks (bytes, unreclaimable) */
     char file[1440];             /* the limit's file, e.g. /sys/fs/cgroup/llmc/node1/memory.max */
     char dir[1400];              /* its cgroup directory (usage and memory.stat are read there) */
 } FitCgroup;
 
-/* The memory cgroup of this process and its limit: the smallest memory
-   limit on the path from its cgroup to the root of the memory hierarchy
-   (a parent's limit counts when the leaf says "max"; limits of 2^62 and
-   above are the kernel's "unlimited"), read through
+/* The memory cgroup of this process that binds it: of the memory limits on
+   the path from its cgroup to the root of the memory hierarchy (a parent's
+   limit counts when the leaf says "max"; limits of 2^62 and above are the
+   kernel's "unlimited"), the one that leaves the least room, limit - what
+   that cgroup holds beyond `ranks_held` bytes (fit_cgroup_unreclaimable:
+   another job step's daemon in a node's cgroup, say), read through
    $LLMC_PROC_SELF_CGROUP (default /proc/self/cgroup: lines
    "hierarchy-ID:controllers:path", cgroups(7)) under $LLMC_CGROUP_ROOT
    (default /sys/fs/cgroup):
@@ -121,7 +141,7 @@ typedef struct {
    controller) reads v1; a v1 line whose hierarchy is not mounted falls
    back to v2. Returns 1 with *cg, or 0 when no limit applies. The
    environment lets a test hand it fake trees (tests/unit/test_fit.c). */
-static inline int fit_cgroup_limit(FitCgroup* cg) {
+static inline int fit_cgroup_limit(FitCgroup* cg, unsigned long long ranks_held) {
     const char* root = getenv("LLMC_CGROUP_ROOT");
     const char* self = getenv("LLMC_PROC_SELF_CGROUP");
     if (!root || !root[0]) root = "/sys/fs/cgroup";
@@ -157,13 +177,20 @@ static inline int fit_cgroup_limit(FitCgroup* cg) {
     if (ver == 2) snprintf(base, sizeof(base), "%s", root);
     char path[760];
     snprintf(path, sizeof(path), "%s", ver == 1 ? v1 : v2);
-    unsigned long long best = ~0ULL;
+    unsigned long long best = ~0ULL, room = ~0ULL;
     for (;;) {
         char d[1400], p[1400 + 32];
         snprintf(d, sizeof(d), "%.600s%.760s", base, strcmp(path, "/") ? path : "");
         snprintf(p, sizeof(p), "%s/%s", d, file);
         unsigned long long x;
-        if (fit_read_number(p, &x) && x < best) { best = x; snprintf(cg->file, sizeof(cg->file), "%s", p); snprintf(cg->dir, sizeof(cg->dir), "%s", d); }
+        if (fit_read_number(p, &x) && x < (1ULL << 62)) {
+            unsigned long long held = fit_cgroup_unreclaimable(d, ver), other = held > ranks_held ? held - ranks_held : 0;
+            unsigned long long r = x > other ? x - other : 0;
+            if (r < room) {
+                room = r; best = x; cg->other = other;
+                snprintf(cg->file, sizeof(cg->file), "%s", p); snprintf(cg->dir, sizeof(cg->dir), "%s", d);
+            }
+        }
         if (!strcmp(path, "/") || !path[0]) break;
         char* sl = strrchr(path, '/');
         if (!sl) break;
@@ -173,22 +200,6 @@ static inline int fit_cgroup_limit(FitCgroup* cg) {
     cg->version = ver;
     cg->limit = best;
     return 1;
-}
-
-/* What the cgroup of cg already holds that the kernel cannot take back
-   (bytes): its usage (v1 memory.usage_in_bytes, v2 memory.current) minus
-   its page cache (memory.stat: v1 total_active_file + total_inactive_file,
-   v2 active_file + inactive_file: reclaimable under the limit). The caller
-   subtracts its own ranks' share. 0 if the files cannot be read. */
-static inline unsigned long long fit_cgroup_unreclaimable(const FitCgroup* cg) {
-    char p[1500];
-    unsigned long long usage = 0;
-    snprintf(p, sizeof(p), "%s/%s", cg->dir, cg->version == 1 ? "memory.usage_in_bytes" : "memory.current");
-    if (!fit_read_number(p, &usage)) return 0;
-    snprintf(p, sizeof(p), "%s/memory.stat", cg->dir);
-    unsigned long long file = cg->version == 1 ? fit_stat_field(p, "total_active_file") + fit_stat_field(p, "total_inactive_file")
-                                               : fit_stat_field(p, "active_file") + fit_stat_field(p, "inactive_file");
-    return usage > file ? usage - file : 0;
 }
 
 /* MemAvailable of /proc/meminfo in bytes, 0 if unknown. */
@@ -216,9 +227,8 @@ static inline FitBudget fit_budget(unsigned long long flag_bytes, int ranks_on_n
     if (flag_bytes) {
         b.bytes = flag_bytes;
         snprintf(b.source, sizeof(b.source), "--memory-limit: %.4g GB per rank", flag_bytes / 1e9);
-    } else if (fit_cgroup_limit(&cg)) {
-        unsigned long long held = fit_cgroup_unreclaimable(&cg);
-        unsigned long long other = held > ranks_held ? held - ranks_held : 0;
+    } else if (fit_cgroup_limit(&cg, ranks_held)) {
+        unsigned long long other = cg.other;
         unsigned long long left = cg.limit > other ? cg.limit - other : 0;
         b.bytes = left / (unsigned long long)n;
         snprintf(b.source, sizeof(b.source), "cgroup v%d %.300s: %.4g GB, less %.4g GB held by other processes of the cgroup, / %d rank%s of the node",

@@ -172,7 +172,7 @@ auto "" --reshard-embedding 1 -b 2 -d 512
 if [ $RC = 0 ] && ! grep -q -- "--reshard-embedding 0\| -b 1" <<<"$OUT"; then ok "-z auto --reshard-embedding 1 -b 2 -d 512: neither changes (chose '$CHOSEN')"
 else bad "-z auto --reshard-embedding 1 -b 2: rc $RC: $(grep -m1 -- '--reshard-embedding 0\| -b 1' <<<"$OUT")"; fi
 OUT=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 -e d2 -t 64 -x 1 -r 0 -z auto -d 512 2>&1)
-if grep -q -- " -b 1  *\(<- chosen\)*$" <<<"$OUT" && grep -q -- " -b 2  *\(<- chosen\)*$" <<<"$OUT"; then ok "-z auto -d 512 without -b: smaller micro-batches (-b 2, -b 1) are candidates"
+if grep -qE -- " -b 1( |$)" <<<"$OUT" && grep -qE -- " -b 2( |$)" <<<"$OUT"; then ok "-z auto -d 512 without -b: smaller micro-batches (-b 2, -b 1) are candidates"
 else bad "-z auto -d 512 without -b: no -b 2 / -b 1 candidates"; fi
 # -x 0: no grads, no optimizer states; predicted so; it fits where training does not
 out=$($MPIRUN -np 2 $BIN $DATA $ARGS -x 0 -s 0 -z 1 2>&1); rc=$?

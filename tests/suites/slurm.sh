@@ -9,6 +9,10 @@
 #  3. --kill-on-bad-exit: kill -9 of one rank, or scancel of the job's step,
 #     ends the job within 10 s and scontrol shows it FAILED or CANCELLED
 #     (no accounting database here: sacct has nothing to show);
+#  2b. with memory-limited nodes (--mem 2G): each slurmd runs in its node's
+#     memory cgroup, and on cgroup v1 Slurm's task/cgroup puts a job of
+#     sbatch --mem=600M in a cgroup of 600 MiB inside the node's, which the
+#     trainer's budget line names; --mem=100G is refused by Slurm;
 #  4. down stops every daemon and leaves no /etc/hosts line.
 # Every wait is bounded. Needs root and Slurm (make deps installs it).
 set -u
@@ -30,7 +34,10 @@ tmp=$(mktemp -d -p /var/tmp llmc-slurm-test.XXXXXX)
 cleanup() { $CL down >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
-if out=$(timeout 60 $CL up 2 --slurm 2>&1); then ok "up 2 --slurm: $out"; else bad "up 2 --slurm: $out"; summary; exit 1; fi
+# memory-limited nodes: Slurm confines each job in its node's cgroup (task/cgroup on cgroup v1)
+MEMARG=""
+if [ -d /sys/fs/cgroup/memory ] || [ -f /sys/fs/cgroup/cgroup.controllers ]; then MEMARG="--mem 2G"; fi
+if out=$(timeout 60 $CL up 2 --slurm $MEMARG 2>&1); then ok "up 2 --slurm $MEMARG: $out"; else bad "up 2 --slurm $MEMARG: $out"; summary; exit 1; fi
 eval "$($CL env)"
 n=$(timeout 20 sinfo -h -N -t idle -o %N | sort -u | tr '\n' ' ')
 [ "$n" = "$NAME-node0 $NAME-node1 " ] && ok "sinfo: 2 idle nodes ($n)" || bad "sinfo: idle nodes '$n'"
@@ -61,6 +68,31 @@ else bad "sbatch: job $jid $st; the checkpoints differ or are missing"; tail -5 
 if grep -qE "^ +2 +$NAME-node1 +0 +2 " "$tmp/$jid.out" && grep -qE "^ +0 +$NAME-node0 +0 +2 " "$tmp/$jid.out"; then
   ok "the job's placement table shows the Slurm nodes (ranks 0-1 on $NAME-node0, 2-3 on $NAME-node1)"
 else bad "placement under Slurm:"; grep -A5 "^placement" "$tmp/$jid.out"; fi
+
+# --- 2b. the job's memory: slurmd lives in its node's cgroup, and Slurm's own
+# cgroup (task/cgroup) gives the job --mem; the trainer's budget names it
+if [ -z "$MEMARG" ]; then skip "the jobs' memory cgroups: skipped (no memory cgroup hierarchy here)"
+else
+  cg0=$(sed -n 's/^cg0=//p' /run/llmc-cluster/$NAME/state)
+  dpid=$(cat /run/llmc-cluster/$NAME/slurm/slurmd.$NAME-node0.pid 2>/dev/null)
+  rel=${cg0#/sys/fs/cgroup/memory}; rel=${rel#/sys/fs/cgroup}   # the path as /proc/PID/cgroup shows it (v1, v2)
+  grep -q ":$rel\$" "/proc/$dpid/cgroup" 2>/dev/null && ok "slurmd of $NAME-node0 runs in the node's memory cgroup" \
+    || bad "slurmd of $NAME-node0 (pid '$dpid') is not in $cg0: $(grep memory "/proc/$dpid/cgroup" 2>/dev/null)"
+  if [ "$(sed -n 's/^slurmcg=//p' /run/llmc-cluster/$NAME/state)" != 1 ]; then
+    skip "sbatch --mem: skipped (the nodes are cgroup v2: Slurm 22.05's cgroup/v2 needs systemd for its step scopes; the jobs have the node's limit only)"
+  else
+    jid=$(timeout 20 sbatch --parsable --mem=600M --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
+      --cpus-per-task=1 --export="ALL,CPU=1,ZERO=1,B=2,T=64,STEPS=1" scripts/run_slurm.sbatch "${A[@]}")
+    st=$(wait_state "$jid" 120)
+    if [ "$st" = COMPLETED ] && grep -q "^memory: .*budget [0-9.]* GB (cgroup v1 .*/$NAME-node[01]/slurm_$NAME-node[01]/uid_[0-9]*/job_$jid/\(step_0/\)*memory.limit_in_bytes: 0.6291 GB, less [0-9.e-]* GB held by other processes of the cgroup, / 2 ranks of the node)" "$tmp/$jid.out"; then
+      ok "sbatch --mem=600M: the job's own cgroup inside the node's (600 MiB = 0.6291 GB), read by the fit check: $(grep -o 'budget [0-9.]* GB' "$tmp/$jid.out")"
+    else bad "sbatch --mem=600M: job $jid $st: $(grep -o 'budget.*' "$tmp/$jid.out" | head -1)"; fi
+    jid=$(timeout 20 sbatch --parsable --mem=100G --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
+      --cpus-per-task=1 --export="ALL,CPU=1,ZERO=1,B=2,T=64,STEPS=1" scripts/run_slurm.sbatch "${A[@]}" 2>&1)
+    case "$jid" in *"Memory specification can not be satisfied"*|*"Requested node configuration is not available"*) ok "sbatch --mem=100G on 2 GB nodes: Slurm refuses it ($jid)";;
+      *) bad "sbatch --mem=100G on 2 GB nodes: '$jid'"; scancel "$jid" 2>/dev/null;; esac
+  fi
+fi
 
 # --- 3. --kill-on-bad-exit: a rank killed, a step cancelled
 for how in kill scancel; do

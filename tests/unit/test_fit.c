@@ -67,27 +67,37 @@ int main(void) {
     put("fs/memory/llmc/memory.limit_in_bytes", "2000000000\n");
     put("fs/memory/llmc/node1/memory.limit_in_bytes", "3000000000\n");
     memset(&cg, 0, sizeof(cg));
-    CHECK(fit_cgroup_limit(&cg) == 1, "v1: a limit is found");
+    CHECK(fit_cgroup_limit(&cg, 0) == 1, "v1: a limit is found");
     CHECK(cg.version == 1, "v1: version %d", cg.version);
     CHECK(cg.limit == 2000000000ULL, "v1 nested: the parent's smaller limit, got %llu", cg.limit);
     CHECK(ends_with(cg.file, "/fs/memory/llmc/memory.limit_in_bytes"), "v1: the limit's file %s", cg.file);
     put("fs/memory/llmc/node1/memory.limit_in_bytes", "1200000000\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && cg.limit == 1200000000ULL && ends_with(cg.file, "/llmc/node1/memory.limit_in_bytes"),
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.limit == 1200000000ULL && ends_with(cg.file, "/llmc/node1/memory.limit_in_bytes"),
           "v1: the leaf's smaller limit, got %llu from %s", cg.limit, cg.file);
     put("fs/memory/llmc/node1/memory.limit_in_bytes", "9223372036854771712\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && cg.limit == 2000000000ULL, "v1: a leaf without a limit takes its parent's, got %llu", cg.limit);
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.limit == 2000000000ULL, "v1: a leaf without a limit takes its parent's, got %llu", cg.limit);
     put("fs/memory/llmc/memory.limit_in_bytes", "9223372036854771712\n");
-    CHECK(fit_cgroup_limit(&cg) == 0, "v1: no limit on the path (2^63 - 4096 everywhere) is no limit");
+    CHECK(fit_cgroup_limit(&cg, 0) == 0, "v1: no limit on the path (2^63 - 4096 everywhere) is no limit");
     /* usage and page cache (v1 names) */
     put("fs/memory/llmc/node1/memory.limit_in_bytes", "1000000000\n");
     put("fs/memory/llmc/node1/memory.usage_in_bytes", "600000000\n");
     put("fs/memory/llmc/node1/memory.stat", "cache 1\nrss 2\ntotal_cache 250000000\ntotal_rss 350000000\ntotal_inactive_file 100000000\ntotal_active_file 50000000\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && fit_cgroup_unreclaimable(&cg) == 450000000ULL,
-          "v1: usage 600e6 - active_file 50e6 - inactive_file 100e6 = 450e6, got %llu", fit_cgroup_unreclaimable(&cg));
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && fit_cgroup_unreclaimable(cg.dir, cg.version) == 450000000ULL,
+          "v1: usage 600e6 - active_file 50e6 - inactive_file 100e6 = 450e6, got %llu", fit_cgroup_unreclaimable(cg.dir, cg.version));
     FitBudget b = fit_budget(0, 2, 300000000ULL);   /* the node's 2 ranks hold 300e6 of it: others hold 150e6 */
     CHECK(b.bytes == 425000000ULL, "v1 budget (1e9 - 150e6) / 2 = 425e6, got %llu", b.bytes);
     CHECK(strstr(b.source, "cgroup v1 ") && strstr(b.source, "/llmc/node1/memory.limit_in_bytes: 1 GB") && strstr(b.source, "less 0.15 GB held by other processes")
           && strstr(b.source, "/ 2 ranks of the node"), "v1 budget source: %s", b.source);
+    /* the binding level is the one with the least room: a parent of 1.1e9 whose other
+       residents hold 200e6 more than the leaf's leaves 600e6 for the ranks' 300e6 ... */
+    put("fs/memory/llmc/memory.limit_in_bytes", "1100000000\n");
+    put("fs/memory/llmc/memory.usage_in_bytes", "800000000\n");
+    put("fs/memory/llmc/memory.stat", "total_inactive_file 150000000\ntotal_active_file 0\n");   /* unreclaimable 650e6: others 350e6 */
+    CHECK(fit_cgroup_limit(&cg, 300000000ULL) == 1 && cg.limit == 1100000000ULL && cg.other == 350000000ULL && ends_with(cg.file, "/llmc/memory.limit_in_bytes"),
+          "the parent binds (1.1e9 - 350e6 = 750e6 < the leaf's 1e9 - 150e6 = 850e6): %llu, others %llu, %s", cg.limit, cg.other, cg.file);
+    b = fit_budget(0, 2, 300000000ULL);
+    CHECK(b.bytes == 375000000ULL, "the parent's room / 2 ranks = 375e6, got %llu", b.bytes);
+    put("fs/memory/llmc/memory.limit_in_bytes", "9223372036854771712\n");
     b = fit_budget(0, 2, 900000000ULL);   /* the ranks hold more than the cgroup's unreclaimable bytes: no one else holds anything */
     CHECK(b.bytes == 500000000ULL, "v1 budget, nothing held by others: 1e9 / 2, got %llu", b.bytes);
     b = fit_budget(450000000ULL, 2, 0);
@@ -98,38 +108,38 @@ int main(void) {
     tree("v2", "0::/llmc/node1\n");
     put("fs/llmc/memory.max", "1500000000\n");
     put("fs/llmc/node1/memory.max", "max\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && cg.version == 2 && cg.limit == 1500000000ULL, "v2: 'max' at the leaf, the parent's limit: v%d %llu", cg.version, cg.limit);
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 2 && cg.limit == 1500000000ULL, "v2: 'max' at the leaf, the parent's limit: v%d %llu", cg.version, cg.limit);
     CHECK(ends_with(cg.file, "/fs/llmc/memory.max"), "v2: the limit's file %s", cg.file);
     put("fs/llmc/node1/memory.max", "600000000\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && cg.limit == 600000000ULL && ends_with(cg.file, "/llmc/node1/memory.max"), "v2: the leaf's limit %llu from %s", cg.limit, cg.file);
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.limit == 600000000ULL && ends_with(cg.file, "/llmc/node1/memory.max"), "v2: the leaf's limit %llu from %s", cg.limit, cg.file);
     put("fs/llmc/node1/memory.current", "200000000\n");
     put("fs/llmc/node1/memory.stat", "anon 120000000\nfile 80000000\nkernel 1\nactive_file 30000000\ninactive_file 50000000\n");
-    CHECK(fit_cgroup_unreclaimable(&cg) == 120000000ULL, "v2: current 200e6 - active_file 30e6 - inactive_file 50e6 = 120e6, got %llu", fit_cgroup_unreclaimable(&cg));
+    CHECK(fit_cgroup_unreclaimable(cg.dir, cg.version) == 120000000ULL, "v2: current 200e6 - active_file 30e6 - inactive_file 50e6 = 120e6, got %llu", fit_cgroup_unreclaimable(cg.dir, cg.version));
     b = fit_budget(0, 1, 100000000ULL);
     CHECK(b.bytes == 580000000ULL, "v2 budget: 600e6 - (120e6 - 100e6) = 580e6 for one rank, got %llu", b.bytes);
     CHECK(strstr(b.source, "cgroup v2 ") && strstr(b.source, "/llmc/node1/memory.max") && strstr(b.source, "/ 1 rank of the node"), "v2 budget source: %s", b.source);
     put("fs/llmc/node1/memory.max", "max\n");
     put("fs/llmc/memory.max", "max\n");
-    CHECK(fit_cgroup_limit(&cg) == 0, "v2: 'max' everywhere is no limit");
+    CHECK(fit_cgroup_limit(&cg, 0) == 0, "v2: 'max' everywhere is no limit");
     tree("v2root", "0::/\n");
     put("fs/memory.max", "1073741824\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && cg.version == 2 && cg.limit == 1073741824ULL && ends_with(cg.file, "/fs/memory.max"),
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 2 && cg.limit == 1073741824ULL && ends_with(cg.file, "/fs/memory.max"),
           "v2, the root path (a container's namespace): %llu from %s", cg.limit, cg.file);
     tree("v2none", "0::/a/b\n");
-    CHECK(fit_cgroup_limit(&cg) == 0, "v2: no memory.max files at all is no limit");
+    CHECK(fit_cgroup_limit(&cg, 0) == 0, "v2: no memory.max files at all is no limit");
     check_group_end("cgroup v2: max, nesting, the root path, usage less page cache, the budget");
 
     check_group_begin();
     tree("hybrid", "5:memory:/job\n0::/other\n");
     put("fs/memory/job/memory.limit_in_bytes", "700000000\n");
     put("fs/other/memory.max", "100\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && cg.version == 1 && cg.limit == 700000000ULL, "hybrid: v1's memory controller is read: v%d %llu", cg.version, cg.limit);
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 1 && cg.limit == 700000000ULL, "hybrid: v1's memory controller is read: v%d %llu", cg.version, cg.limit);
     tree("v1unmounted", "5:memory:/job\n0::/mine\n");
     put("fs/mine/memory.max", "800000000\n");
-    CHECK(fit_cgroup_limit(&cg) == 1 && cg.version == 2 && cg.limit == 800000000ULL, "a v1 line without its hierarchy mounted: v2 is read: v%d %llu", cg.version, cg.limit);
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 2 && cg.limit == 800000000ULL, "a v1 line without its hierarchy mounted: v2 is read: v%d %llu", cg.version, cg.limit);
     tree("noproc", "");
     setenv("LLMC_PROC_SELF_CGROUP", "/nonexistent/llmc/cgroup", 1);
-    CHECK(fit_cgroup_limit(&cg) == 0, "no /proc/self/cgroup: no limit");
+    CHECK(fit_cgroup_limit(&cg, 0) == 0, "no /proc/self/cgroup: no limit");
     b = fit_budget(0, 4, 0);
     CHECK(strstr(b.source, "MemAvailable") && b.bytes == fit_mem_available() / 4, "no cgroup: MemAvailable / 4 ranks (%s)", b.source);
     check_group_end("hybrid hosts, an unmounted v1 hierarchy, no cgroup file");
