@@ -334,9 +334,9 @@ static const Flag FLAGS[] = {
        "beside it then holds the fp32 master weights, so a resume stays exact)"),
     I(NULL, "-y", "<0|1>", resume, 0, 1, 0, "resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)"),
     FN("ZeRO", "-z", "<0..3|auto>", flag_zero, "1", "zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params;\n"
-       "auto: the fastest configuration that fits this rank's memory, predicted from the plan\n"
-       "(stages, --shard-group, --reshard-embedding, --keep-logits, -r 0..3 unless -r is given,\n"
-       "-b with -d, offload last)\n"
+       "auto: the fastest configuration that fits every rank's memory, predicted from the plan\n"
+       "(stages, --shard-group, --reshard-embedding, --keep-logits, -r 0..3, -b with -d,\n"
+       "offload last; a flag you give stays fixed), chosen by rank 0 for all ranks\n"
        "(1 is make train's ZERO too)"),
     I(NULL, "--reshard-after-forward", "<0|1>", reshard_after_forward, 0, 1, GIVEN(reshard_given), "stage 3: free blocks after forward"),
     I(NULL, "--prefetch", "<n>", prefetch, 0, 64, GIVEN(prefetch_given), "stage 3: units gathered ahead of use"),
