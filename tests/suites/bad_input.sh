@@ -13,8 +13,12 @@
 #   - no crash: no "Segmentation", "core dumped", signal or glibc abort text,
 #   - it ends within 30 s (each run is killed after 60 s: a hang),
 #   - no partial output: no checkpoint (*.bin) or *.tmp in the -o dir.
-# Cases of kind "rank1" run with 2 ranks where only rank 1 gets the bad
-# argument (MPMD: a file one node cannot read), so rank 0 must learn of it.
+# Cases of kind "rank1" run with 2 ranks where only rank 1 reads the bad
+# file (a file one node cannot read): both ranks get the same flags (the
+# trainer refuses ranks started with different ones), with the file's path
+# relative, and each rank its own working directory (mpirun -wdir): rank 1's
+# holds the bad file, rank 0's a good one under the same name; rank 0 must
+# learn of rank 1's error.
 # In a case's arguments @NP@ stands for the rank count of the run.
 # Two control cases (a good 1-step training run, test_gpt on the odd
 # reference) must pass, so a failure is the bad input's and not the harness's.
@@ -192,9 +196,9 @@ bad ckpt_tmp_name_blocked "1 2" "model_00000001.bin.tmp" "cannot|directory" trai
 bad ckpt_final_name_is_dir "1 2" "model_00000001.bin" "cannot|directory" train -o "$D/out_target_dir_@NP@"
 
 # only rank 1 sees the bad input
-bad rank1_only_bad_shard "2" "$D/shard_bad_magic.bin" "magic" rank1 -i "$D/shard_bad_magic.bin"
-bad rank1_only_token_oob "2" "$D/shard_token_oob.bin" "vocab" rank1 -i "$D/shard_token_oob.bin"
-bad rank1_only_missing_ckpt "2" "$D/missing_model.bin" "cannot open|no such" rank1 -e "$D/missing_model.bin"
+bad rank1_only_bad_shard "2" "shard_bad_magic.bin" "magic" rank1 -i "$D/shard_bad_magic.bin"
+bad rank1_only_token_oob "2" "shard_token_oob.bin" "vocab" rank1 -i "$D/shard_token_oob.bin"
+bad rank1_only_missing_ckpt "2" "missing_model.bin" "cannot open|no such" rank1 -e "$D/missing_model.bin"
 
 # tokenizer (-s 1 loads it)
 bad tok_missing "1 2" "$D/missing_tok.bin" "cannot open|no such" train -s 1 --tokenizer "$D/missing_tok.bin"
@@ -252,7 +256,14 @@ run_one() {
     local t0 t1 rc
     t0=$(date +%s%N)
     if [ "$prog" = rank1 ]; then
-        timeout -k 5 60 "${MPIRUN[@]}" -np 1 "${cmd0[@]}" : -np 1 "${cmd[@]}" >"$log.out" 2>"$log.err" </dev/null
+        # args: FLAG PATH; the same relative name for both ranks, a good file behind it in rank 0's directory
+        local flag=${args[0]} bad=${args[1]} base good
+        base=$(basename "$bad")
+        case "$flag" in -e) good=$ODD ;; *) good=$D/good_train.bin ;; esac
+        mkdir -p "$W/wdir0.$i"; ln -sf "$good" "$W/wdir0.$i/$base"
+        local -a rcmd=("$PWD/train_gpt_cpu" "${TRAIN_BASE[@]}" -o "$out" "$flag" "$base")
+        timeout -k 5 60 "${MPIRUN[@]}" -np 1 -wdir "$W/wdir0.$i" "${rcmd[@]}" : -np 1 -wdir "$(dirname "$bad")" "${rcmd[@]}" \
+            >"$log.out" 2>"$log.err" </dev/null
     elif [ "$np" = 1 ]; then
         timeout -k 5 60 "${cmd[@]}" >"$log.out" 2>"$log.err" </dev/null
     else

@@ -76,7 +76,7 @@ for prog in train_gpt_cpu train_gpt_cpu_bf16; do
   B=2 T=64 C=128 NH=2 L=2
   declare -A act rc
   for r in 0 1 2 3; do
-    o=$(timeout 120 ./$prog -e d2 -b $B -t $T -x 0 -v 0 -s 0 -r $r 2>&1)
+    o=$(timeout 120 ./$prog -e d2 -b $B -t $T -x 1 -v 0 -s 0 -r $r 2>&1)   # (a training run: -x 0 plans for evaluation only)
     act[$r]=$(awk '$1 == "activations" { print $2; exit }' <<<"$o")
     rc[$r]=$(awk '$1 == "recompute" && $2 == "buffers" { print $4; exit }' <<<"$o")
     e=$(timeout 60 ./$prog --estimate -e d2 -b $B -t $T -r $r --ranks 1 2>&1 | sed -n 's/^activations: \([0-9]*\) bytes.*/\1/p')
