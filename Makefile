@@ -22,7 +22,11 @@ LIBS = $(BLAS_LIBS) -lm
 # master weights and Adam moments, matmuls on oneDNN's bf16 matmul
 # primitive) need oneDNN's headers (Debian: libdnnl-dev).
 DNNL_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
-CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
+# the build id of the bf16 matmul calibration (llmc/cpu/matmul_choice.h): a
+# hash of the CPU kernels' sources, the flags and the compiler; a
+# calibration file of another build id is measured again
+KERNELS_ID := $(shell { cat $(sort $(wildcard llmc/cpu/*.h)); echo '$(CFLAGS)'; $(MPICC) --version 2>/dev/null | head -1; } | md5sum | cut -c1-16)
+CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -DLLMC_KERNELS_ID='"$(KERNELS_ID)"' -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
 LIBS_BF16 = -ldnnl -lm
 HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h) $(wildcard llmc/zero/*.h)
 PY = /usr/bin/python3
@@ -47,20 +51,27 @@ TABLE_MODEL ?= -e d6 -b 4 -t 256
 
 .PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench fit-demo bench-recompute zeropp-accuracy plots clean sanitize fuzz _dnnl-headers
 
-all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/train_gpt_cpu.workspace build/fit/train_gpt_cpu_bf16.workspace
+all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/train_gpt_cpu.workspace build/fit/train_gpt_cpu_bf16.matmul build/fit/train_gpt_cpu_bf16.workspace
 
 # the fit check's training workspace of each program, measured once per build (llmc/fit.h)
 build/fit/%.workspace: %
 	@./$< --calibrate-workspace
+# the bf16 matmul paths of this CPU and build, measured once per build
+# (./train_gpt_cpu_bf16 --calibrate-matmul; llmc/cpu/matmul_choice.h); the
+# test program reads the same file
+build/fit/train_gpt_cpu_bf16.matmul: train_gpt_cpu_bf16 | build/fit/train_gpt_cpu.workspace
+	@./train_gpt_cpu_bf16 --calibrate-matmul
 # one at a time, even under make -j: two trainers starting together reach a
-# different (larger, 33-45 MB instead of 20.6) resident workspace
-build/fit/train_gpt_cpu_bf16.workspace: | build/fit/train_gpt_cpu.workspace
+# different (larger, 33-45 MB instead of 20.6) resident workspace; the bf16
+# workspace after the matmul paths it runs
+build/fit/train_gpt_cpu_bf16.workspace: build/fit/train_gpt_cpu_bf16.matmul | build/fit/train_gpt_cpu.workspace
 
 help:
 	@echo "targets:"
 	@echo "  make train       train the default GPT on the CPU (installs packages, prepares the Brown corpus, builds)"
 	@echo "  make test        every check a CPU machine can run (what CI runs); last line 'N passed, M failed'"
-	@echo "  make all         the four CPU programs: ./train_gpt_cpu ./test_gpt_cpu (fp32), ./train_gpt_cpu_bf16 ./test_gpt_cpu_bf16 (the default target)"
+	@echo "  make all         the four CPU programs: ./train_gpt_cpu ./test_gpt_cpu (fp32), ./train_gpt_cpu_bf16 ./test_gpt_cpu_bf16 (the default target),"
+	@echo "                   and build/fit/: each program's workspace, the bf16 matmul paths measured on this CPU"
 	@echo "  make zero-table  the ZeRO stage table of the README: memory, wire bytes, ms/step per stage on 2 and 4 ranks"
 	@echo "  make bench       CPU speed figures (a benchmark, not a test)"
 	@echo "  make cluster-bench   ZeRO stages x link rates on a simulated 2-node cluster (root; scripts/cluster.sh)"
@@ -150,9 +161,9 @@ docs: train_gpt_cpu
 	./train_gpt_cpu --help-markdown > docs/flags.md
 
 bench: deps data
-	@$(MAKE) --no-print-directory $(if $(filter fp32,$(BENCH_PRECISIONS)),train_gpt_cpu) $(if $(filter bf16,$(BENCH_PRECISIONS)),train_gpt_cpu_bf16)
+	@$(MAKE) --no-print-directory $(if $(filter fp32,$(BENCH_PRECISIONS)),train_gpt_cpu) $(if $(filter bf16,$(BENCH_PRECISIONS)),train_gpt_cpu_bf16 build/fit/train_gpt_cpu_bf16.matmul)
 	@mkdir -p build
-	PRECISIONS="$(BENCH_PRECISIONS)" BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" bash dev/bench.sh
+	PRECISIONS="$(BENCH_PRECISIONS)" BLAS_CFLAGS="$(BLAS_CFLAGS)" BLAS_LIBS="$(BLAS_LIBS)" KERNELS_ID="$(KERNELS_ID)" bash dev/bench.sh
 
 # the ZeRO table of the README (dev/zero_table.sh): a benchmark, not a test
 zero-table: deps data

@@ -175,6 +175,7 @@ int main(int argc, char** argv) {
     comm_check_all(&comm, err);
     if (shard_group != comm.world_size) comm_set_groups(&comm, (int)shard_group);
     comm.overlap = (int)overlap;
+    backend_agree_kernels(&comm); /* the kernel paths, rank 0's for every rank (the CPU bf16 program's matmul paths) */
     backend_init(&comm); /* GPU + NCCL (CUDA build); the communication thread (CPU) */
 
     GPT2Config cfg;

@@ -78,6 +78,7 @@ typedef struct {
     int zero_auto;               /* -z auto */
     float link_inside_gbps, link_across_gbps; /* --link-gbps (0: measured) */
     int calibrate_workspace;     /* --calibrate-workspace (make runs it once per program and build) */
+    int calibrate_matmul;        /* --calibrate-matmul (make runs it once per build of the bf16 program) */
     /* estimator */
     int estimate;
     double est_params, est_gpu_mem;
@@ -396,6 +397,8 @@ static const Flag FLAGS[] = {
        "(else measured at start-up by a short all-gather)"),
     {NULL, "--calibrate-workspace", "", FLAG_BOOL, AO(calibrate_workspace), 0, 0, NULL, 0, "off",
      "measure the training workspace of this program (make runs it once: build/fit/)"},
+    {NULL, "--calibrate-matmul", "", FLAG_BOOL, AO(calibrate_matmul), 0, 0, NULL, 0, "off",
+     "time both bf16 matmul paths per shape class and store the faster (make runs it once: build/fit/)"},
     S("timeline", "--trace", "<file>", trace_path, "write a Chrome trace-event JSON timeline (open in Perfetto / chrome://tracing)"),
     FN(NULL, "--trace-steps", "<a:b>", flag_trace_steps, "2:3", "the optimizer steps it covers"),
     FN(NULL, "--ledger", "<rank0|all>", flag_ledger, "rank0", "print the memory ledger for rank 0 or every rank"),
@@ -646,6 +649,7 @@ static int run_calibration(Comm* comm) {
     char err[ERRLEN] = "";
     if (comm->world_size != 1) set_err(err, ERRLEN, "--calibrate-workspace: run it as one process (it measures one rank)");
     comm_check_all(comm, err);
+    backend_agree_kernels(comm);   /* the matmul paths a run takes (the calibration file when there is one) */
     backend_init(comm);
     GPT2Config cfg;
     int bad = 0;
@@ -690,6 +694,21 @@ static int run_calibration(Comm* comm) {
     return 0;
 }
 
+/* --calibrate-matmul: the bf16 program times both matmul paths (oneDNN's
+   bf16 primitive, the fp32-copy path) on every shape class of d6 and 124M
+   and writes the calibration file build/fit/train_gpt_cpu_bf16.matmul
+   beside the binary (llmc/cpu/matmul_choice.h); every later start on this
+   CPU and build reads it. One process. */
+static int run_matmul_calibration(Comm* comm) {
+    char err[ERRLEN] = "";
+    if (comm->world_size != 1) set_err(err, ERRLEN, "--calibrate-matmul: run it as one process (it measures one rank's cores)");
+    comm_check_all(comm, err);
+    if (backend_calibrate_kernels(comm, err, ERRLEN)) comm_check_all(comm, err);
+    comm_check_all(comm, err);
+    comm_finalize(comm);
+    return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* A run: everything set up once, used by the loop                          */
 
@@ -711,6 +730,7 @@ typedef struct {
     AdamWConfig opt;
     float dloss;
     double total_ms;             /* timed steps (all but a process's first) */
+    double total_opt_ms;         /* their optimizer steps (grad norm, clip, AdamW, stages 1-2's param all-gather) */
     double total_wait_ms;        /* their waits on communication (this rank's) */
     int timed;
     int ledger_bad;
@@ -849,18 +869,20 @@ static void setup_data(Run* r, int B) {
 static void run_config_text(const Run* r, char* out, size_t n) {
     const Args* a = &r->a;
     const GPT2Config* c = &r->cfg;
+    char kernels[600];
+    backend_kernels_text(kernels, sizeof(kernels));   /* the kernel paths (agreed by backend_agree_kernels) and their environment */
     snprintf(out, n, "program %s floatX_bytes %d model L%d/NH%d/C%d/maxT%d/V%d/Vp%d init %s ranks %d zero_stage %d shard_group %d "
              "reshard_after_forward %d prefetch %d reshard_embedding %d vocab_chunk %d keep_logits %d overlap %d recompute %d "
              "B %d T %d total_batch %ld grad_accum %d offload %d:%s quantize_weights %d/%d quantize_grads %d/%d secondary_shard %d node_size %d "
              "steps %d warmup %d lr %a final_frac %a weight_decay %a grad_clip %a val_every %d val_steps %d sample_every %d gen_tokens %d "
-             "ckpt_every %d ckpt_version %d seed %llu shuffle %d resume %d collective_timeout %a train %s val %s output %s",
+             "ckpt_every %d ckpt_version %d seed %llu shuffle %d resume %d collective_timeout %a train %s val %s output %s %s",
              BACKEND_NAME, (int)sizeof(floatX), c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
              a->init, r->N, a->zero_stage, a->shard_group > 0 ? a->shard_group : r->N, a->reshard_after_forward, a->prefetch, a->reshard_embedding,
              a->vocab_chunk, a->keep_logits, a->overlap, a->recompute, a->B, a->T, a->total_batch, r->accum, a->offload,
              a->offload_dir ? a->offload_dir : "-", a->quant_weights, a->quant_weights_block, a->quant_grads, a->quant_grads_block, a->secondary,
              a->node_size, a->max_steps, a->warmup, (double)a->lr, (double)a->final_frac, (double)a->weight_decay, (double)a->grad_clip,
              a->val_every, a->val_steps, a->sample_every, a->gen_tokens, a->ckpt_every, a->ckpt_version, a->seed, a->shuffle, a->resume,
-             (double)a->collective_timeout, a->train_pattern, a->val_pattern, a->output_dir ? a->output_dir : "-");
+             (double)a->collective_timeout, a->train_pattern, a->val_pattern, a->output_dir ? a->output_dir : "-", kernels);
 }
 
 /* The fit check and -z auto (llmc/gpt_fit.h: gpt2_fit_decide), before
@@ -1009,11 +1031,14 @@ static void write_runs_txt(const Run* r) {
     char qg[32] = "none";
     if (a->quant_grads) snprintf(qg, sizeof(qg), "int%d/%d/node %d", a->quant_grads, a->quant_grads_block, a->node_size);
     if (!f) return;
+    char kernels[600];
+    backend_kernels_text(kernels, sizeof(kernels));
     fprintf(f, "start step %d: ranks %d zero_stage %d shard_group %d reshard_after_forward %d reshard_embedding %d keep_logits %d "
-            "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d%s\n", r->start_step, r->N,
+            "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d %s%s\n", r->start_step, r->N,
             a->zero_stage, r->comm->group_size, a->reshard_after_forward, a->reshard_embedding, a->keep_logits, a->recompute, a->B, a->T, r->accum,
             a->offload == OFFLOAD_DISK ? "disk:" : a->offload == OFFLOAD_HOST ? "host" : "none",
-            a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, a->zero_auto ? " (chosen by -z auto)" : "");
+            a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, kernels,
+            a->zero_auto ? " (chosen by -z auto)" : "");
     fclose(f);
 }
 
@@ -1037,6 +1062,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     setup_batch(r);
     setup_node_size(r);
     setup_data(r, a->B);
+    backend_agree_kernels(comm);   /* the kernel paths, decided by rank 0 for every rank, before any matmul (-z auto measures one) */
     fit_or_choose(r);
     char conf[4096];
     run_config_text(r, conf, sizeof(conf));
@@ -1171,7 +1197,7 @@ static void periodic(Run* r, int step, int last) {
     }
 }
 
-typedef struct { double loss, norm, ms, comm_ms, wait_ms; float lr; } StepStats;
+typedef struct { double loss, norm, ms, opt_ms, comm_ms, wait_ms; float lr; } StepStats;
 
 /* One optimizer step (0-based `step`): A micro-steps of forward and
    backward over this rank's slice of the global batch, the engine's
@@ -1201,7 +1227,9 @@ static StepStats train_step(Run* r, int step) {
     gpt2_reduce_grads(m);
     r->opt.lr = lr_schedule(a->lr, step, a->warmup, a->max_steps, a->final_frac);
     trace_begin(TRACE_TID_COMPUTE, -1, "optimizer");
+    double t_opt = wall_seconds();
     s.norm = zero_optimizer_step(&m->engine, &r->opt, step + 1);
+    s.opt_ms = 1000.0 * (wall_seconds() - t_opt);
     trace_end(TRACE_TID_COMPUTE);
     comm_allreduce_sum_host(r->comm, &loss, 1);
     s.loss = loss / ((double)r->accum * r->N);
@@ -1226,7 +1254,7 @@ static void log_step(Run* r, int step, const StepStats* s) {
     else if (s->comm_ms > 0.0)   /* a wait also covers waking the communication thread and its hand-offs (comm_thread.h) */
         snprintf(commtxt, sizeof(commtxt), " | comm %.1f ms, waited %.1f ms (0%% hidden; the waits also cover the hand-offs to the communication thread)",
                  s->comm_ms, s->wait_ms);
-    if (step > r->start_step) { r->total_ms += s->ms; r->total_wait_ms += s->wait_ms; r->timed++; } /* the first step of a process warms up: not timed */
+    if (step > r->start_step) { r->total_ms += s->ms; r->total_opt_ms += s->opt_ms; r->total_wait_ms += s->wait_ms; r->timed++; } /* the first step of a process warms up: not timed */
     double tps = (double)a->total_batch / (s->ms / 1000.0);
     if (r->comm->rank == 0) {
         printf("step %4d/%d | loss %.6f | lr %.2e | norm %.4f | %.1f ms | %.0f tok/s | mem %.1f MB%s\n", step + 1, a->max_steps,
@@ -1296,8 +1324,10 @@ static int finish(Run* r) {
             double tps = (double)a->total_batch * r->timed / (r->total_ms / 1000.0);
             /* flops per token: 6 Psi (forward + backward of every weight) + 12 L C T (attention scores and values) */
             double fpt = 6.0 * (double)m->plan.num_parameters + 12.0 * r->cfg.num_layers * (double)r->cfg.channels * a->T;
-            printf("average %.1f ms per optimizer step (steps %d..%d, %d timed), %.0f tokens/s, %.1f GFLOP/s achieved (6*Psi + 12*L*C*T = %.3g flops/token)\n",
-                   r->total_ms / r->timed, r->start_step + 2, a->max_steps, r->timed, tps, tps * fpt / 1e9, fpt);
+            printf("average %.1f ms per optimizer step (steps %d..%d, %d timed), %.0f tokens/s, %.1f GFLOP/s achieved (6*Psi + 12*L*C*T = %.3g flops/token); "
+                   "of it the optimizer (grad norm, clip, AdamW%s) %.1f ms\n",
+                   r->total_ms / r->timed, r->start_step + 2, a->max_steps, r->timed, tps, tps * fpt / 1e9, fpt,
+                   (a->zero_stage == 1 || a->zero_stage == 2) && r->N > 1 ? ", the params' all-gather" : "", r->total_opt_ms / r->timed);
         }
     }
     if (a->straggler_report)
@@ -1348,6 +1378,7 @@ int main(int argc, char** argv) {
     }
     if (a.estimate) return run_estimate(&a, &comm);
     if (a.calibrate_workspace) return run_calibration(&comm);
+    if (a.calibrate_matmul) return run_matmul_calibration(&comm);
 
     Run r;
     setup_run(&r, &a, &comm);

@@ -16,7 +16,9 @@
  *      achieved GFLOP/s (model FLOPs: 6 * params_in_matmuls + attention, per
  *      token) and the loss of each step (it must fall: the batch is
  *      repeated).
- * usage: bench_kernels [peak] [gemm] [elem] [step L NH C B T [steps]]  (default: all)
+ *   3. stream: the memory bandwidth of a STREAM-style triad (the bound of
+ *      the optimizer, which streams p, g, m, v once per step);
+ * usage: bench_kernels [peak] [stream] [gemm] [elem] [step L NH C B T [steps]]  (default: all)
  *   elem: the non-matmul kernels one at a time at d6 sizes
  *   peak prints "peak fp32 X" / "peak bf16 Y" lines (GFLOP/s) for dev/bench.sh
  *   BENCH_CPUTIME=1: time with the process CPU clock (see now_s)
@@ -224,6 +226,7 @@ static double g_peak = 0; /* the peak of this build's matmul implementation */
 
 /* C (M,N) = op(A) op(B) (+ C if acc), as the kernels call it; best of >= 3
    runs and >= 0.3 s; GFLOP/s */
+static int g_lm = 0; /* bf16: the shape is the LM head's (its own classes, matmul.h) */
 static double gemm_gflops(int ta, int tb, int M, int N, int K, int acc) {
     int lda = ta ? M : K, ldb = tb ? K : N;
     floatX* A = xalloc((size_t)M * K);
@@ -235,7 +238,7 @@ static double gemm_gflops(int ta, int tb, int M, int N, int K, int acc) {
     do {
         double t1 = now_s();
 #ifdef LLMC_BF16
-        cpu_gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, acc, Cm, N, NULL);
+        cpu_gemm_bf16((ta ? CPU_MM_DWEIGHT : tb ? CPU_MM_FWD : CPU_MM_DINP) + (g_lm ? 3 : 0), ta, tb, M, N, K, A, lda, B, ldb, acc, Cm, N, NULL);
 #else
         cpu_sgemm_par(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, Cm, N);
 #endif
@@ -267,26 +270,36 @@ static void bench_peak(void) {
     double p32 = pk[CPU_ISA_AVX512] > 0 ? pk[CPU_ISA_AVX512] : pk[CPU_ISA_AVX2];
     const char* n32 = pk[CPU_ISA_AVX512] > 0 ? "avx512" : "avx2";
 #ifdef LLMC_BF16
+    /* the peak of each path: fp32 FMAs for the fp32-copy path; for oneDNN's
+       bf16 primitive the instructions it runs at this level: AMX tiles
+       (amx), vdpbf16ps (avx512_bf16), fp32 FMAs (avx512: oneDNN converts) */
     double best = 0;
     cpu_gemm_init();
-    int def = cpu_gemm_state.use_fp32;
+    int saved[CPU_MM_NUM];
+    memcpy(saved, cpu_gemm_state.fp32, sizeof(saved));
+    double pprim = pk[CPU_ISA_AMX] > 0 ? pk[CPU_ISA_AMX] : pk[CPU_ISA_AVX512_BF16] > 0 ? pk[CPU_ISA_AVX512_BF16] : pk[CPU_ISA_AVX512];
+    const char* nprim = pk[CPU_ISA_AMX] > 0 ? "amx" : pk[CPU_ISA_AVX512_BF16] > 0 ? "avx512_bf16" : "avx512";
     if (cpu_isa() >= CPU_ISA_AVX512) {
         int sq[][3] = {{2048, 2048, 2048}, {1024, 1536, 384}, {1024, 384, 1536}};
-        cpu_gemm_state.use_fp32 = 0;
+        cpu_gemm_set_all(0);
         for (int i = 0; i < 3; i++) {
             double g = gemm_gflops(0, 1, sq[i][0], sq[i][1], sq[i][2], 0);
             if (g > best) best = g;
         }
-        cpu_gemm_state.use_fp32 = def;
+        memcpy(cpu_gemm_state.fp32, saved, sizeof(saved));
         printf("peak bf16-primitive %.1f GFLOP/s (oneDNN's bf16 matmul primitive, best of 2048^3 and two d6 shapes; oneDNN ISA %s; implementation %s)\n",
                best, cpu_isa_onednn_name(cpu_isa_state.onednn_isa), cpu_gemm_state.impl ? cpu_gemm_state.impl : "?");
+        printf("peak bf16-primitive-path %.1f GFLOP/s (the %s peak: the instructions oneDNN's bf16 primitive runs at this level)\n", pprim, nprim);
     } else {
         printf("peak bf16-primitive 0 (%s)\n", cpu_isa_skip_reason(CPU_ISA_AVX512));
+        printf("peak bf16-primitive-path 0 (primitive: unavailable on this CPU (oneDNN 2.6 needs AVX512_CORE))\n");
     }
-    g_peak = def ? p32 : pk[CPU_ISA_AMX];
-    printf("peak bf16-program %.1f GFLOP/s (matmul implementation in use: %s; %s)\n", g_peak, cpu_gemm_mode(),
-           def ? (pk[CPU_ISA_AVX512] > 0 ? "fp32 FMAs on exact fp32 copies: the avx512 peak" : "fp32 FMAs on exact fp32 copies: the avx2 peak")
-               : "AMX tiles: the amx peak");
+    printf("peak bf16-fp32-path %.1f GFLOP/s (fp32 FMAs on exact fp32 copies: the %s peak)\n", p32, n32);
+    const char* mode = cpu_gemm_mode();
+    g_peak = !strcmp(mode, "fp32") ? p32 : pprim > p32 ? pprim : p32;
+    printf("peak bf16-program %.1f GFLOP/s (matmul paths in use: %s; %s)\n", g_peak, mode,
+           !strcmp(mode, "fp32") ? "the fp32-copy path's peak" : !strcmp(mode, "primitive") ? "the primitive path's peak"
+                                 : "per class: the higher of the two paths' peaks");
 #else
     g_peak = p32;
     printf("peak fp32-program %.1f GFLOP/s (fp32 FMAs: the %s peak)\n", g_peak, n32);
@@ -298,23 +311,51 @@ static void bench_peak(void) {
 static void bench_gemm(void) {
     printf("== %s matmuls as the kernels call them, %d OpenMP threads (GFLOP/s, best of runs)\n",
            PRECISION, cpu_num_threads());
-    printf("%-30s %9s %9s %9s\n", "shape N x C -> OC", "fwd", "dinp", "dweight");
+#ifdef LLMC_BF16
+    /* both paths where the primitive can run; * marks the path the
+       trainer's choice takes for that class (matmul_choice.h) */
+    int npaths = cpu_isa() >= CPU_ISA_AVX512 ? 2 : 1;
+    if (npaths == 1) printf("(path primitive: unavailable on this CPU (oneDNN 2.6 needs AVX512_CORE); * = the path in use)\n");
+    else printf("(* = the path in use for that class)\n");
+    int saved[CPU_MM_NUM];
+    memcpy(saved, cpu_gemm_state.fp32, sizeof(saved));
+#else
+    int npaths = 1;
+#endif
+    printf("%-24s %-10s %9s %9s %9s\n", "shape N x C -> OC", "path", "fwd", "dinp", "dweight");
     fflush(stdout);
     int shapes[][3] = {{1024, 384, 1152}, {1024, 384, 384},  {1024, 384, 1536},
                        {1024, 1536, 384}, {1024, 384, 8192}, {1024, 384, 50304}, {256, 768, 2304},
-                       {256, 768, 3072},  {256, 3072, 768},  {256, 768, 50304}};
+                       {256, 768, 3072},  {256, 3072, 768},  {256, 768, 8192}, {256, 768, 50304}};
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         int N = shapes[i][0], C = shapes[i][1], OC = shapes[i][2];
-        /* fwd: out(N,OC) = inp(N,C) W(OC,C)^T; dinp(N,C) += dout(N,OC) W;
-           dweight(OC,C) += dout^T inp */
-        double f = gemm_gflops(0, 1, N, OC, C, 0);
-        double di = gemm_gflops(0, 0, N, C, OC, 1);
-        double dw = gemm_gflops(1, 0, OC, C, N, 1);
-        char name[64];
-        snprintf(name, sizeof name, "%5d x %4d -> %5d", N, C, OC);
-        printf("%-30s %9.1f %9.1f %9.1f\n", name, f, di, dw);
-        fflush(stdout);
+        g_lm = OC >= 8192;
+        for (int path = 0; path < npaths; path++) {
+            int fp32 = path == 0;
+#ifdef LLMC_BF16
+            cpu_gemm_set_all(fp32);
+            const int lm = g_lm ? 3 : 0;
+            const char mk[3] = {saved[CPU_MM_FWD + lm] == fp32 ? '*' : ' ', saved[CPU_MM_DINP + lm] == fp32 ? '*' : ' ',
+                                saved[CPU_MM_DWEIGHT + lm] == fp32 ? '*' : ' '};
+#else
+            const char mk[3] = {' ', ' ', ' '};
+#endif
+            /* fwd: out(N,OC) = inp(N,C) W(OC,C)^T; dinp(N,C) += dout(N,OC) W;
+               dweight(OC,C) += dout^T inp */
+            double f = gemm_gflops(0, 1, N, OC, C, 0);
+            double di = gemm_gflops(0, 0, N, C, OC, 1);
+            double dw = gemm_gflops(1, 0, OC, C, N, 1);
+            char name[64];
+            snprintf(name, sizeof name, "%5d x %4d -> %5d", N, C, OC);
+            printf("%-24s %-10s %8.1f%c %8.1f%c %8.1f%c\n", path ? "" : name, PRECISION[0] == 'f' ? "fp32" : fp32 ? "fp32-copy" : "primitive",
+                   f, mk[0], di, mk[1], dw, mk[2]);
+            fflush(stdout);
+        }
     }
+    g_lm = 0;
+#ifdef LLMC_BF16
+    memcpy(cpu_gemm_state.fp32, saved, sizeof(saved));
+#endif
     /* attention, one (b,h) per thread: preatt = q k^T as the kernel does */
     {
         int B = 4, T = 256, C = 384, NH = 6;
@@ -349,6 +390,38 @@ static void bench_gemm(void) {
 
 #define BEST_OF(reps, stmt) ({ double b_ = 1e30; for (int r_ = 0; r_ < (reps); r_++) { \
     double t_ = now_s(); stmt; t_ = now_s() - t_; if (t_ < b_) b_ = t_; } b_ * 1e3; })
+
+/* ---- 3. memory bandwidth --------------------------------------------------- */
+
+/* STREAM's triad a[i] = b[i] + s c[i] on three arrays of 2^25 floats (128
+   MiB each, far beyond the caches), all OpenMP threads, static schedule
+   (each thread touches its part first, so its pages are local), best of
+   5 runs; GB/s with STREAM's count of 12 bytes per element (two reads, one
+   write; the write-allocate read of a is not counted). */
+static double stream_triad(void) {
+    const size_t n = (size_t)1 << 25;
+    float *a = falloc(n), *b = falloc(n), *c = falloc(n);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) { a[i] = 0.0f; b[i] = 1.0f; c[i] = 2.0f; }
+    double best = 1e30;
+    for (int r = 0; r < 6; r++) {
+        const float sc = 0.5f + 0.001f * r;
+        double t0 = now_s();
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) a[i] = b[i] + sc * c[i];
+        double t = now_s() - t0;
+        if (r > 0 && t < best) best = t;
+    }
+    volatile float sink = a[n / 2];
+    (void)sink;
+    free(a); free(b); free(c);
+    return 12.0 * n / best * 1e-9;
+}
+static void bench_stream(void) {
+    printf("stream triad %.1f GB/s (a = b + s c, 3 x 128 MiB fp32 arrays, %d threads, best of 5; STREAM's count: 12 bytes per element)\n",
+           stream_triad(), cpu_num_threads());
+    fflush(stdout);
+}
 
 static void bench_elem(void) {
     const int B = 4, T = 256, C = 384, NH = 6, N = B * T, V = 50257, Vp = 50304;
@@ -419,6 +492,14 @@ static size_t layer_map(Layer* L, floatX* base, int C) {
         off += sz[i];
     }
     return off;
+}
+/* the LM head's products follow (bf16: their own path classes, matmul.h) */
+static void lm_head(int on) {
+#ifdef LLMC_BF16
+    cpu_gemm_lm_head(on);
+#else
+    (void)on;
+#endif
 }
 static void set_const(floatX* p, size_t n, float v) {
     for (size_t i = 0; i < n; i++) p[i] = stx(v);
@@ -506,7 +587,7 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         }
         floatX* resL = A[NL - 1].res3;
         layernorm_forward(lnf, lnfm, lnfr, resL, lnfw, lnfb, N, C); tick(G_LN);
-        matmul_forward(logits, lnf, wte, NULL, N, C, Vp); tick(G_MATMUL);
+        lm_head(1); matmul_forward(logits, lnf, wte, NULL, N, C, Vp); lm_head(0); tick(G_MATMUL);
         fused_classifier(logits, losses, tgt, N, V, Vp, 1.0f / N); tick(G_CLS);
         double loss = 0;
         for (int i = 0; i < N; i++) loss += losses[i];
@@ -515,7 +596,7 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         memset(grads, 0, P * X);
         memset(dres, 0, NC * X);
         memset(dln, 0, NC * X); tick(G_ZERO);
-        matmul_backward(dln, dwte, NULL, logits, lnf, wte, N, C, Vp); tick(G_MATMUL);
+        lm_head(1); matmul_backward(dln, dwte, NULL, logits, lnf, wte, N, C, Vp); lm_head(0); tick(G_MATMUL);
         layernorm_backward(dres, dlnfw, dlnfb, dln, resL, lnfw, lnfm, lnfr, N, C); tick(G_LN);
         for (int l = NL - 1; l >= 0; l--) {
             Layer* w = &Lp[l]; Layer* g = &Lg[l]; Acts* a = &A[l];
@@ -586,8 +667,24 @@ int main(int argc, char** argv) {
     if (cpu_isa_error()[0]) { fprintf(stderr, "error: %s\n", cpu_isa_error()); return 1; }
     cpu_blas_fast_path(argv); /* OpenBLAS: re-exec with OPENBLAS_CORETYPE if needed */
 #ifdef LLMC_BF16
-    printf("build: bf16 (matmuls: cpu_gemm_bf16, implementation %s; attention: oneDNN dnnl_sgemm on "
-           "fp32 tiles)\n", cpu_gemm_mode());
+    {   /* the trainer's choice of paths (its calibration file), unless LLMC_BF16_MATMUL forces one */
+        const char* e = getenv("LLMC_BF16_MATMUL_FILE");
+        char path[4200], why[600], desc[1600];
+        snprintf(path, sizeof(path), "%s", e && e[0] ? e : "build/fit/train_gpt_cpu_bf16.matmul");
+        CpuGemmChoice ch;
+        memset(&ch, 0, sizeof(ch));
+        const char* f = getenv("LLMC_BF16_MATMUL");
+        if ((!f || !f[0]) && cpu_gemm_read_file(path, &ch, why, sizeof(why))) {
+            ch.how = CPU_GEMM_BY_FILE;
+            snprintf(ch.where, sizeof(ch.where), "%s", path);
+            if (cpu_isa() < CPU_ISA_AVX512) { ch.how = CPU_GEMM_BY_UNAVAILABLE; cpu_gemm_set_all(1); for (int k = 0; k < CPU_MM_NUM; k++) ch.fp32[k] = 1; }
+            cpu_gemm_apply(&ch);
+        } else if (!f || !f[0]) {
+            printf("note: %s: %s: the rule of a standalone program\n", path, why);
+        }
+        cpu_gemm_describe(desc, sizeof(desc));
+        printf("build: bf16 (matmul: %s)\n", desc);
+    }
 #elif !defined(LLMC_USE_DNNL) && defined(OPENBLAS_THREAD)
     printf("BLAS: %s (corename %s)\n", openblas_get_config(), openblas_get_corename());
 #elif defined(LLMC_USE_DNNL)
@@ -603,9 +700,11 @@ int main(int argc, char** argv) {
 #endif
 #endif
     int all = argc < 2;
+    if (argc >= 2 && strcmp(argv[1], "stream") == 0) { bench_stream(); return 0; }
     bench_peak();
     if (argc >= 2 && strcmp(argv[1], "peak") == 0) return 0;
     if (all || strcmp(argv[1], "gemm") == 0) bench_gemm();
+    if (all) bench_stream();
     if (all || strcmp(argv[1], "elem") == 0) bench_elem();
     if (argc >= 7 && strcmp(argv[1], "step") == 0) {
         bench_step(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]),

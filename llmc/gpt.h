@@ -256,7 +256,9 @@ static inline floatX* gpt2_tp(const GPT2* m, floatX* unit_base, int plan_tensor)
 /* Logits of the rows `rows` (n rows of lnf, C) over vocabulary chunk k into
    out (n, nrows_k); W = the chunk's wte rows (gathered at stage 3). */
 static inline void gpt2_chunk_logits(GPT2* m, floatX* out, const floatX* rows, int n, const floatX* W, int k) {
+    backend_matmul_lm_head(1);   /* the LM head's shape classes (the CPU bf16 program chooses their path apart) */
     matmul_forward(out, rows, W, NULL, n, m->config.channels, gpt2_chunk_nrows(&m->layout, k));
+    backend_matmul_lm_head(0);
 }
 
 /* Where chunk k's logits live: the one-chunk buffer, or its place in the
@@ -497,7 +499,9 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
         if (!m->opt.keep_logits) gpt2_chunk_logits(m, lg, m->lnf, (int)BT, W, k);
         classifier_chunk_grad(lg, (int)BT, gpt2_chunk_row0(y, k), nr, V, m->targets, m->lm_max, m->lm_sum, m->dloss);
         floatX* g = zero_unit_grads(E, u);
+        backend_matmul_lm_head(1);
         matmul_backward(m->dlnf, g, NULL, lg, m->lnf, W, (int)BT, C, nr);
+        backend_matmul_lm_head(0);
         zero_unit_grads_done(E, u);
         zero_release_unit(E, u, 0);
         trace_end(TRACE_TID_COMPUTE);

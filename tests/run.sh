@@ -44,6 +44,7 @@ suite "block quantization" bash -c "$CC_TEST tests/unit/test_quant.c -o build/te
 suite "quantized collectives" bash -c "mpicc -O2 -std=gnu11 -Wall -fopenmp -I. tests/unit/test_quant_coll.c -o build/test_quant_coll -lm && $MPIRUN -np 4 ./build/test_quant_coll"
 suite "cpu kernels" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp tests/unit/test_kernels.c -o build/test_kernels -lopenblas -lm && ./build/test_kernels"
 suite "cpu kernels bf16" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_BF16 tests/unit/test_kernels.c -o build/test_kernels_bf16 -ldnnl -lm && ./build/test_kernels_bf16"
+suite "matmul choice" bash -c "$CC_TEST -O2 -march=x86-64-v3 -fopenmp -DLLMC_BF16 -DLLMC_KERNELS_ID='\"test\"' tests/unit/test_matmul_choice.c -o build/test_matmul_choice -ldnnl -lm && ./build/test_matmul_choice"
 # the fp32 kernels on oneDNN's sgemm, as the programs build them when oneDNN is installed
 suite "cpu kernels onednn" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_USE_DNNL tests/unit/test_kernels.c -o build/test_kernels_dnnl -l:libdnnl.so.2 -lm && ./build/test_kernels_dnnl"
 # again at every ISA level below this CPU's (the same binaries, capped by LLMC_CPU_ISA)
@@ -55,6 +56,7 @@ for L in $CPU_ISA_ALL; do
   suite "cpu kernels bf16 at $L" env LLMC_CPU_ISA=$L ./build/test_kernels_bf16
 done
 suite "isa levels" bash tests/suites/isa.sh
+suite "bf16 matmul paths" bash tests/suites/matmul_choice.sh
 suite "estimator" bash tests/suites/estimator.sh
 suite "zero sweep" bash tests/suites/zero_sweep.sh
 suite "zero sweep bf16" env PROG=./test_gpt_cpu_bf16 bash tests/suites/zero_sweep.sh

@@ -35,8 +35,8 @@ static inline void cpu_att_softmax_backward_row(floatX* dp, const floatX* a, con
 #include "matmul.h"
 
 /* ------------------------------------------------------------------------ */
-/* bf16 program, two implementations, following cpu_gemm_bf16's choice
-   (matmul.h: "primitive" where oneDNN runs AMX, "fp32" elsewhere); both
+/* bf16 program, two implementations, the paths of cpu_gemm_bf16 (matmul.h:
+   "primitive" and "fp32"), chosen as its class CPU_MM_ATTENTION; both
    round at the CUDA program's points (llmc/cuda/attention.cuh):
      forward:  preatt = bf16(scale q.k)           (fp32 sum of exact products)
                att    = bf16(exp(preatt - max) / sum)   (softmax in fp32 of
@@ -173,7 +173,7 @@ static inline void cpu_att_load(float* dst, const floatX* src, int T, int hs, in
 static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
                                      const floatX* qkv, int B, int T, int C,
                                      int NH) {
-    if (!strcmp(cpu_gemm_mode(), "primitive")) {
+    if (!cpu_gemm_path(CPU_MM_ATTENTION)) {
         attention_forward_prim(out, preatt, att, qkv, B, T, C, NH);
         return;
     }
@@ -254,7 +254,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
                                       floatX* datt, const floatX* dout,
                                       const floatX* qkv, const floatX* att,
                                       int B, int T, int C, int NH) {
-    if (!strcmp(cpu_gemm_mode(), "primitive")) {
+    if (!cpu_gemm_path(CPU_MM_ATTENTION)) {
         attention_backward_prim(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
         return;
     }

@@ -45,15 +45,13 @@
 #endif
 /* backend_matmul_desc(): one line for the start-up output saying which
    library multiplies the matrices in this program on this CPU (matmul.h),
-   at the ISA level of isa.h. */
+   at the ISA level of isa.h; in the bf16 program the path of every shape
+   class and the measured rates that decided it (matmul_choice.h). */
 static inline const char* backend_matmul_desc(void) {
 #if defined(LLMC_BF16)
-    return !strcmp(cpu_gemm_mode(), "primitive")
-        ? "oneDNN's bf16 matmul primitive (AMX tiles: avx512_core_amx), fp32 accumulation"
-        : cpu_isa() == CPU_ISA_AMX
-        ? "oneDNN's fp32 sgemm on exact fp32 copies of the bf16 operands, rounded once to bf16 (LLMC_BF16_MATMUL=fp32)"
-        : "oneDNN's fp32 sgemm on exact fp32 copies of the bf16 operands, rounded once to bf16 "
-          "(the ISA level is below amx; LLMC_BF16_MATMUL=primitive forces oneDNN's bf16 primitive at avx512 and above)";
+    static char buf[1600];
+    cpu_gemm_describe(buf, sizeof(buf));
+    return buf;
 #elif defined(LLMC_USE_DNNL)
     return cpu_isa() >= CPU_ISA_AVX512 ? "oneDNN's fp32 sgemm (AVX-512 FMA kernels)" : "oneDNN's fp32 sgemm (AVX2 FMA kernels)";
 #else
@@ -67,15 +65,105 @@ static inline const char* backend_matmul_desc(void) {
 static inline void backend_cpu_desc(char* out, size_t n) {
     char isa[512];
     cpu_isa_describe(isa, sizeof(isa));
+#ifdef LLMC_BF16
+    const char* mode = cpu_gemm_mode();
+    int att_prim = !cpu_gemm_path(CPU_MM_ATTENTION);
+#endif
     snprintf(out, n, "%s; kernels: matmul %s, attention %s, elementwise AVX2+FMA (compiled for x86-64-v3: the same code at every level)",
              isa,
 #ifdef LLMC_BF16
-             !strcmp(cpu_gemm_mode(), "primitive") ? "bf16 primitive" : "fp32 sgemm on copies",
-             !strcmp(cpu_gemm_mode(), "primitive") ? "bf16 primitive (heads packed)" : "fp32 sgemm on fp32 tiles"
+             !strcmp(mode, "primitive") ? "bf16 primitive" : !strcmp(mode, "fp32") ? "fp32 sgemm on copies" : "per class (see matmul:)",
+             att_prim ? "bf16 primitive (heads packed)" : "fp32 sgemm on fp32 tiles"
 #else
              "fp32 sgemm", "fp32 sgemm per head"
 #endif
     );
+}
+
+/* The LM head's matmuls follow (1) or the blocks' (0): the bf16 program
+   chooses the path of each shape class separately (matmul.h); a no-op
+   elsewhere. Called by gpt.h around the LM head's products. */
+static inline void backend_matmul_lm_head(int on) {
+#ifdef LLMC_BF16
+    cpu_gemm_lm_head(on);
+#else
+    (void)on;
+#endif
+}
+
+/* The OpenMP threads of this rank: cores / (ranks on its node), at least
+   1, unless OMP_NUM_THREADS is set. Idempotent. */
+static inline void backend_set_threads(Comm* c) {
+#ifdef _OPENMP
+    if (!getenv("OMP_NUM_THREADS")) {
+        int t = omp_get_num_procs() / (c->local_size > 0 ? c->local_size : 1);
+        omp_set_num_threads(t > 0 ? t : 1);
+    }
+#else
+    (void)c;
+#endif
+}
+
+/* Collective, after comm_init and before any matmul: the kernel paths
+   every rank runs, decided once. bf16 program: every rank checks its
+   LLMC_BF16_MATMUL (a bad value or the primitive forced below avx512: one
+   error, exit 1 on every rank); the lowest ISA level over the ranks is
+   all-reduced; rank 0 decides (matmul_choice.h: the variable, the
+   calibration file, or a short measurement on its own cores) and
+   broadcasts its decision; every rank applies it. The collective timeout
+   bounds both waits. A no-op in the fp32 program. */
+static inline void backend_agree_kernels(Comm* c) {
+#ifdef LLMC_BF16
+    backend_set_threads(c);
+    char err[ERRLEN] = "";
+    if (cpu_isa_error()[0]) snprintf(err, sizeof(err), "%s", cpu_isa_error());
+    else cpu_gemm_choose(err, sizeof(err));
+    comm_check_all(c, err);
+    int mine = (int)cpu_isa(), lowest = mine;
+    MPI_Request rq;
+    MPI_Iallreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the lowest ISA level over the ranks (an all-reduce, for the bf16 matmul paths)");
+    CpuGemmChoice ch;
+    memset(&ch, 0, sizeof(ch));
+    if (c->rank == 0) cpu_gemm_decide(&ch, lowest, err, sizeof(err));
+    comm_check_all(c, err);
+    MPI_Ibcast(&ch, (int)sizeof(ch), MPI_BYTE, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the bf16 matmul paths (a broadcast from rank 0)");
+    cpu_gemm_apply(&ch);
+#else
+    (void)c;
+#endif
+}
+
+/* The kernel paths as "key value" pairs for the agreed configuration text
+   (comm_agree_config): the bf16 program's paths per class (equal on every
+   rank after backend_agree_kernels) and this rank's LLMC_BF16_MATMUL
+   (environment, which must be the same on every rank); "matmul fp32" in
+   the fp32 program. */
+static inline void backend_kernels_text(char* out, size_t n) {
+#ifdef LLMC_BF16
+    char paths[256];
+    cpu_gemm_paths_text(paths, sizeof(paths));
+    const char* e = getenv("LLMC_BF16_MATMUL");
+    snprintf(out, n, "bf16_matmul %s bf16_matmul_by %s bf16_matmul_env %s", paths, cpu_gemm_how_names[cpu_gemm_state.choice.how],
+             e && e[0] ? e : "-");
+#else
+    snprintf(out, n, "matmul fp32");
+#endif
+}
+
+/* --calibrate-matmul (one process): the bf16 program measures both matmul
+   paths per class and writes the calibration file (matmul_choice.h);
+   0, or -1 with err. The fp32 program has nothing to choose: says so, 0. */
+static inline int backend_calibrate_kernels(Comm* c, char* err, size_t n) {
+    backend_set_threads(c);
+#ifdef LLMC_BF16
+    return cpu_gemm_calibrate(err, n);
+#else
+    (void)err; (void)n;
+    printf("calibrate-matmul: the fp32 program has one matmul path (the fp32 sgemm): nothing to calibrate\n");
+    return 0;
+#endif
 }
 
 /* the reduce-scatter needs a receive area of one full unit (comm.h) */
@@ -114,12 +202,7 @@ static inline void backend_init(Comm* c) {
     else cpu_gemm_choose(err, sizeof(err));
 #endif
     comm_check_all(c, err);
-#ifdef _OPENMP
-    if (!getenv("OMP_NUM_THREADS")) {
-        int t = omp_get_num_procs() / (c->local_size > 0 ? c->local_size : 1);
-        omp_set_num_threads(t > 0 ? t : 1);
-    }
-#endif
+    backend_set_threads(c);
     cpu_ct.comm = c;
     if (c->overlap && c->thread_multiple) ct_start(c);
 }

@@ -13,5 +13,6 @@
 #include "fused_classifier.h"
 #include "global_norm.h"
 #include "adamw.h"
+#include "matmul_choice.h"
 
 #endif /* LLMC_CPU_KERNELS_H */

@@ -17,33 +17,68 @@
    the bias and the old value of C (the `accumulate` flag) are added in fp32
    and the result is rounded ONCE to bf16 (round to nearest even), as
    cuBLASLt does in the CUDA program (llmc/cuda/matmul.cuh, gemm_bf16 with
-   beta = 1 and the bias epilogue). Two implementations, chosen once:
-   - "primitive" (at the ISA level amx, isa.h: AMX tiles): oneDNN's
-     bf16 matmul primitive (brg:avx512_core_amx), bias in the primitive, the
-     old C through the sum post-op. Primitives are created once per (batch,
-     shape, strides, bias, accumulate, scale) and cached; oneDNN
-     threads them with its own OpenMP threads. User-managed scratchpad: one
-     buffer shared by all primitives (the calls are serial).
-   - "fp32" (every other CPU): the same product on exact fp32 copies of the
-     bf16 operands, by the fp32 program's sgemm (oneDNN's dnnl_sgemm), split
-     among the OpenMP threads as cpu_sgemm_par splits it, in panels; the
-     fp32 sum, bias and old C are rounded once in the panel's epilogue.
-     Why: without AMX, oneDNN's bf16 primitive runs on AVX512-BF16
-     (vdpbf16ps), which on the Xeons measured here issues at half the rate
-     of fp32 FMAs (85 vs 170 GFLOP/s per core in a register loop, and the
-     primitive reaches 85): the fp32 kernel on converted copies is ~1.7x
-     faster, with the same rounding points.
-   LLMC_BF16_MATMUL=primitive|fp32 in the environment forces one (to
-   compare them; the two agree to fp32 summation order, not bitwise); the
-   primitive needs the level avx512 or above (cpu_gemm_choose).
+   beta = 1 and the bias epilogue). Two implementations ("paths"):
+   - "primitive": oneDNN's bf16 matmul primitive (AMX tiles at the level
+     amx, vdpbf16ps at avx512_bf16, emulated on fp32 FMAs at avx512; oneDNN
+     2.6 has none below avx512_core), bias in the primitive, the old C
+     through the sum post-op. Primitives are created once per (batch,
+     shape, strides, bias, accumulate, scale) and cached; oneDNN threads
+     them with its own OpenMP threads. User-managed scratchpad: one buffer
+     shared by all primitives (the calls are serial).
+   - "fp32" (the fp32-copy path): the same product on exact fp32 copies of
+     the bf16 operands, by the fp32 program's sgemm (oneDNN's dnnl_sgemm),
+     split among the OpenMP threads as cpu_sgemm_par splits it, in panels;
+     the fp32 sum, bias and old C are rounded once in the panel's epilogue.
+   Both add exact products of the same bf16 values in fp32 and round once;
+   they differ only in the order of the fp32 sums (docs/precision.md).
+   Which path runs is chosen per shape class (CpuMmClass below: forward,
+   dinp, dweight of the blocks and of the LM head, and attention's
+   products) by measuring both on this CPU (matmul_choice.h: the
+   calibration file, or a short measurement at start-up), agreed over the
+   ranks (backend_agree_kernels, backend.h), and applied here
+   (cpu_gemm_apply). LLMC_BF16_MATMUL=primitive|fp32 forces one path for
+   every class; the primitive needs the level avx512 or above
+   (cpu_gemm_choose).
    Layout: ta != 0 means A is stored (K,M) with leading dimension lda (else
    (M,K)); likewise tb for B ((N,K) stored, else (K,N)); C (M,N) with ldc.
    Call it from serial code, never inside a parallel region. Scratch (the
    primitive's scratchpad, the fp32 copies) is kept and grown to the
    largest need, counted by cpu_gemm_internal_bytes(). Results are bitwise
-   reproducible for a fixed thread count. A oneDNN failure (a bug or an
-   unsupported machine) prints one "error:" line and exits with code 2; an
-   allocation failure prints "error: out of memory" and exits with code 1. */
+   reproducible for a fixed thread count and path. A oneDNN failure (a bug
+   or an unsupported machine) prints one "error:" line and exits with code
+   2; an allocation failure prints "error: out of memory" and exits with
+   code 1. */
+
+/* The shape classes whose path is chosen separately: the forward, dinp and
+   dweight products of the blocks' linear layers (qkv, attproj, fc,
+   fcproj) and of the LM head (the tied wte, chunk by chunk: its shapes are
+   N x C x vocabulary chunk, far wider than the blocks'), and attention's
+   batched T x T products (forward and backward together). */
+typedef enum { CPU_MM_FWD = 0, CPU_MM_DINP, CPU_MM_DWEIGHT, CPU_MM_LM_FWD, CPU_MM_LM_DINP, CPU_MM_LM_DWEIGHT, CPU_MM_ATTENTION,
+               CPU_MM_NUM } CpuMmClass;
+static const char* const cpu_mm_names[CPU_MM_NUM] = {"fwd", "dinp", "dweight", "lm_fwd", "lm_dinp", "lm_dweight", "attention"};
+
+/* How the paths in use were decided (CpuGemmChoice.how). */
+enum { CPU_GEMM_BY_RULE = 0,      /* no agreed choice (kernel tests, benches): the level's rule, amx -> primitive */
+       CPU_GEMM_BY_ENV,           /* LLMC_BF16_MATMUL forces one path */
+       CPU_GEMM_BY_UNAVAILABLE,   /* a rank's level is below avx512: the primitive cannot run there */
+       CPU_GEMM_BY_FILE,          /* the calibration file of this CPU and build (matmul_choice.h) */
+       CPU_GEMM_BY_MEASURED };    /* measured at start-up by rank 0 (no valid calibration file) */
+
+/* One decision about the paths, as rank 0 takes it and broadcasts it (a
+   plain struct: the broadcast copies its bytes). fp32[k]: 1 = the
+   fp32-copy path for class k, 0 = the primitive. rate[0][k], rate[1][k]:
+   the measured GFLOP/s of the primitive and of the fp32-copy path on class
+   k (0: not measured). */
+typedef struct {
+    int fp32[CPU_MM_NUM];
+    float rate[2][CPU_MM_NUM];
+    int how;                 /* CPU_GEMM_BY_* */
+    int threads;             /* OpenMP threads of the measurement (0: none) */
+    char impl[64];           /* oneDNN's implementation of the bf16 primitive, e.g. brg:avx512_core_bf16 ("": none) */
+    char where[640];         /* the calibration file and what was done with it */
+} CpuGemmChoice;
+
 #define CPU_GEMM_CACHE 128
 
 typedef struct {
@@ -67,7 +102,10 @@ static struct {
     void* scratch;               /* shared user scratchpad */
     size_t scratch_bytes;
     const char* impl;            /* implementation of the last plan built */
-    int use_fp32;                /* 1: the "fp32" implementation (see above) */
+    int fp32[CPU_MM_NUM];        /* per class: 1 = the "fp32" path, 0 = the primitive (see above) */
+    int lm_head;                 /* the calls now are the LM head's (cpu_gemm_lm_head) */
+    CpuGemmChoice choice;        /* how the paths were decided (cpu_gemm_apply) */
+    int applied;                 /* a decision was applied (else cpu_gemm_init applies the standalone default) */
     float* shared;               /* fp32 path: the operand every thread reads */
     size_t shared_cap;           /* (floats) */
     float* tbuf[256];            /* fp32 path: per-thread panel buffers */
@@ -83,12 +121,13 @@ static void cpu_gemm_check(dnnl_status_t s, const char* what) {
     }
 }
 
-/* The implementation the ISA level (isa.h) and LLMC_BF16_MATMUL choose:
-   1 = "fp32", 0 = "primitive"; -1 with a message in err (errlen bytes)
-   for a value that is not one, or the primitive forced on a CPU where
-   oneDNN 2.6 has no bf16 matmul (below avx512_core). The trainer calls it
-   on every rank at start-up (backend_init) so that the error ends every
-   rank; cpu_gemm_init calls it again and exits on the same error. */
+/* What LLMC_BF16_MATMUL asks for on this rank: 1 = "fp32" forced, 0 =
+   "primitive" forced, 2 = unset (the paths are chosen by measurement,
+   matmul_choice.h); -1 with a message in err (errlen bytes) for a value
+   that is not one, or the primitive forced on a CPU where oneDNN 2.6 has
+   no bf16 matmul (below avx512_core). Every rank calls it at start-up
+   (backend_agree_kernels, backend_init) so that the error ends every rank;
+   cpu_gemm_init calls it again and exits on the same error. */
 static inline int cpu_gemm_choose(char* err, size_t errlen) {
     const char* e = getenv("LLMC_BF16_MATMUL");
     CpuIsa level = cpu_isa();
@@ -102,8 +141,22 @@ static inline int cpu_gemm_choose(char* err, size_t errlen) {
         }
         return 0;
     }
-    if (e && e[0]) { snprintf(err, errlen, "LLMC_BF16_MATMUL=%s: must be primitive or fp32 (or unset: the ISA level decides)", e); return -1; }
-    return level == CPU_ISA_AMX ? 0 : 1;
+    if (e && e[0]) { snprintf(err, errlen, "LLMC_BF16_MATMUL=%s: must be primitive or fp32 (or unset: measured per shape class)", e); return -1; }
+    return 2;
+}
+
+/* Sets the paths of every class from a decision (rank 0's, broadcast:
+   backend_agree_kernels; or the standalone default of cpu_gemm_init). */
+static inline void cpu_gemm_apply(const CpuGemmChoice* c) {
+    cpu_gemm_state.choice = *c;
+    cpu_gemm_state.applied = 1;
+    for (int k = 0; k < CPU_MM_NUM; k++) cpu_gemm_state.fp32[k] = c->fp32[k] ? 1 : 0;
+}
+
+/* Every class on one path (1: fp32, 0: primitive): LLMC_BF16_MATMUL, and
+   the kernel tests and benches that run both paths. */
+static inline void cpu_gemm_set_all(int fp32) {
+    for (int k = 0; k < CPU_MM_NUM; k++) cpu_gemm_state.fp32[k] = fp32 ? 1 : 0;
 }
 
 static void cpu_gemm_init(void) {
@@ -113,15 +166,37 @@ static void cpu_gemm_init(void) {
     if (f < 0) { fprintf(stderr, "error: %s\n", err); exit(1); }
     cpu_gemm_check(dnnl_engine_create(&cpu_gemm_state.engine, dnnl_cpu, 0), "engine_create");
     cpu_gemm_check(dnnl_stream_create(&cpu_gemm_state.stream, cpu_gemm_state.engine, dnnl_stream_default_flags), "stream_create");
-    cpu_gemm_state.use_fp32 = f;
     cpu_gemm_state.ready = 1;
+    if (cpu_gemm_state.applied) return;   /* already decided (backend_agree_kernels) */
+    /* no agreed choice (a program without the trainer's start-up: the
+       kernel tests, the benches): LLMC_BF16_MATMUL, else the level's rule */
+    CpuGemmChoice c;
+    memset(&c, 0, sizeof(c));
+    c.how = f == 2 ? CPU_GEMM_BY_RULE : CPU_GEMM_BY_ENV;
+    int fp32 = f == 2 ? cpu_isa() != CPU_ISA_AMX : f;
+    for (int k = 0; k < CPU_MM_NUM; k++) c.fp32[k] = fp32;
+    snprintf(c.where, sizeof(c.where), "%s", f == 2 ? "no agreed choice: the rule (primitive at amx, else fp32)" : "LLMC_BF16_MATMUL");
+    cpu_gemm_apply(&c);
 }
 
-/* the implementation in use: "primitive" or "fp32" (see above) */
+/* The path of class k: 1 = fp32, 0 = primitive. */
+static inline int cpu_gemm_path(int k) {
+    cpu_gemm_init();
+    return cpu_gemm_state.fp32[k];
+}
+
+/* the paths in use: "primitive" or "fp32" when every class runs one,
+   "per class" when they differ (see above) */
 static inline const char* cpu_gemm_mode(void) {
     cpu_gemm_init();
-    return cpu_gemm_state.use_fp32 ? "fp32" : "primitive";
+    int nf = 0;
+    for (int k = 0; k < CPU_MM_NUM; k++) nf += cpu_gemm_state.fp32[k];
+    return nf == CPU_MM_NUM ? "fp32" : nf == 0 ? "primitive" : "per class";
 }
+
+/* The calls that follow are the LM head's (1) or the blocks' (0): which
+   classes matmul_forward / matmul_backward take (backend_matmul_lm_head). */
+static inline void cpu_gemm_lm_head(int on) { cpu_gemm_state.lm_head = on ? 1 : 0; }
 
 /* bytes of matmul scratch (memory outside the ledger) */
 static inline unsigned long long cpu_gemm_internal_bytes(void) {
@@ -358,7 +433,8 @@ static void cpu_gemm_bf16_prim(int batch, int M, int N, int K, float alpha, cons
     cpu_gemm_check(dnnl_stream_wait(cpu_gemm_state.stream), "stream_wait");
 }
 
-static void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const floatX* A, int lda,
+/* cpu_gemm_bf16 on the path of class cls (CpuMmClass; see the top) */
+static void cpu_gemm_bf16(int cls, int ta, int tb, int M, int N, int K, const floatX* A, int lda,
                           const floatX* B, int ldb, int accumulate, floatX* C, int ldc,
                           const floatX* bias) {
     if (M <= 0 || N <= 0) return;
@@ -370,8 +446,7 @@ static void cpu_gemm_bf16(int ta, int tb, int M, int N, int K, const floatX* A, 
             }
         return;
     }
-    cpu_gemm_init();
-    if (cpu_gemm_state.use_fp32) {
+    if (cpu_gemm_path(cls)) {
         cpu_gemm_bf16_fp32(ta, tb, M, N, K, A, lda, B, ldb, accumulate, C, ldc, bias);
         return;
     }
@@ -399,7 +474,7 @@ static inline void cpu_bias_backward(floatX* dbias, const floatX* dout, int N, i
 static inline void matmul_forward(floatX* out, const floatX* inp,
                                   const floatX* weight, const floatX* bias,
                                   int N, int C, int OC) {
-    cpu_gemm_bf16(0, 1, N, OC, C, inp, C, weight, C, 0, out, OC, bias);
+    cpu_gemm_bf16(cpu_gemm_state.lm_head ? CPU_MM_LM_FWD : CPU_MM_FWD, 0, 1, N, OC, C, inp, C, weight, C, 0, out, OC, bias);
 }
 
 /* Backward of matmul_forward, all three accumulate, one rounding each:
@@ -410,8 +485,9 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
                                    floatX* dbias, const floatX* dout,
                                    const floatX* inp, const floatX* weight,
                                    int N, int C, int OC) {
-    if (dinp) cpu_gemm_bf16(0, 0, N, C, OC, dout, OC, weight, C, 1, dinp, C, NULL);
-    cpu_gemm_bf16(1, 0, OC, C, N, dout, OC, inp, C, 1, dweight, C, NULL);
+    const int lm = cpu_gemm_state.lm_head ? 3 : 0;
+    if (dinp) cpu_gemm_bf16(CPU_MM_DINP + lm, 0, 0, N, C, OC, dout, OC, weight, C, 1, dinp, C, NULL);
+    cpu_gemm_bf16(CPU_MM_DWEIGHT + lm, 1, 0, OC, C, N, dout, OC, inp, C, 1, dweight, C, NULL);
     if (dbias) cpu_bias_backward(dbias, dout, N, OC);
 }
 

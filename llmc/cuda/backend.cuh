@@ -53,6 +53,16 @@
 static inline const char* backend_matmul_desc(void) { return "cuBLASLt bf16, fp32 accumulation"; }
 /* the twin of the CPU backend's start-up line: here the kernels run on the GPU */
 static inline void backend_cpu_desc(char* out, size_t n) { snprintf(out, n, "kernels on the GPU (CUDA, cuBLASLt); the host CPU only drives them"); }
+/* the twins of the CPU backend's kernel-path hooks: cuBLASLt is the one
+   matmul path here, so there is nothing to choose or agree on */
+static inline void backend_matmul_lm_head(int on) { (void)on; }
+static inline void backend_agree_kernels(Comm* c) { (void)c; }
+static inline void backend_kernels_text(char* out, size_t n) { snprintf(out, n, "matmul cublaslt"); }
+static inline int backend_calibrate_kernels(Comm* c, char* err, size_t n) {
+    (void)c; (void)err; (void)n;
+    printf("calibrate-matmul: the CUDA build has one matmul path (cuBLASLt): nothing to calibrate\n");
+    return 0;
+}
 
 /* ------------------------------------------------------------------------ */
 /* device memory use (an independent measure beside the ledger)             */

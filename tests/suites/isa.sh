@@ -14,8 +14,9 @@
 #       kernels (AVX-512 FMA): checkpoints bitwise equal; avx2 runs oneDNN's
 #       AVX2 kernels, whose K blocking differs: its losses are compared with
 #       the avx512 run's within the bound both meet against the reference;
-#     - bf16 program: avx512 and avx512_bf16 both multiply on fp32 copies
-#       with the same sgemm: bitwise equal;
+#     - bf16 program (LLMC_BF16_MATMUL=fp32: its fp32-copy path at every
+#       level): avx512 and avx512_bf16 multiply on fp32 copies with the
+#       same sgemm: bitwise equal;
 #   errors: LLMC_BF16_MATMUL=primitive at avx2 and a bad LLMC_CPU_ISA end
 #   both ranks with one error line naming the variable, exit 1.
 set -u
@@ -49,9 +50,12 @@ for L in $CPU_ISA_ALL; do
     done
     grep -q "cpu: .*level $L " "$tmp/out" && ok "level $L: $prog's start-up line says level $L" || bad "level $L: $prog does not say level $L: $(grep 'cpu:' "$tmp/out")"
   done
+  # the bf16 program on its fp32-copy path at every level, so that the
+  # levels compare (its measured choice of paths per class is tested in
+  # tests/suites/matmul_choice.sh)
   for prog in train_gpt_cpu train_gpt_cpu_bf16; do
     for z in 0 3; do
-      if LLMC_CPU_ISA=$L timeout 300 $MPIRUN -np 2 ./$prog $MODEL -z $z -x 3 -o "$tmp/$prog.$L.z$z" > "$tmp/log.$prog.$L.z$z" 2>&1; then :
+      if LLMC_BF16_MATMUL=fp32 LLMC_CPU_ISA=$L timeout 300 $MPIRUN -np 2 ./$prog $MODEL -z $z -x 3 -o "$tmp/$prog.$L.z$z" > "$tmp/log.$prog.$L.z$z" 2>&1; then :
       else bad "level $L: $prog -z $z failed: $(grep -m2 error "$tmp/log.$prog.$L.z$z")"; fi
     done
     a=$tmp/$prog.$L.z0/model_00000003.bin; b=$tmp/$prog.$L.z3/model_00000003.bin

@@ -925,7 +925,7 @@ int main(int argc, char** argv) {
        primitive needs the ISA level avx512 (oneDNN 2.6 has no bf16 matmul
        below avx512_core): below it these cases are skipped and counted. */
     {
-        int def = cpu_gemm_state.use_fp32;
+        int def = !strcmp(cpu_gemm_mode(), "fp32");
         const char* skip = def ? cpu_isa_skip_reason(CPU_ISA_AVX512) : NULL;
         const char* cases[7] = {"matmul 14x12->36", "matmul 14x12->37", "matmul 300x65->130", "matmul 70x130->700",
                                 "matmul 130x64->9000", "attention B2 T7 C12 NH3", "attention B2 T130 C48 NH3"};
@@ -936,7 +936,7 @@ int main(int argc, char** argv) {
                 check_skip(nm, skip);
             }
         } else {
-            cpu_gemm_state.use_fp32 = !def;
+            cpu_gemm_set_all(!def);
             printf("-- cpu_gemm_bf16 implementation: %s\n", cpu_gemm_mode());
             test_matmul(2 * 7, 12, 36, 1, 1);
             test_matmul(2 * 7, 12, 37, 0, 0);
@@ -945,7 +945,7 @@ int main(int argc, char** argv) {
             test_matmul(130, 64, 9000, 1, 1);
             test_attention(2, 7, 12, 3);
             test_attention(2, 130, 48, 3);
-            cpu_gemm_state.use_fp32 = def;
+            cpu_gemm_set_all(def);
             printf("-- cpu_gemm_bf16 implementation: %s\n", cpu_gemm_mode());
         }
     }

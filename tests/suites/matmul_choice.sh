@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The bf16 program's matmul paths, chosen by measurement per shape class
+# (llmc/cpu/matmul_choice.h), end to end through the trainer:
+#   - --calibrate-matmul writes a complete calibration file for this CPU
+#     (at avx2: every class fp32, the primitive unavailable);
+#   - a run reading it: the start-up line names the path of every class,
+#     the rates that decided it and the file (at avx2: "primitive:
+#     unavailable on this CPU (oneDNN 2.6 needs AVX512_CORE)"); runs.txt
+#     records the paths and how they were decided;
+#   - ranks with different LLMC_BF16_MATMUL: one error naming
+#     bf16_matmul_env before anything runs (the choice is agreed, never
+#     per rank);
+#   - a file for another CPU: not used (avx2: said; avx512 and above:
+#     rank 0 measures at start-up and writes the file of this CPU);
+#   - avx512 and above: a per-class mix of paths (LLMC_BF16_MATMUL_RATES,
+#     the test hook) passes the float64 reference and keeps stages 0 and
+#     3 bitwise equal; LLMC_BF16_MATMUL=primitive names oneDNN's
+#     implementation and ISA, never AMX below amx.
+# Checks that need AVX-512 are skipped and counted on a CPU without it.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/lib.sh
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+for p in train_gpt_cpu_bf16 test_gpt_cpu_bf16; do
+  [ -x ./$p ] || { bad "./$p is missing (make all)"; summary; exit 1; }
+done
+detected=$(cpu_isa_detected) || { bad "cpu_isa: $detected"; summary; exit 1; }
+MODEL="-e d2 --channels 64 --heads 2 -b 2 -t 32 -v 0 -s 0"
+REF="-e data/ref/odd_model.bin -s data/ref/odd_debug_state.bin"
+cal=$tmp/cal.matmul
+export LLMC_BF16_MATMUL_FILE=$cal
+avx512=1; why=$(cpu_isa_can avx512) || avx512=0
+
+# 1. the calibration
+if timeout 600 ./train_gpt_cpu_bf16 --calibrate-matmul > "$tmp/cal.out" 2>&1 && [ -f "$cal" ]; then
+  n=$(grep -c '^class ' "$cal")
+  [ "$n" = 7 ] && grep -q "^cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)$" "$cal" && grep -q "^level $detected$" "$cal" &&
+    ok "--calibrate-matmul: 7 classes, this CPU and level ($(tail -1 "$tmp/cal.out" | cut -c1-160)...)" ||
+    bad "--calibrate-matmul: file incomplete: $(cat "$cal")"
+  if [ $avx512 = 0 ]; then
+    awk '$1 == "class" && ($3 != 0 || $4 <= 0 || $5 != "fp32") {b = 1} END {exit b}' "$cal" && grep -q "unavailable on this CPU (oneDNN 2.6 needs AVX512_CORE)" "$cal" &&
+      ok "--calibrate-matmul at $detected: every class fp32, its rate measured, the primitive unavailable" ||
+      bad "--calibrate-matmul at $detected: $(grep '^class' "$cal" | tr '\n' ' ')"
+  else
+    awk '$1 == "class" && ($3 <= 0 || $4 <= 0) {b = 1} END {exit b}' "$cal" &&
+      awk '$1 == "class" {p = $3 > $4 * 1.02 ? "primitive" : "fp32"; if (p != $5) b = 1} END {exit b}' "$cal" &&
+      ok "--calibrate-matmul at $detected: both paths measured per class, each class takes the faster (2% band): $(awk '$1 == "class" {printf "%s %s ", $2, $5}' "$cal")" ||
+      bad "--calibrate-matmul at $detected: $(grep '^class' "$cal" | tr '\n' ' ')"
+  fi
+else
+  bad "--calibrate-matmul failed: $(tail -3 "$tmp/cal.out")"
+fi
+
+# 2. a run reading it: the start-up line, runs.txt
+if timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 2 -o "$tmp/run" > "$tmp/run.out" 2>&1; then
+  line=$(grep '^matmul:' "$tmp/run.out")
+  if [ $avx512 = 0 ]; then
+    echo "$line" | grep -q "every class; primitive: unavailable on this CPU (oneDNN 2.6 needs AVX512_CORE); GFLOP/s of the fp32 path, 1 thread: fwd [0-9]" &&
+      echo "$line" | grep -q "($cal)" && ok "start-up line at $detected: fp32 for every class, the primitive unavailable, the calibrated rates, the file" ||
+      bad "start-up line: $line"
+  else
+    echo "$line" | grep -q "GFLOP/s primitive/fp32, .*fwd \(fp32\|primitive\) [0-9]*/[0-9]" && echo "$line" | grep -q "($cal)" &&
+      ok "start-up line at $detected: the path and both rates of every class, the file" || bad "start-up line: $line"
+  fi
+  echo "$line" | grep -qi "amx" && [ "$detected" != amx ] && bad "start-up line names AMX on a CPU without it: $line" ||
+    ok "start-up line names no AMX below amx"
+  grep -q "bf16_matmul fwd:[a-z0-9]*,dinp:[a-z0-9]*,dweight:[a-z0-9]*,lm_fwd:[a-z0-9]*,lm_dinp:[a-z0-9]*,lm_dweight:[a-z0-9]*,attention:[a-z0-9]* bf16_matmul_by \(calibration-file\|primitive-unavailable\) bf16_matmul_env -" "$tmp/run/runs.txt" &&
+    ok "runs.txt records the paths of every class and how they were decided" || bad "runs.txt: $(cat "$tmp/run/runs.txt")"
+else
+  bad "run with the calibration file failed: $(grep -m3 error "$tmp/run.out")"
+fi
+
+# 3. different LLMC_BF16_MATMUL on the ranks: one error, before any step
+out=$(timeout 120 $MPIRUN -np 1 -x LLMC_BF16_MATMUL=fp32 ./train_gpt_cpu_bf16 $MODEL -x 1 : -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 2>&1); rc=$?
+n=$(echo "$out" | grep -c "^error: the ranks would run different configurations: rank 1 has bf16_matmul_env = - where rank 0 has bf16_matmul_env = fp32")
+[ $rc = 1 ] && [ "$n" = 1 ] && ! echo "$out" | grep -q "^step" && ok "LLMC_BF16_MATMUL set on rank 0 only: one error naming bf16_matmul_env, exit 1, no step" ||
+  bad "LLMC_BF16_MATMUL on rank 0 only: rc $rc: $(echo "$out" | grep -m2 -E 'error|step')"
+
+# 4. a file for another CPU
+sed -i 's/^cpu .*/cpu Another CPU 9000/' "$cal"
+timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 > "$tmp/other.out" 2>&1
+line=$(grep '^matmul:' "$tmp/other.out")
+if [ $avx512 = 0 ]; then
+  echo "$line" | grep -q "primitive: unavailable on this CPU" && echo "$line" | grep -q "for another CPU (Another CPU 9000; this one:" &&
+    grep -q "^cpu Another CPU 9000" "$cal" && ok "a file for another CPU at $detected: not used, said so, left as it is" || bad "file for another CPU: $line"
+else
+  echo "$line" | grep -q "measured at start-up in .* is for another CPU .* written for the next start" && ! grep -q "^cpu Another CPU 9000" "$cal" &&
+    ok "a file for another CPU: rank 0 measured at start-up and wrote this CPU's file" || bad "file for another CPU: $line"
+fi
+
+# 5. avx512 and above: a per-class mix, the forced primitive
+if [ $avx512 = 0 ]; then
+  skip "no file and fake rates: rank 0 chooses per class and writes the file: $why"
+  skip "a per-class mix of paths passes the float64 reference (1 and 2 ranks): $why"
+  skip "a per-class mix of paths: stages 0 and 3 bitwise equal: $why"
+  skip "LLMC_BF16_MATMUL=primitive: the line names oneDNN's implementation and ISA: $why"
+else
+  rm -f "$cal"
+  export LLMC_BF16_MATMUL_RATES="fwd=300/200,dinp=100/200,dweight=300/200,lm_fwd=100/200,lm_dinp=300/200,lm_dweight=100/200,attention=300/200"
+  good=1
+  for run in "1 -z 0" "2 -z 3"; do
+    n=${run%% *}; z=${run#* }
+    timeout 300 $MPIRUN -np "$n" ./test_gpt_cpu_bf16 $REF $z > "$tmp/mix.out" 2>&1 && grep -q " 0 failed" "$tmp/mix.out" || good=0
+  done
+  paths=$(awk '$1 == "class" {printf "%s%s:%s", (n++ ? "," : ""), $2, $5}' "$cal" 2>/dev/null)
+  [ "$paths" = "fwd:primitive,dinp:fp32,dweight:primitive,lm_fwd:fp32,lm_dinp:primitive,lm_dweight:fp32,attention:primitive" ] &&
+    ok "no file and fake rates: rank 0 chose per class and wrote the file ($paths)" || bad "the measured file's paths: '$paths'"
+  [ $good = 1 ] && grep -q "per class" "$tmp/mix.out" && ok "a per-class mix of paths passes the float64 reference (1 rank stage 0, 2 ranks stage 3)" ||
+    bad "per-class mix against the reference: $(grep -m3 -E 'FAIL|error|matmul:' "$tmp/mix.out")"
+  for z in 0 3; do timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -z $z -x 3 -o "$tmp/mix.z$z" > "$tmp/mix.z$z.out" 2>&1; done
+  cmp -s "$tmp/mix.z0/model_00000003.bin" "$tmp/mix.z3/model_00000003.bin" && grep -q "bf16_matmul_by calibration-file" "$tmp/mix.z3/runs.txt" &&
+    ok "a per-class mix of paths: stages 0 and 3 bitwise equal, the second run read the file the first wrote" ||
+    bad "a per-class mix: stages differ or the file was not reused: $(cat "$tmp/mix.z3/runs.txt" 2>/dev/null)"
+  unset LLMC_BF16_MATMUL_RATES
+  line=$(LLMC_BF16_MATMUL=primitive timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 2>&1 | grep '^matmul:')
+  onednn=$(grep -m1 '^cpu:' "$tmp/run.out" | sed 's/.*oneDNN \([a-z0-9_]*\)).*/\1/')
+  echo "$line" | grep -q "oneDNN's bf16 matmul primitive (implementation [a-z]*:[a-z0-9_]*, oneDNN ISA $onednn), fp32 accumulation, every class (forced by LLMC_BF16_MATMUL=primitive)" &&
+    { [ "$detected" = amx ] || ! echo "$line" | grep -qi amx; } && ok "LLMC_BF16_MATMUL=primitive: $line" || bad "LLMC_BF16_MATMUL=primitive: $line"
+fi
+summary
