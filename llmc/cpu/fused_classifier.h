@@ -165,21 +165,18 @@ static inline void classifier_chunk_grad(floatX* logits, int N, int col0, int nc
         float m = mx[n];
         float f = (float)((double)dloss / sum[n]);
         int t = targets[n] - col0;
-#ifdef LLMC_BF16
-        /* bf16 program: the target's -dloss is applied after the loop (the
-           loop gives exp * f, the target exp * f - dloss, one rounding each)
-           so that the loop has no branch and vectorizes (gcc does not
-           if-convert the select below: the fp32 loop runs scalar; changing
-           it there changes the fp32 program's last bits, so it stays) */
+        /* the target's -dloss is applied after the loop (the loop gives
+           exp * f, the target exp * f - dloss, one rounding each) so that
+           the loop has no branch and vectorizes (gcc does not if-convert a
+           select in it). The same arithmetic in both programs: x * f - 0 is
+           x * f, and the target's value is computed from the same exp and
+           the same product (fp32 program: bitwise what the loop with the
+           select computed; dev/bitwise_matrix.sh) */
         int has_t = t >= 0 && t < valid;
         float lt = has_t ? ldx(l[t]) : 0.0f;
 #pragma omp simd
         for (int j = 0; j < valid; j++) l[j] = stx(cpu_expf(ldx(l[j]) - m) * f);
         if (has_t) l[t] = stx(cpu_expf(lt - m) * f - dloss);
-#else
-#pragma omp simd
-        for (int j = 0; j < valid; j++) l[j] = stx(cpu_expf(ldx(l[j]) - m) * f - (j == t ? dloss : 0.0f));
-#endif
         for (int j = valid; j < ncols; j++) l[j] = stx(0.0f);
     }
 }
