@@ -37,7 +37,8 @@ static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T
    rank q's block for this rank lands at recv + q*shard (the own block is
    copied; send and recv must not overlap); alltoall = 0, an all-gather in
    place (send == recv): the own block at recv + r*shard goes to every peer,
-   rank q's lands at recv + q*shard. Then hostcoll_wait_peers. */
+   rank q's lands at recv + q*shard. Then hostcoll_wait_peers. One flight
+   record (flight.h) per call: this rank sends (n-1) x shard x eb bytes. */
 static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void* recv, size_t shard, int eb, int alltoall, int poll,
                                      const char* what) {
     MPI_Request sr[64], ss[64];
@@ -47,6 +48,7 @@ static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void
     MPI_Datatype t = hostcoll_type(eb);
     size_t bb = shard * (size_t)eb;
     const int tag = alltoall ? 711 : 712;
+    unsigned long long fid = flight_start(mc, n, what, comm_ctx_unit, comm_watch.step, (long long)bb * (n - 1), 1);
     for (int q = 0; q < n; q++) {
         rq[q] = sq[q] = MPI_REQUEST_NULL;
         if (q != r) MPI_Irecv((char*)recv + (size_t)q * bb, (int)shard, t, q, tag, mc, &rq[q]);
@@ -57,7 +59,7 @@ static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void
         const char* src = alltoall ? (const char*)send + (size_t)q * bb : (const char*)send + (size_t)r * bb;
         MPI_Isend(src, (int)shard, t, q, tag, mc, &sq[q]);
     }
-    hostcoll_wait_peers(mc, n, r, rq, sq, poll, what);
+    hostcoll_wait_peers(mc, n, r, rq, sq, poll, what, fid);
     if (rq != sr) free(rq);
     if (sq != ss) free(sq);
 }

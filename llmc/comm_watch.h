@@ -1,0 +1,345 @@
+/*
+ comm_watch.h: the collective watch, included at the end of comm.h. Every
+ wait of the trainer's collectives on host buffers goes through
+ hostcoll_wait_peers (one message per peer: it knows whose data came) or
+ comm_wait_request (MPI's own collectives); both apply
+ --collective-timeout, record arrivals for the straggler report and the
+ flight recorder (flight.h), and notice a signal (interrupt.h). Also here:
+ Open MPI's keepalive bound, the agreed watch settings, the straggler
+ report.
+*/
+#ifndef LLMC_COMM_WATCH_H
+#define LLMC_COMM_WATCH_H
+
+#include "comm.h"
+
+/* ------------------------------------------------------------------------ */
+/* Timeouts and arrival times
+ Every collective of the trainer on host buffers is made of point-to-point
+ messages, one per peer (MPI_Irecv from each, MPI_Isend to each: the bytes
+ a ring moves, (n-1) shards per rank), so that its wait knows WHICH peers'
+ data has arrived. Two uses:
+   - a timeout (--collective-timeout S, default 60; 0 waits forever): a
+     collective not complete after S seconds ends this rank with one line
+     naming the collective, the unit, the optimizer step and the ranks whose
+     data never came, with their nodes, e.g.
+       error (rank 0, node llmc-node0): reduce-scatter of unit 3 (step 7) did not complete in 60 s: no data from ranks 2, 3 (node llmc-node1)
+     and exit code 1, without MPI_Finalize (which would wait for the lost
+     peers too). A cut link or a lost node thus ends every live rank within
+     S seconds instead of a hang in the TCP transport;
+   - the straggler report (--straggler-report): how long each rank waited
+     for each peer's data, summed; a peer the others wait for is behind.
+ The few collectives that stay MPI's own (the error check, a barrier,
+ state positions) wait with the same timeout and name the communicator
+ instead of the peers. The results do not change: the messages carry the
+ same bytes into the same places, and every sum is still made in rank
+ order afterwards. */
+
+static inline int comm_world_ranks(MPI_Comm mc, int n, int* out) {
+    MPI_Group g, w;
+    MPI_Comm_group(mc, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &w);
+    int* in = (int*)malloc((size_t)n * sizeof(int));
+    if (!in) return 1;
+    for (int q = 0; q < n; q++) in[q] = q;
+    MPI_Group_translate_ranks(g, n, in, w, out);
+    free(in);
+    MPI_Group_free(&g);
+    MPI_Group_free(&w);
+    return 0;
+}
+
+/* World ranks ranks[0..n) as a list grouped by node, the form of every
+   message that names ranks: "2, 3 (node llmc-node1), 5 (node llmc-node2)"
+   (a node named after its last rank in a run of ranks on it). Returns the
+   length written into out (cap bytes; a list that does not fit ends early). */
+static inline size_t comm_format_ranks(char* out, size_t cap, const int* ranks, int n) {
+    const CommWatch* w = &comm_watch;
+    size_t k = 0;
+    const char* last_host = NULL;
+    out[0] = 0;
+    for (int i = 0; i < n && k + 80 < cap; i++) {
+        const char* h = w->host ? w->host[ranks[i]] : "?";
+        if (last_host && strcmp(h, last_host)) k += (size_t)snprintf(out + k, cap - k, " (node %s)", last_host);
+        k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? ", " : "", ranks[i]);
+        last_host = h;
+    }
+    if (last_host && k < cap) k += (size_t)snprintf(out + k, cap - k, " (node %s)", last_host);
+    return k < cap ? k : cap - 1;
+}
+
+/* Open MPI's bound on noticing a lost node, in seconds: its daemons'
+   connections to mpirun carry TCP keepalives (ompi_info --all: MCA oob tcp
+   oob_tcp_keepalive_time, _intvl, _probes; the launch scripts and make's
+   MPIRUN set them, docs/faults.md), so mpirun declares a daemon lost at
+   most time + intvl x probes seconds after its link is cut, if it has not
+   sent that daemon anything since (a message left unacknowledged falls
+   back to TCP's retransmission timeout, about 15 minutes). mpirun passes
+   its MCA settings to the ranks as OMPI_MCA_* variables; 0 when they are
+   not set (Slurm's srun, another launcher, the default 300 + 9 x 20 s). */
+static inline double comm_keepalive_bound(void) {
+    const char* t = getenv("OMPI_MCA_oob_tcp_keepalive_time");
+    const char* i = getenv("OMPI_MCA_oob_tcp_keepalive_intvl");
+    const char* p = getenv("OMPI_MCA_oob_tcp_keepalive_probes");
+    if (!t) return 0.0;
+    double tt = atof(t), ii = i ? atof(i) : 20.0, pp = p ? atof(p) : 9.0;
+    return tt > 0 && tt + ii * pp < 600 ? tt + ii * pp : 0.0;
+}
+
+/* The collective timeout, Open MPI's keepalive bound and the flight
+   recorder's size: rank 0's values, broadcast, so that every rank waits
+   as long and records as much (docs/design.md section 11). Collective
+   over MPI_COMM_WORLD, at start-up. */
+static inline void comm_agree_watch(float* timeout_s, int* flight_k) {
+    double v[3] = {*timeout_s, comm_keepalive_bound(), (double)*flight_k};
+    MPI_Bcast(v, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    *timeout_s = (float)v[0]; comm_watch.timeout_s = v[0];
+    comm_watch.keepalive_s = v[1];
+    *flight_k = (int)v[2];
+}
+
+static inline const char* comm_my_node(void) { return comm_watch.host ? comm_watch.host[comm_watch.rank] : "?"; }
+
+/* The peers q of mc (n ranks) with miss[q] != 0 as world ranks, formatted
+   as comm_format_ranks does, and the nodes among them other than this
+   rank's (", "-separated) in others. */
+static inline void comm_missing_text(MPI_Comm mc, int n, const char* miss, char* list, size_t cap, char* others, size_t ocap) {
+    list[0] = others[0] = 0;
+    int* wr = (int*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    if (!wr || mc == MPI_COMM_NULL || comm_world_ranks(mc, n, wr) != 0) { free(wr); return; }
+    int k = 0;
+    for (int q = 0; q < n; q++) if (miss[q]) wr[k++] = wr[q];   /* the missing ones, in order */
+    comm_format_ranks(list, cap, wr, k);
+    size_t ok = 0;
+    const CommWatch* w = &comm_watch;
+    for (int i = 0; i < k && w->host; i++) {
+        const char* h = w->host[wr[i]];
+        if (!strcmp(h, comm_my_node())) continue;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = !strcmp(w->host[wr[j]], h);
+        if (!seen && ok + strlen(h) + 8 < ocap) ok += (size_t)snprintf(others + ok, ocap - ok, "%s%s", ok ? ", " : "", h);
+    }
+    free(wr);
+}
+
+/* The timeout's one line (see above), the flight record, then MPI_Abort
+   (every rank ends, mpirun or srun exits non-zero). missing[q] != 0: the
+   peers (ranks q of mc) whose data did not arrive (recv = 1) or that did
+   not take this rank's (recv = 0). When the missing ranks are on other
+   nodes the line says how to go on without them. Before the abort the rank
+   waits until Open MPI's keepalive bound (comm_keepalive_bound) plus
+   COMM_ABORT_MARGIN_S has passed since the collective began, so that
+   mpirun has noticed a lost node before the abort makes it send that
+   node's daemon a message it could only retry (measured: docs/faults.md).
+   A signal (the launcher is ending the job already) ends the wait and the
+   rank with _exit(1) instead of the abort, which would block until the
+   launcher's SIGKILL. */
+#define COMM_ABORT_MARGIN_S 5.0
+static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, int recv, const char* what, double waited) {
+    CommWatch* w = &comm_watch;
+    char list[1024] = "", others[512] = "";
+    int nmiss = 0;
+    for (int q = 0; q < n; q++) nmiss += missing[q] != 0;
+    comm_missing_text(mc, n, missing, list, sizeof(list), others, sizeof(others));
+    char unit[32] = "", step[32] = "", hint[1024] = "";
+    if (comm_ctx_unit >= 0) snprintf(unit, sizeof(unit), " of unit %d", comm_ctx_unit);
+    if (w->step > 0) snprintf(step, sizeof(step), " (step %d)", w->step);
+    if (others[0] && recv)
+        snprintf(hint, sizeof(hint), "; if node%s %s %s gone, resume on the remaining nodes with -y 1 (docs/faults.md)",
+                 strchr(others, ',') ? "s" : "", others, strchr(others, ',') ? "are" : "is");
+    if (flight.K && flight.dir[0])
+        snprintf(hint + strlen(hint), sizeof(hint) - strlen(hint), "; where every rank stopped: python3 dev/flight.py %s",
+                 w->out_dir ? w->out_dir : "OUT");
+    char line[3072];
+    snprintf(line, sizeof(line), "error (rank %d, node %s): %s%s%s did not complete in %.0f s: %s%s%s (--collective-timeout %.0f; 0 waits forever)%s",
+             w->rank, comm_my_node(), what, unit, step, waited,
+             list[0] ? (recv ? (nmiss > 1 ? "no data from ranks " : "no data from rank ") : (nmiss > 1 ? "ranks " : "rank ")) : "a rank of the communicator did not take part",
+             list, list[0] && !recv ? " did not take this rank's data" : "", w->timeout_s, hint);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    flight_dump("collective timeout", line, comm_my_node(), w->step);
+    for (double t = waited; w->keepalive_s > 0 && t < w->keepalive_s + COMM_ABORT_MARGIN_S && !intr_pending(); t += 0.1) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    if (!intr_pending()) comm_abort();
+    _exit(1);
+}
+
+/* A signal (interrupt.h) while this rank waits: once the wait has lasted a
+   second past both its start (t0) and the signal, the rank says so once
+   (one line naming the collective and, when known, the peers it waits for:
+   miss[q] != 0 for rank q of mc) and writes its flight record; it goes on
+   waiting (the step boundary where the run stops, the collective timeout,
+   or the launcher's SIGKILL ends it). Called from the wait loops, normal
+   context. */
+static inline void comm_notice_signal(MPI_Comm mc, int n, const char* miss, const char* what, double t0, double now) {
+    CommWatch* w = &comm_watch;
+    int s = intr_pending();
+    if (!s || w->signal_reported || now - t0 < 1.0 || now - intr_state.first_s < 1.0) return;
+    if (__sync_lock_test_and_set(&w->signal_reported, 1)) return;
+    char list[1024] = "", others[512] = "", unit[32] = "", step[32] = "", line[3072];
+    int nmiss = 0;
+    for (int q = 0; miss && q < n; q++) nmiss += miss[q] != 0;
+    if (miss) comm_missing_text(mc, n, miss, list, sizeof(list), others, sizeof(others));
+    if (comm_ctx_unit >= 0) snprintf(unit, sizeof(unit), " of unit %d", comm_ctx_unit);
+    if (w->step > 0) snprintf(step, sizeof(step), " (step %d)", w->step);
+    int k = snprintf(line, sizeof(line), "rank %d (node %s): %s, but %s%s%s has waited %.1f s %s%s", w->rank, comm_my_node(), intr_signame(s), what,
+                     unit, step, now - t0, list[0] ? (nmiss > 1 ? "for data from ranks " : "for data from rank ") : "", list[0] ? list : miss ? "" : "(MPI's own collective: the peers are not known)");
+    if (others[0])
+        k += snprintf(line + k, sizeof(line) - (size_t)k, "; if node%s %s %s gone, resume on the remaining nodes with -y 1 (docs/faults.md)",
+                      strchr(others, ',') ? "s" : "", others, strchr(others, ',') ? "are" : "is");
+    if (flight.dir[0] && flight.K)
+        snprintf(line + k, sizeof(line) - (size_t)k, "; wrote its flight record (python3 dev/flight.py %s: where every rank stopped)", w->out_dir ? w->out_dir : "OUT");
+    flight_dump(intr_signame(s), line, comm_my_node(), w->step);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+}
+
+/* Wait for one collective's receives rreq[q] and sends sreq[q] (q != r: the
+   peers of mc; rreq[r] = sreq[r] = MPI_REQUEST_NULL), adding to the watch
+   how long this rank waited for each peer's data and to the flight record
+   fid (flight.h) which peers' data came. poll = 1 sleeps 20 us between
+   rounds of tests once 64 rounds found nothing (the communication thread:
+   a thread waiting on the network leaves the cores to the compute threads;
+   Open MPI progresses the transfers inside each MPI_Test), 0 spins (the
+   main thread). The timeout and a signal: see above. */
+static inline void hostcoll_wait_peers(MPI_Comm mc, int n, int r, MPI_Request* rreq, MPI_Request* sreq, int poll, const char* what,
+                                       unsigned long long fid) {
+    CommWatch* w = &comm_watch;
+    double t0 = wall_seconds(), now = t0;
+    char stack_done[512];
+    double stack_arr[256];
+    char* done = n * 2 <= (int)sizeof(stack_done) ? stack_done : (char*)malloc((size_t)n * 2);
+    double* arr = n <= 256 ? stack_arr : (double*)malloc((size_t)n * sizeof(double));
+    if (!done || !arr) { fprintf(stderr, "error: out of host memory in a collective\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
+    int left = 0;
+    for (int q = 0; q < n; q++) {
+        done[q] = q == r; done[n + q] = q == r; arr[q] = t0;
+        left += 2 * (q != r);
+    }
+    for (unsigned long spins = 0; left > 0; spins++) {
+        for (int q = 0; q < n; q++) {
+            int flag;
+            if (!done[q]) {
+                MPI_Test(&rreq[q], &flag, MPI_STATUS_IGNORE);
+                if (flag) { done[q] = 1; left--; arr[q] = wall_seconds(); flight_arrived(fid, q); }
+            }
+            if (!done[n + q]) { MPI_Test(&sreq[q], &flag, MPI_STATUS_IGNORE); if (flag) { done[n + q] = 1; left--; } }
+        }
+        if (left == 0) break;
+        if ((spins & 63) == 63 || poll) {
+            now = wall_seconds();
+            if (intr_pending()) {
+                char miss[256];
+                for (int q = 0; q < n && q < 256; q++) miss[q] = !done[q];
+                comm_notice_signal(mc, n > 256 ? 256 : n, miss, what, t0, now);
+            }
+        }
+        if (w->timeout_s > 0 && now - t0 > w->timeout_s) {
+            int any_recv = 0;
+            char* miss = (char*)calloc((size_t)n, 1);
+            for (int q = 0; q < n && miss; q++) if (!done[q]) { miss[q] = 1; any_recv = 1; }
+            if (miss && !any_recv) for (int q = 0; q < n; q++) miss[q] = !done[n + q];
+            comm_watch_expired(mc, n, miss ? miss : done, any_recv, what, now - t0);
+        }
+        if (poll && spins > 64) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    }
+    flight_done(fid);
+    /* arrival times: the wait for each peer's data */
+    if (w->wait_for && n > 1) {
+        int* wr = (int*)malloc((size_t)n * sizeof(int));
+        if (wr && comm_world_ranks(mc, n, wr) == 0) {
+            pthread_mutex_lock(&w->mu);
+            for (int q = 0; q < n; q++) if (q != r) { w->wait_for[wr[q]] += arr[q] - t0; w->waits[wr[q]]++; }
+            pthread_mutex_unlock(&w->mu);
+        }
+        free(wr);
+    }
+    if (done != stack_done) free(done);
+    if (arr != stack_arr) free(arr);
+}
+
+/* Wait for one request of MPI's own collectives over MPI_COMM_WORLD (every
+   caller's is) with the watch's timeout (what names it; the peers are not
+   known), recorded in the flight recorder as what. poll as
+   hostcoll_wait_peers; it polls even with no timeout, so that a signal is
+   noticed. */
+static inline void comm_wait_request(MPI_Request* req, int poll, const char* what) {
+    CommWatch* w = &comm_watch;
+    unsigned long long fid = flight_start(MPI_COMM_WORLD, w->world, what, -1, w->step, -1, 0);
+    double t0 = wall_seconds();
+    int flag = 0;
+    for (unsigned long spins = 0;; spins++) {
+        MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (flag) { flight_done(fid); return; }
+        double now = wall_seconds();
+        if (intr_pending()) comm_notice_signal(MPI_COMM_WORLD, w->world, NULL, what, t0, now);
+        if (w->timeout_s > 0 && now - t0 > w->timeout_s) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
+        if (poll || spins > 1000) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
+    }
+}
+
+/* --straggler-report: every rank's mean step (step_ms), compute and wait
+   (wait_ms) times over its `timed` steps, and how long the other ranks waited for its data (comm.h's
+   watch: from posting a collective's receive to that peer's data arriving,
+   mean per receive and over the other ranks). A rank the others wait for
+   well above the rest (over 1.5x the median and by 1 ms) is named, with
+   its node. Collective over all ranks; rank 0 prints. */
+static inline void comm_straggler_report(Comm* c, double step_ms, double wait_ms, int timed) {
+    int N = c->world_size;
+    CommWatch* w = &comm_watch;
+    double mine[3] = {step_ms, wait_ms, 0.0};
+    double* row = (double*)malloc_or_die((size_t)(3 + 2 * N) * sizeof(double), "straggler report");
+    memcpy(row, mine, sizeof(mine));
+    pthread_mutex_lock(&w->mu);
+    for (int q = 0; q < N; q++) { row[3 + q] = w->wait_for[q]; row[3 + N + q] = (double)w->waits[q]; }
+    pthread_mutex_unlock(&w->mu);
+    double* all = c->rank == 0 ? (double*)malloc_or_die((size_t)N * (3 + 2 * N) * sizeof(double), "straggler report") : NULL;
+    MPI_Request rq;
+    MPI_Igather(row, 3 + 2 * N, MPI_DOUBLE, all, 3 + 2 * N, MPI_DOUBLE, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the straggler report's gather");
+    if (c->rank == 0) {
+        double* late = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
+        for (int p = 0; p < N; p++) {   /* mean over observers o != p of (o's wait for p per receive) */
+            double sum = 0.0;
+            int k = 0;
+            for (int o = 0; o < N; o++) {
+                const double* ro = all + (size_t)o * (3 + 2 * N);
+                if (o == p || ro[3 + N + p] <= 0) continue;
+                sum += ro[3 + p] / ro[3 + N + p]; k++;
+            }
+            late[p] = k ? 1000.0 * sum / k : 0.0;
+        }
+        printf("straggler report (%d timed steps; \"others waited\": from posting a collective's receive to this rank's data arriving, ms per "
+               "collective, the mean over the other ranks):\n", timed);
+        printf("  %5s  %-24s %10s %11s %10s %15s\n", "rank", "node", "step ms", "compute ms", "waited ms", "others waited");
+        for (int p = 0; p < N; p++) {
+            const double* rp = all + (size_t)p * (3 + 2 * N);
+            printf("  %5d  %-24s %10.1f %11.1f %10.1f %15.3f\n", p, w->host[p], rp[0], rp[0] - rp[1], rp[1], late[p]);
+        }
+        double* sorted = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
+        memcpy(sorted, late, (size_t)N * sizeof(double));
+        for (int i = 1; i < N; i++) for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) { double t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
+        double med = N ? sorted[(N - 1) / 2] : 0.0;
+        char names[512] = "";
+        int* slow = (int*)malloc_or_die((size_t)N * sizeof(int), "straggler report");
+        int ns = 0;
+        double worst = 0.0;
+        for (int p = 0; p < N; p++) {
+            if (!(late[p] > 1.5 * med && late[p] - med > 1.0)) continue;
+            slow[ns++] = p;
+            if (late[p] > worst) worst = late[p];
+        }
+        comm_format_ranks(names, sizeof(names), slow, ns);
+        free(slow);
+        if (names[0]) printf("straggler: rank%s %s: the others waited up to %.3f ms per collective for its data, against a median of %.3f ms\n",
+                             strchr(names, ',') ? "s" : "", names, worst, med);
+        else printf("straggler: none (no rank's data kept the others waiting over 1.5x the median of %.3f ms per collective)\n", med);
+        free(sorted); free(late); free(all);
+    }
+    free(row);
+}
+
+
+#endif /* LLMC_COMM_WATCH_H */
