@@ -1365,6 +1365,7 @@ int main(int argc, char** argv) {
     flight_init(a.flight_recorder, a.output_dir, comm.rank, comm.world_size);
     comm_watch.out_dir = a.output_dir;
     intr_install(comm.rank);
+    if (a.straggler_report) comm_straggler_init(comm.world_size);
     if (want_help || want_md) {
         Args d;
         args_defaults(&d, comm.world_size);
@@ -1388,7 +1389,9 @@ int main(int argc, char** argv) {
         int last = step == r.a.max_steps;
         periodic(&r, step, last);             /* eval, sample, checkpoint */
         if (last) break;
+        comm_watch_step_begin();              /* --straggler-report: this step's waits */
         StepStats s = train_step(&r, step);   /* forward + backward per micro-step, reduce, AdamW */
+        comm_watch_step_end(step > r.start_step);   /* a process's first step waits for the others' start-up */
         log_step(&r, step, &s);
         int sig = comm_agree_interrupt(&comm);   /* a signal on any rank: every rank stops here */
         if (sig) interrupted(&r, step + 1, sig);

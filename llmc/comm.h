@@ -45,8 +45,12 @@ typedef struct {
     double keepalive_s;         /* Open MPI's daemon keepalive bound (comm_keepalive_bound), 0: not set */
     int signal_reported;        /* a signal found this rank waiting: said once (comm_notice_signal) */
     const char* out_dir;        /* -o, for the messages that name the flight records */
+    double entry_sum;           /* the straggler report: the sum of this rank's entry times into its collectives
+                                   (seconds since an epoch every rank shares, entry_epoch) */
+    unsigned long long entry_n; /* and their count */
+    double entry_epoch;         /* rank 0's CLOCK_REALTIME at comm_straggler_init, minus the CLOCK_MONOTONIC offset of this rank */
 } CommWatch;
-static CommWatch comm_watch = {60.0, 0, 0, 1, NULL, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0.0, 0, NULL};
+static CommWatch comm_watch = {60.0, 0, 0, 1, NULL, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0.0, 0, NULL, 0.0, 0, 0.0};
 /* what the calling thread's next collective is for (messages): e.g.
    "reduce-scatter" and the unit; NULL / -1 when unknown */
 static __thread const char* comm_ctx_what = NULL;
@@ -238,20 +242,6 @@ static inline void comm_check_all(Comm* c, const char* err) {
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     exit(1);
-}
-
-/* The interrupt check at a step boundary (interrupt.h): the largest
-   signal number any rank received (0: none), on every rank. One
-   MPI_Iallreduce of an int over MPI_COMM_WORLD, waited with the watch's
-   timeout; like comm_check_all's, not counted in the traffic table (it is
-   no collective of the ZeRO engine). Collective. */
-static inline int comm_agree_interrupt(Comm* c) {
-    int mine = intr_pending(), any = mine;
-    if (c->world_size == 1) return mine;
-    MPI_Request req;
-    MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
-    comm_wait_request(&req, 0, "the interrupt check (an all-reduce over every rank at the end of each step)");
-    return any;
 }
 
 /* MPI_Abort with a grace of COMM_ABORT_GRACE_S: the abort asks the

@@ -167,6 +167,25 @@ static inline void comm_group_gather_ints(Comm* c, const int* mine, int n, int* 
     comm_count(c, COLL_ALL_GATHER, (unsigned long long)n * (unsigned long long)c->group_size * sizeof(int), c->group_size);
 }
 
+/* The interrupt check at a step boundary (interrupt.h): the largest signal
+   number any rank received (0: none), on every rank. An all-gather of one
+   int per rank over MPI_COMM_WORLD made of one message per peer, so that a
+   timeout in it names the ranks that never came (MPI's own all-reduce could
+   not); not counted in the traffic table (it is no collective of the ZeRO
+   engine, like comm_check_all's). The buffer is allocated once. Collective. */
+static inline int comm_agree_interrupt(Comm* c) {
+    static int* all = NULL;
+    static int cap = 0;
+    int mine = intr_pending(), n = c->world_size;
+    if (n == 1) return mine;
+    if (cap < n) { free(all); all = (int*)malloc_or_die((size_t)n * sizeof(int), "the interrupt check"); cap = n; }
+    all[c->rank] = mine;
+    hostcoll_exchange(MPI_COMM_WORLD, n, c->rank, all, all, 1, 4, 0, 0, "the interrupt check (at the end of each step)");
+    int any = 0;
+    for (int q = 0; q < n; q++) if (all[q] > any) any = all[q];
+    return any;
+}
+
 static inline double comm_allreduce_max_host(Comm* c, double x) {
     double y = x;
     (void)c;
