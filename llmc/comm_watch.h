@@ -185,7 +185,7 @@ static inline void comm_notice_signal(MPI_Comm mc, int n, const char* miss, cons
     if (comm_ctx_unit >= 0) snprintf(unit, sizeof(unit), " of unit %d", comm_ctx_unit);
     if (w->step > 0) snprintf(step, sizeof(step), " (step %d)", w->step);
     int k = snprintf(line, sizeof(line), "rank %d (node %s): %s, but %s%s%s has waited %.1f s %s%s", w->rank, comm_my_node(), intr_signame(s), what,
-                     unit, step, now - t0, list[0] ? (nmiss > 1 ? "for data from ranks " : "for data from rank ") : "", list[0] ? list : miss ? "" : "(MPI's own collective: the peers are not known)");
+                     unit, step, now - t0, list[0] ? (nmiss > 1 ? "for data from ranks " : "for data from rank ") : "", list[0] ? list : miss ? "" : "(the peers it waits for are not known)");
     if (others[0])
         k += snprintf(line + k, sizeof(line) - (size_t)k, "; if node%s %s %s gone, resume on the remaining nodes with -y 1 (docs/faults.md)",
                       strchr(others, ',') ? "s" : "", others, strchr(others, ',') ? "are" : "is");

@@ -77,7 +77,6 @@ typedef struct {
     int K;                         /* ring capacity; 0: off */
     FlightRec* ring;
     unsigned long long next;       /* records made */
-    pthread_mutex_t mu, dump_mu;
     char dir[4096];                /* OUT/flight ("" without -o) */
     int rank, world;
     volatile int micro;            /* the micro-step in progress (the loop sets it) */
@@ -87,7 +86,9 @@ typedef struct {
     double mono_to_unix;           /* add to a CLOCK_MONOTONIC time for Unix time */
     char (*nodes)[64];             /* every world rank's node name (comm.h's watch), or NULL */
 } FlightRecorder;
-static FlightRecorder flight = {.K = 0, .mu = PTHREAD_MUTEX_INITIALIZER, .dump_mu = PTHREAD_MUTEX_INITIALIZER};
+static FlightRecorder flight;   /* zero: off until flight_init */
+static pthread_mutex_t flight_mu = PTHREAD_MUTEX_INITIALIZER;        /* the ring and the registry */
+static pthread_mutex_t flight_dump_mu = PTHREAD_MUTEX_INITIALIZER;   /* one dump at a time */
 /* the record the calling thread's next exchange continues (the
    communication thread's operation, issued by the main thread) */
 static __thread unsigned long long flight_pending = 0;
@@ -125,7 +126,7 @@ static inline void flight_register_comm(MPI_Comm mc, const char* label) {
     MPI_Group_free(&g);
     MPI_Group_free(&w);
     free(in);
-    pthread_mutex_lock(&flight.mu);
+    pthread_mutex_lock(&flight_mu);
     int i = 0;
     while (i < flight.ncomms && flight.comms[i].mc != mc) i++;
     if (i == flight.ncomms && flight.ncomms < FLIGHT_COMMS) flight.ncomms++;
@@ -135,7 +136,7 @@ static inline void flight_register_comm(MPI_Comm mc, const char* label) {
         flight.comms[i].calls = 0;
         out = NULL;
     }
-    pthread_mutex_unlock(&flight.mu);
+    pthread_mutex_unlock(&flight_mu);
     free(out);
 }
 
@@ -158,11 +159,11 @@ static inline FlightRec* flight_new_(const char* kind, int unit, int step, long 
 static inline unsigned long long flight_issue(const char* kind, int unit, int step, long long bytes) {
     if (!flight.K) return 0;
     double now = wall_seconds();
-    pthread_mutex_lock(&flight.mu);
+    pthread_mutex_lock(&flight_mu);
     FlightRec* x = flight_new_(kind, unit, step, bytes, now);
     x->state = FLIGHT_ISSUED; x->thread = 1;
     unsigned long long id = x->seq;
-    pthread_mutex_unlock(&flight.mu);
+    pthread_mutex_unlock(&flight_mu);
     return id;
 }
 
@@ -175,7 +176,7 @@ static inline unsigned long long flight_issue(const char* kind, int unit, int st
 static inline unsigned long long flight_start(MPI_Comm mc, int n, const char* kind, int unit, int step, long long bytes, int known) {
     if (!flight.K) return 0;
     double now = wall_seconds();
-    pthread_mutex_lock(&flight.mu);
+    pthread_mutex_lock(&flight_mu);
     FlightRec* p = flight_pending ? flight_slot_(flight_pending) : NULL;
     FlightRec* x = p;
     if (!p || p->state != FLIGHT_ISSUED) {   /* a new record; a later exchange of a queued operation keeps its issue */
@@ -190,27 +191,27 @@ static inline unsigned long long flight_start(MPI_Comm mc, int n, const char* ki
     for (int i = 0; i < flight.ncomms; i++)
         if (flight.comms[i].mc == mc) { x->comm = i; x->call = ++flight.comms[i].calls; break; }
     unsigned long long id = x->seq;
-    pthread_mutex_unlock(&flight.mu);
+    pthread_mutex_unlock(&flight_mu);
     return id;
 }
 
 /* Rank q of the record's communicator sent its data. */
 static inline void flight_arrived(unsigned long long id, int q) {
     if (!flight.K || !id) return;
-    pthread_mutex_lock(&flight.mu);
+    pthread_mutex_lock(&flight_mu);
     FlightRec* x = flight_slot_(id);
     if (x) { if (q < 64) x->arrived |= 1ULL << q; x->narrived++; }
-    pthread_mutex_unlock(&flight.mu);
+    pthread_mutex_unlock(&flight_mu);
 }
 
 /* The collective completed. */
 static inline void flight_done(unsigned long long id) {
     if (!flight.K || !id) return;
     double now = wall_seconds();
-    pthread_mutex_lock(&flight.mu);
+    pthread_mutex_lock(&flight_mu);
     FlightRec* x = flight_slot_(id);
     if (x) { x->state = FLIGHT_DONE; x->t_end = now; }
-    pthread_mutex_unlock(&flight.mu);
+    pthread_mutex_unlock(&flight_mu);
 }
 
 /* The end of a queued operation: its record, if no exchange took it
@@ -218,10 +219,10 @@ static inline void flight_done(unsigned long long id) {
 static inline void flight_close(unsigned long long id) {
     if (!flight.K || !id) return;
     double now = wall_seconds();
-    pthread_mutex_lock(&flight.mu);
+    pthread_mutex_lock(&flight_mu);
     FlightRec* x = flight_slot_(id);
     if (x && x->state == FLIGHT_ISSUED) { x->state = FLIGHT_DONE; x->t_start = x->t_end = now; }
-    pthread_mutex_unlock(&flight.mu);
+    pthread_mutex_unlock(&flight_mu);
     flight_pending = 0;
 }
 
@@ -247,7 +248,7 @@ static inline void flight_json_time(FILE* f, double t) {
    write failed (the caller goes on: a dump never changes how a run ends). */
 static inline int flight_dump(const char* reason, const char* detail, const char* node, int step) {
     if (!flight.dir[0]) return -1;
-    pthread_mutex_lock(&flight.dump_mu);
+    pthread_mutex_lock(&flight_dump_mu);
     char path[4200], tmp[4300];
     snprintf(path, sizeof(path), "%s/rank_%d.json", flight.dir, flight.rank);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
@@ -264,7 +265,7 @@ static inline int flight_dump(const char* reason, const char* detail, const char
         flight_json_str(f, detail ? detail : "");
         fprintf(f, ", \"time\": %.6f, \"step\": %d, \"micro_step\": %d, \"capacity\": %d,\n", wall_seconds() + flight.mono_to_unix, step,
                 flight.micro, flight.K);
-        pthread_mutex_lock(&flight.mu);
+        pthread_mutex_lock(&flight_mu);
         fputs(" \"nodes\": [", f);
         for (int q = 0; flight.nodes && q < flight.world; q++) { if (q) fputs(", ", f); flight_json_str(f, flight.nodes[q]); }
         fprintf(f, "],\n \"recorded\": %llu, \"communicators\": [", flight.next);
@@ -309,7 +310,7 @@ static inline int flight_dump(const char* reason, const char* detail, const char
             } else fputs(", \"arrived\": null, \"waiting_for\": null", f);
             fputc('}', f);
         }
-        pthread_mutex_unlock(&flight.mu);
+        pthread_mutex_unlock(&flight_mu);
         fputs("]}\n", f);
         rc = ferror(f) ? -1 : 0;
         if (fclose(f) != 0) rc = -1;
@@ -318,7 +319,7 @@ static inline int flight_dump(const char* reason, const char* detail, const char
     }
     intr_unwatch(slot);
     if (rc == 0) flight.dumped++;
-    pthread_mutex_unlock(&flight.dump_mu);
+    pthread_mutex_unlock(&flight_dump_mu);
     return rc;
 }
 

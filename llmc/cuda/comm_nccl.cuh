@@ -126,8 +126,14 @@ static void nccl_fatal_hook(const char* msg) {
 
 /* Called by every polling host wait (common.cuh) every 256 polls: ends the
    run on NCCL's asynchronous error state (a collective failed, e.g. a peer
-   died) or once the wait exceeds LLMC_GPU_TIMEOUT seconds. */
+   died) or once the wait exceeds LLMC_GPU_TIMEOUT seconds; a signal found
+   waiting writes the flight record (which holds this build's host-staged
+   and MPI collectives, not its NCCL calls). */
 static void nccl_poll_hook(double waited) {
+    if (intr_pending()) {   /* a signal while the GPU is waited for: say where, once (comm_watch.h) */
+        double now = wall_seconds();
+        comm_notice_signal(MPI_COMM_NULL, 0, NULL, "a wait for the GPU (a kernel or an NCCL collective)", now - waited, now);
+    }
     if (nccl_state.nccl) {
         ncclResult_t ar = ncclSuccess;
         ncclCheck(ncclCommGetAsyncError(nccl_state.nccl, &ar));
