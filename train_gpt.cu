@@ -401,9 +401,10 @@ static const Flag FLAGS[] = {
     FN(NULL, "--ledger", "<rank0|all>", flag_ledger, "rank0", "print the memory ledger for rank 0 or every rank"),
     I(NULL, "--ledger-every", "<n>", ledger_every, 0, 1 << 30, 0, "print the traffic table every n steps (0: only at the end)"),
     F("faults (docs/faults.md)", "--collective-timeout", "<s>", collective_timeout, 0, 1e6,
-      "a collective not complete after s seconds ends the rank with one line naming\n"
+      "a collective not complete after s seconds ends the job with one line naming\n"
       "the collective, unit, step and the ranks (and nodes) whose data never came\n"
-      "(a cut link, a lost node); 0: wait forever. Longer than the slowest checkpoint write"),
+      "(a cut link, a lost node); 0: wait forever. Longer than the slowest checkpoint\n"
+      "write; rank 0's value is every rank's"),
     I(NULL, "--straggler-report", "<0|1>", straggler_report, 0, 1, 0, "at the end, per rank: step, compute and wait times, and how long the\n"
       "others waited for its data; names the rank (and node) the others wait for"),
     I(NULL, "--flight-recorder", "<K>", flight_recorder, 0, 1 << 20, 0, "each rank keeps its last K collectives (kind, unit, step, bytes, peers,\n"

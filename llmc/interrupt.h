@@ -17,10 +17,11 @@
  The handler (async-signal-safe: it only sets flags, unlink(2)s and
  write(2)s, as signal-safety(7) allows):
    - the first signal sets intr_state.sig; nothing else happens in the
-     handler. At every step boundary the ranks agree on it (intr_agree, one
-     MPI_Iallreduce of an int over every rank, not counted in the traffic
-     table, like comm_check_all's), and if any rank was signalled every
-     rank writes the checkpoint and state of the step just completed and
+     handler. At every step boundary the ranks agree on it
+     (comm_agree_interrupt in comm_host.h: one int exchanged with every
+     peer, not counted in the traffic table, like comm_check_all's), and if
+     any rank was signalled every rank writes the checkpoint and state of
+     the step just completed and
      exits with 128 + the signal's number (the code a shell gives a process
      the signal ended: 130 SIGINT, 143 SIGTERM, 138 SIGUSR1), after rank 0
      printed "interrupted at step K: wrote checkpoint K; resume with -y 1".
