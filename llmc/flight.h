@@ -247,7 +247,7 @@ static inline void flight_json_time(FILE* f, double t) {
    name; nodes (flight_set_nodes): every world rank's, or NULL. Returns 0, or -1 when there is nowhere to write (no -o) or the
    write failed (the caller goes on: a dump never changes how a run ends). */
 static inline int flight_dump(const char* reason, const char* detail, const char* node, int step) {
-    if (!flight.dir[0]) return -1;
+    if (!flight.dir[0] || !flight.K) return -1;   /* no -o, or --flight-recorder 0 */
     pthread_mutex_lock(&flight_dump_mu);
     char path[4200], tmp[4300];
     snprintf(path, sizeof(path), "%s/rank_%d.json", flight.dir, flight.rank);
