@@ -36,6 +36,12 @@
  order afterwards. */
 
 static inline int comm_world_ranks(MPI_Comm mc, int n, int* out) {
+    int found = 0;   /* a communicator of the flight recorder's registry: its world ranks, no MPI call */
+    pthread_mutex_lock(&flight_mu);
+    for (int i = 0; i < flight.ncomms && !found; i++)
+        if (flight.comms[i].mc == mc && flight.comms[i].n == n) { memcpy(out, flight.comms[i].world, (size_t)n * sizeof(int)); found = 1; }
+    pthread_mutex_unlock(&flight_mu);
+    if (found) return 0;
     MPI_Group g, w;
     MPI_Comm_group(mc, &g);
     MPI_Comm_group(MPI_COMM_WORLD, &w);
@@ -248,14 +254,15 @@ static inline void hostcoll_wait_peers(MPI_Comm mc, int n, int r, MPI_Request* r
     flight_done(fid);
     /* arrival times: the wait for each peer's data; the entry time (the straggler report) */
     if (w->wait_for && n > 1) {
-        int* wr = (int*)malloc((size_t)n * sizeof(int));
+        int stack_wr[256];   /* no allocation per collective up to 256 ranks */
+        int* wr = n <= 256 ? stack_wr : (int*)malloc((size_t)n * sizeof(int));
         if (wr && comm_world_ranks(mc, n, wr) == 0) {
             pthread_mutex_lock(&w->mu);
             for (int q = 0; q < n; q++) if (q != r) { w->wait_for[wr[q]] += arr[q] - t0; w->waits[wr[q]]++; }
             w->entry_sum += t0 - w->entry_epoch; w->entry_n++;
             pthread_mutex_unlock(&w->mu);
         }
-        free(wr);
+        if (wr != stack_wr) free(wr);
     }
     if (done != stack_done) free(done);
     if (arr != stack_arr) free(arr);
