@@ -118,6 +118,7 @@ static inline void comm_reset_counters(Comm* c) {
    called again (the previous groups are freed). */
 static inline void comm_set_groups(Comm* c, int G) {
     if (c->group_comm != MPI_COMM_NULL) {
+        flight_forget_comm(c->group_comm); flight_forget_comm(c->replica_comm); flight_forget_comm(c->group_host);
         MPI_Comm_free(&c->group_comm); MPI_Comm_free(&c->replica_comm); MPI_Comm_free(&c->group_host);
     }
     MPI_Comm_split(MPI_COMM_WORLD, c->rank / G, c->rank, &c->group_comm);
@@ -175,7 +176,7 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
    (K divides the group's size; the caller checks). Collective over the
    shard group. */
 static inline void comm_set_secondary(Comm* c, int K) {
-    if (c->secondary_comm != MPI_COMM_NULL) MPI_Comm_free(&c->secondary_comm);
+    if (c->secondary_comm != MPI_COMM_NULL) { flight_forget_comm(c->secondary_comm); MPI_Comm_free(&c->secondary_comm); }
     MPI_Comm_split(c->group_comm, c->group_rank / K, c->group_rank, &c->secondary_comm);
     MPI_Comm_size(c->secondary_comm, &c->secondary_size);
     MPI_Comm_rank(c->secondary_comm, &c->secondary_rank);
@@ -185,8 +186,8 @@ static inline void comm_set_secondary(Comm* c, int K) {
 /* qgZ: the two hops' communicators for L ranks per node (L divides the
    shard group's size; the caller checks). Collective over the group. */
 static inline void comm_set_qg_groups(Comm* c, int L) {
-    if (c->qg_intra != MPI_COMM_NULL) MPI_Comm_free(&c->qg_intra);
-    if (c->qg_inter != MPI_COMM_NULL) MPI_Comm_free(&c->qg_inter);
+    if (c->qg_intra != MPI_COMM_NULL) { flight_forget_comm(c->qg_intra); MPI_Comm_free(&c->qg_intra); }
+    if (c->qg_inter != MPI_COMM_NULL) { flight_forget_comm(c->qg_inter); MPI_Comm_free(&c->qg_inter); }
     c->qg_L = L; c->qg_M = c->group_size / L;
     MPI_Comm_split(c->group_comm, c->group_rank / L, c->group_rank, &c->qg_intra);
     MPI_Comm_split(c->group_comm, c->group_rank % L, c->group_rank, &c->qg_inter);
@@ -212,6 +213,7 @@ static inline int comm_group_ranks_per_node(const Comm* c, int G, char* err, siz
 }
 
 static inline void comm_finalize(Comm* c) {
+    for (int i = 0; i < flight.ncomms; i++) if (flight.comms[i].mc != MPI_COMM_WORLD) flight_forget_comm(flight.comms[i].mc);
     if (c->secondary_comm != MPI_COMM_NULL) MPI_Comm_free(&c->secondary_comm);
     if (c->qg_intra != MPI_COMM_NULL) MPI_Comm_free(&c->qg_intra);
     if (c->qg_inter != MPI_COMM_NULL) MPI_Comm_free(&c->qg_inter);

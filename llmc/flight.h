@@ -129,7 +129,7 @@ static inline void flight_register_comm(MPI_Comm mc, const char* label) {
     pthread_mutex_lock(&flight_mu);
     int i = 0;
     while (i < flight.ncomms && flight.comms[i].mc != mc) i++;
-    if (i == flight.ncomms && flight.ncomms < FLIGHT_COMMS) flight.ncomms++;
+    if (i == flight.ncomms && flight.ncomms < FLIGHT_COMMS) flight.ncomms++;   /* a new one (a forgotten slot keeps its records' label) */
     if (i < flight.ncomms) {
         free(flight.comms[i].world);
         flight.comms[i].mc = mc; flight.comms[i].label = label; flight.comms[i].n = n; flight.comms[i].world = out;
@@ -138,6 +138,15 @@ static inline void flight_register_comm(MPI_Comm mc, const char* label) {
     }
     pthread_mutex_unlock(&flight_mu);
     free(out);
+}
+
+/* Before MPI_Comm_free(mc): drop it from the registry (MPI may hand its
+   handle to a later communicator). */
+static inline void flight_forget_comm(MPI_Comm mc) {
+    pthread_mutex_lock(&flight_mu);
+    for (int i = 0; i < flight.ncomms; i++)
+        if (flight.comms[i].mc == mc) flight.comms[i].mc = MPI_COMM_NULL;   /* its ranks stay, for the records made on it */
+    pthread_mutex_unlock(&flight_mu);
 }
 
 static inline FlightRec* flight_slot_(unsigned long long id) {
