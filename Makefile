@@ -30,7 +30,14 @@ CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -DLLMC_KERNELS_ID='"$(KERNEL
 LIBS_BF16 = -ldnnl -lm
 HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h) $(wildcard llmc/zero/*.h)
 PY = /usr/bin/python3
-MPIRUN = mpirun --allow-run-as-root --oversubscribe --bind-to none
+# Open MPI's settings for faults (docs/faults.md), on every launch: mpirun
+# declares a node's daemon lost 5 + 5 x 2 = 15 s at most after its link is
+# cut (TCP keepalives on the daemons' connections; the default, 300 + 9 x
+# 20 s, lets a job with a lost node wait for ever), and on SIGINT/SIGTERM
+# it passes SIGTERM to the ranks 10 s later and SIGKILLs them 10 s after
+# that: the time a rank has to finish its step and write its checkpoint.
+MPI_FAULTS = --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 5 --mca odls_base_sigkill_timeout 10
+MPIRUN = mpirun --allow-run-as-root --oversubscribe --bind-to none $(MPI_FAULTS)
 
 NP ?= 2
 ZERO ?= 1

@@ -57,6 +57,7 @@ typedef struct {
     int ledger_all, ledger_every;
     float collective_timeout;    /* --collective-timeout seconds (0: wait forever), comm.h's watch */
     int straggler_report;        /* --straggler-report: per-rank waits at the end */
+    int flight_recorder;         /* --flight-recorder K: each rank's last K collectives (llmc/flight.h), 0 off */
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int keep_logits_given;       /* --keep-logits on the command line (-z auto keeps it) */
@@ -108,7 +109,7 @@ static void args_defaults(Args* a, int world) {
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;
-    a->collective_timeout = 60.0f; a->straggler_report = 0;
+    a->collective_timeout = 60.0f; a->straggler_report = 0; a->flight_recorder = 64;
     a->seed = 1337; a->layers = a->heads = a->channels = a->max_seq_len = a->vocab = -1;
     a->est_dtype = "bf16"; a->est_ranks = world;
     a->ckpt_version = 3; a->shuffle = 1;
@@ -404,11 +405,16 @@ static const Flag FLAGS[] = {
     FN(NULL, "--ledger", "<rank0|all>", flag_ledger, "rank0", "print the memory ledger for rank 0 or every rank"),
     I(NULL, "--ledger-every", "<n>", ledger_every, 0, 1 << 30, 0, "print the traffic table every n steps (0: only at the end)"),
     F("faults (docs/faults.md)", "--collective-timeout", "<s>", collective_timeout, 0, 1e6,
-      "a collective not complete after s seconds ends the rank with one line naming\n"
+      "a collective not complete after s seconds ends the job with one line naming\n"
       "the collective, unit, step and the ranks (and nodes) whose data never came\n"
-      "(a cut link, a lost node); 0: wait forever. Longer than the slowest checkpoint write"),
+      "(a cut link, a lost node); 0: wait forever. Longer than the slowest checkpoint\n"
+      "write; rank 0's value is every rank's"),
     I(NULL, "--straggler-report", "<0|1>", straggler_report, 0, 1, 0, "at the end, per rank: step, compute and wait times, and how long the\n"
       "others waited for its data; names the rank (and node) the others wait for"),
+    I(NULL, "--flight-recorder", "<K>", flight_recorder, 0, 1 << 20, 0, "each rank keeps its last K collectives (kind, unit, step, bytes, peers,\n"
+      "times, state) and writes them to -o's flight/rank_R.json on a collective\n"
+      "timeout, a signal or an abort; python3 dev/flight.py DIR says where the ranks\n"
+      "part ways (0: off)"),
     {"estimator (no training, no data)", "--estimate", "", FLAG_BOOL, AO(estimate), 0, 0, NULL, 0, "off",
      "print per-rank model-state memory for stages 0-3 and exit"},
     FN(NULL, "--params", "<n>", flag_params, "from -e", "parameter count: 124M, 1.5B, 70B, 70e9 (else from -e; then the traffic\n"
@@ -1171,6 +1177,21 @@ static void print_banner(Run* r) {
     print_report_all_ranks(&r->model, a->ledger_all, 0, 0, &r->ledger_bad);
 }
 
+/* The model checkpoint and training state of `step` (steps completed; the
+   train loader at that step boundary) in -o. Collective. */
+static void save_checkpoint(Run* r, int step) {
+    const Args* a = &r->a;
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/model_%08d.bin", a->output_dir, step);
+    gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
+    if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
+    snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
+    StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
+    state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
+    if (r->comm->rank == 0) printf("wrote state %s\n", p);
+    fflush(stdout);
+}
+
 /* Before step `step` (and after the last): evaluation, a sample, a
    checkpoint with its training state, as their flags say. */
 static void periodic(Run* r, int step, int last) {
@@ -1185,19 +1206,46 @@ static void periodic(Run* r, int step, int last) {
     }
     if (a->sample_every > 0 && ((step > 0 && step % a->sample_every == 0) || last))
         sample(&r->model, &r->tok, r->have_tok, a->gen_tokens, a->seed, step);
-    if (a->output_dir && step > r->start_step && ((a->ckpt_every > 0 && step % a->ckpt_every == 0) || last)) {
-        char p[4096];
-        snprintf(p, sizeof(p), "%s/model_%08d.bin", a->output_dir, step);
-        gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
-        if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
-        snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
-        StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
-        state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
-        if (r->comm->rank == 0) printf("wrote state %s\n", p);
-    }
+    if (a->output_dir && step > r->start_step && ((a->ckpt_every > 0 && step % a->ckpt_every == 0) || last)) save_checkpoint(r, step);
 }
 
 typedef struct { double loss, norm, ms, opt_ms, comm_ms, wait_ms; float lr; } StepStats;
+
+/* Test hook (LLMC_TEST_HANG=R:S[:silent][,R:S...]): rank R stops at the
+   start of step S and never goes on, as a rank that is somewhere else (a
+   hung file system, a debugger): the others' collectives time out. It
+   polls the signal flag (interrupt.h) and writes its flight record when a
+   signal comes (":silent": it does not, as a rank spinning in a kernel). */
+static void test_hang(Comm* c, int step) {
+    static int at = -2, silent = 0;
+    if (at == -2) {
+        at = -1;
+        const char* e = getenv("LLMC_TEST_HANG");
+        for (const char* p = e; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+            int rr = -1, ss = -1;
+            if (sscanf(p, "%d:%d", &rr, &ss) == 2 && rr == c->rank) {
+                at = ss;
+                const char* end = strchr(p, ',');
+                const char* sl = strstr(p, ":silent");
+                silent = sl && (!end || sl < end);
+            }
+        }
+    }
+    if (step != at) return;
+    fprintf(stderr, "test hook LLMC_TEST_HANG: rank %d stops at the start of step %d%s\n", c->rank, step, silent ? " (silent)" : "");
+    fflush(stderr);
+    int dumped = 0;
+    for (;;) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+        if (!silent && !dumped && intr_pending()) {
+            char d[256];
+            snprintf(d, sizeof(d), "%s while stopped by the test hook LLMC_TEST_HANG at the start of step %d", intr_signame(intr_pending()), step);
+            flight_dump(intr_signame(intr_pending()), d, comm_my_node(), step);
+            dumped = 1;
+        }
+    }
+}
 
 /* One optimizer step (0-based `step`): A micro-steps of forward and
    backward over this rank's slice of the global batch, the engine's
@@ -1217,13 +1265,16 @@ static StepStats train_step(Run* r, int step) {
     double t0 = wall_seconds();
     gpt2_begin_step(m);
     double loss = 0.0;
+    test_hang(r->comm, step + 1);
     for (int micro = 0; micro < r->accum; micro++) {
+        flight.micro = micro;
         state_log_position(&r->train, step + 1, micro);
         dataloader_next_batch(&r->train, err, ERRLEN);
         comm_check_all(r->comm, err);
         loss += gpt2_forward(m, r->train.inputs, r->train.targets, a->B, a->T, r->dloss);
         gpt2_backward(m, a->B, a->T);
     }
+    flight.micro = 0;
     gpt2_reduce_grads(m);
     r->opt.lr = lr_schedule(a->lr, step, a->warmup, a->max_steps, a->final_frac);
     trace_begin(TRACE_TID_COMPUTE, -1, "optimizer");
@@ -1268,6 +1319,28 @@ static void log_step(Run* r, int step, const StepStats* s) {
         int dummy = 0;
         print_report_all_ranks(&r->model, a->ledger_all, 1, step + 1 - r->start_step, &dummy);
     }
+}
+
+/* A signal stopped the run (interrupt.h; every rank agreed at the end of
+   step `step`): the checkpoint and state of that step in -o (none without
+   -o), the flight record, one line from rank 0, then every rank finalizes
+   MPI and exits with 128 + the signal's number (130 SIGINT, 143 SIGTERM,
+   138 SIGUSR1: a shell's code for a process that signal ended, distinct
+   from 1, an error, and 2, a ledger mismatch). */
+static void interrupted(Run* r, int step, int sig) {
+    const Args* a = &r->a;
+    Comm* c = r->comm;
+    c->phase = PHASE_OTHER;
+    if (a->output_dir) save_checkpoint(r, step);
+    char line[512];
+    if (a->output_dir) snprintf(line, sizeof(line), "interrupted at step %d: wrote checkpoint %d; resume with -y 1", step, step);
+    else snprintf(line, sizeof(line), "interrupted at step %d: no -o, so nothing was written (the steps are lost: give -o DIR to keep them)", step);
+    if (c->rank == 0) { printf("%s (%s)\n", line, intr_signame(sig)); fflush(stdout); }
+    if (r->logf) { fprintf(r->logf, "step %d interrupted %s\n", step, intr_signame(sig)); fclose(r->logf); r->logf = NULL; }
+    flight_dump("interrupted", line, comm_my_node(), step);
+    backend_finalize(c);
+    comm_finalize(c);
+    exit(128 + sig);
 }
 
 /* After the last step: the trace, the traffic table, the peaks and the
@@ -1354,6 +1427,11 @@ int main(int argc, char** argv) {
     args_defaults(&a, comm.world_size);
     flags_parse(FLAGS, NUM_FLAGS, &a, argc, argv, err, ERRLEN, &want_help, &want_md);
     comm_check_all(&comm, err);
+    comm_agree_watch(&a.collective_timeout, &a.flight_recorder);   /* rank 0's values on every rank */
+    flight_init(a.flight_recorder, a.output_dir, comm.rank, comm.world_size);
+    comm_watch.out_dir = a.output_dir;
+    intr_install(comm.rank);
+    if (a.straggler_report) comm_straggler_init(comm.world_size);
     {   /* every rank was started with the same flags (before anything is decided from them) */
         char flags[8192];
         size_t k = 0;
@@ -1362,7 +1440,6 @@ int main(int argc, char** argv) {
             k += (size_t)snprintf(flags + k, sizeof(flags) - k, "%sargv[%d] %.1000s", i > 1 ? " " : "", i, argv[i]);
         comm_agree_config(&comm, "flags", flags);
     }
-    comm_watch.timeout_s = a.collective_timeout;
     if (want_help || want_md) {
         Args d;
         args_defaults(&d, comm.world_size);
@@ -1387,8 +1464,12 @@ int main(int argc, char** argv) {
         int last = step == r.a.max_steps;
         periodic(&r, step, last);             /* eval, sample, checkpoint */
         if (last) break;
+        comm_watch_step_begin();              /* --straggler-report: this step's waits */
         StepStats s = train_step(&r, step);   /* forward + backward per micro-step, reduce, AdamW */
+        comm_watch_step_end(step > r.start_step);   /* a process's first step waits for the others' start-up */
         log_step(&r, step, &s);
+        int sig = comm_agree_interrupt(&comm);   /* a signal on any rank: every rank stops here */
+        if (sig) interrupted(&r, step + 1, sig);
     }
     return finish(&r);
 }

@@ -147,23 +147,27 @@ static inline int pwrite_all(int fd, const void* p, size_t n, long long off) {
    error is recorded, not fatal), cfile_commit (fsync, all ranks agree, rank 0
    renames PATH.tmp to PATH and fsyncs the directory). Any failure on any rank
    removes the .tmp, leaves an earlier PATH untouched, and ends every rank
-   with one message (comm_check_all). All calls are collective. */
+   with one message (comm_check_all); so does a second signal
+   (interrupt.h), which unlinks the .tmp before the rank exits. All calls
+   are collective. */
 typedef struct {
     Comm* c;
     const char* what;      /* "checkpoint", "state": names the file in messages */
     const char* path;
     char tmp[4096];
     int fd;
+    int watch;             /* interrupt.h's slot: a second signal unlinks tmp */
     char err[ERRLEN];
 } CollectiveFile;
 
 static inline void cfile_begin(CollectiveFile* f, Comm* c, const char* what, const char* path,
                                const void* header, size_t header_bytes, long long total_bytes, const char* pre_err) {
     memset(f, 0, sizeof(*f));
-    f->c = c; f->what = what; f->path = path; f->fd = -1;
+    f->c = c; f->what = what; f->path = path; f->fd = -1; f->watch = -1;
     if (pre_err && pre_err[0]) snprintf(f->err, ERRLEN, "%s", pre_err);
     if (!f->err[0] && snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path) >= (int)sizeof(f->tmp))
         set_err(f->err, ERRLEN, "%s path %s is too long", what, path);
+    if (!f->err[0]) f->watch = intr_watch_tmp(f->tmp);   /* before it exists: a second signal removes it */
     if (c->rank == 0 && !f->err[0]) {
         int fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0) set_err(f->err, ERRLEN, "cannot write %s %s (%s)", what, f->tmp, strerror(errno));
@@ -202,6 +206,7 @@ static inline void cfile_commit(CollectiveFile* f) {
     comm_wait_request(&rq, 0, "the checkpoint write's completion check (raise --collective-timeout above the slowest rank's write)");
     if (any) {
         if (c->rank == 0) unlink(f->tmp);
+        intr_unwatch(f->watch);
         comm_check_all(c, f->err); /* some rank has a message: every rank exits here */
     }
     if (c->rank == 0) {
@@ -218,6 +223,7 @@ static inline void cfile_commit(CollectiveFile* f) {
             if (dfd >= 0) { fsync(dfd); close(dfd); }
         }
     }
+    intr_unwatch(f->watch);
     comm_check_all(c, f->err);
 }
 

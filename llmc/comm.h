@@ -3,8 +3,8 @@
  the node via MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)), the shard and
  replica groups (HSDP) and ZeRO++'s groups, the collective error contract
  (comm_check_all, comm_fatal), the collective watch (every wait's timeout,
- the per-peer arrival times), the traffic counters that every collective of
- the ZeRO engine reports to, and the placement table.
+ the per-peer arrival times: comm_watch.h), the traffic counters that every
+ collective of the ZeRO engine reports to, and the placement table.
 
  The collectives themselves: comm_host.h (the deterministic collectives on
  host buffers: reduce-scatter, all-gather, all-reduce, the scalar sums) and
@@ -29,6 +29,8 @@
 #include "utils.h"
 #include "bf16.h"
 #include "traffic.h"
+#include "interrupt.h"
+#include "flight.h"
 
 /* The collective watch (see "Timeouts and arrival times" below): one per
    process. */
@@ -40,8 +42,15 @@ typedef struct {
     pthread_mutex_t mu;         /* the two threads both complete collectives */
     double* wait_for;           /* per world rank: seconds this rank waited for that rank's data (the straggler report) */
     unsigned long long* waits;  /* per world rank: receives from it */
+    double keepalive_s;         /* Open MPI's daemon keepalive bound (comm_keepalive_bound), 0: not set */
+    int signal_reported;        /* a signal found this rank waiting: said once (comm_notice_signal) */
+    const char* out_dir;        /* -o, for the messages that name the flight records */
+    double entry_sum;           /* the straggler report: the sum of this rank's entry times into its collectives
+                                   (seconds since an epoch every rank shares, entry_epoch) */
+    unsigned long long entry_n; /* and their count */
+    double entry_epoch;         /* rank 0's CLOCK_REALTIME at comm_straggler_init, minus the CLOCK_MONOTONIC offset of this rank */
 } CommWatch;
-static CommWatch comm_watch = {60.0, 0, 0, 1, NULL, PTHREAD_MUTEX_INITIALIZER, NULL, NULL};
+static CommWatch comm_watch = {60.0, 0, 0, 1, NULL, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0.0, 0, NULL, 0.0, 0, 0.0};
 /* what the calling thread's next collective is for (messages): e.g.
    "reduce-scatter" and the unit; NULL / -1 when unknown */
 static __thread const char* comm_ctx_what = NULL;
@@ -109,6 +118,7 @@ static inline void comm_reset_counters(Comm* c) {
    called again (the previous groups are freed). */
 static inline void comm_set_groups(Comm* c, int G) {
     if (c->group_comm != MPI_COMM_NULL) {
+        flight_forget_comm(c->group_comm); flight_forget_comm(c->replica_comm); flight_forget_comm(c->group_host);
         MPI_Comm_free(&c->group_comm); MPI_Comm_free(&c->replica_comm); MPI_Comm_free(&c->group_host);
     }
     MPI_Comm_split(MPI_COMM_WORLD, c->rank / G, c->rank, &c->group_comm);
@@ -118,6 +128,9 @@ static inline void comm_set_groups(Comm* c, int G) {
     MPI_Comm_rank(c->group_comm, &c->group_rank);
     MPI_Comm_size(c->replica_comm, &c->replica_size);
     MPI_Comm_rank(c->replica_comm, &c->replica_rank);
+    flight_register_comm(c->group_comm, "shard group");
+    flight_register_comm(c->replica_comm, "replica group");
+    flight_register_comm(c->group_host, "shard group (main thread)");
 }
 
 /* MPI_Init_thread (MPI_THREAD_MULTIPLE when the library offers it: the CPU
@@ -141,6 +154,7 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     c->group_comm = c->replica_comm = c->group_host = c->secondary_comm = c->qg_intra = c->qg_inter = MPI_COMM_NULL;
     c->qg_L = c->qg_M = 1;
     c->secondary_size = 1;
+    flight_register_comm(MPI_COMM_WORLD, "world");
     comm_set_groups(c, c->world_size);
     /* the watch: every rank's node name, the per-peer wait sums */
     CommWatch* w = &comm_watch;
@@ -155,26 +169,30 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     MPI_Get_processor_name(name, &len);
     snprintf(me, sizeof(me), "%.63s", name);
     MPI_Allgather(me, 64, MPI_CHAR, w->host, 64, MPI_CHAR, MPI_COMM_WORLD);
+    flight.nodes = w->host;
 }
 
 /* hpZ: the secondary groups, K consecutive ranks of the shard group each
    (K divides the group's size; the caller checks). Collective over the
    shard group. */
 static inline void comm_set_secondary(Comm* c, int K) {
-    if (c->secondary_comm != MPI_COMM_NULL) MPI_Comm_free(&c->secondary_comm);
+    if (c->secondary_comm != MPI_COMM_NULL) { flight_forget_comm(c->secondary_comm); MPI_Comm_free(&c->secondary_comm); }
     MPI_Comm_split(c->group_comm, c->group_rank / K, c->group_rank, &c->secondary_comm);
     MPI_Comm_size(c->secondary_comm, &c->secondary_size);
     MPI_Comm_rank(c->secondary_comm, &c->secondary_rank);
+    flight_register_comm(c->secondary_comm, "secondary group (hpZ)");
 }
 
 /* qgZ: the two hops' communicators for L ranks per node (L divides the
    shard group's size; the caller checks). Collective over the group. */
 static inline void comm_set_qg_groups(Comm* c, int L) {
-    if (c->qg_intra != MPI_COMM_NULL) MPI_Comm_free(&c->qg_intra);
-    if (c->qg_inter != MPI_COMM_NULL) MPI_Comm_free(&c->qg_inter);
+    if (c->qg_intra != MPI_COMM_NULL) { flight_forget_comm(c->qg_intra); MPI_Comm_free(&c->qg_intra); }
+    if (c->qg_inter != MPI_COMM_NULL) { flight_forget_comm(c->qg_inter); MPI_Comm_free(&c->qg_inter); }
     c->qg_L = L; c->qg_M = c->group_size / L;
     MPI_Comm_split(c->group_comm, c->group_rank / L, c->group_rank, &c->qg_intra);
     MPI_Comm_split(c->group_comm, c->group_rank % L, c->group_rank, &c->qg_inter);
+    flight_register_comm(c->qg_intra, "node (qgZ)");
+    flight_register_comm(c->qg_inter, "nodes (qgZ)");
 }
 
 /* hpZ's "node": the ranks of this rank's shard group (G consecutive world
@@ -195,6 +213,7 @@ static inline int comm_group_ranks_per_node(const Comm* c, int G, char* err, siz
 }
 
 static inline void comm_finalize(Comm* c) {
+    for (int i = 0; i < flight.ncomms; i++) if (flight.comms[i].mc != MPI_COMM_WORLD) flight_forget_comm(flight.comms[i].mc);
     if (c->secondary_comm != MPI_COMM_NULL) MPI_Comm_free(&c->secondary_comm);
     if (c->qg_intra != MPI_COMM_NULL) MPI_Comm_free(&c->qg_intra);
     if (c->qg_inter != MPI_COMM_NULL) MPI_Comm_free(&c->qg_inter);
@@ -205,6 +224,7 @@ static inline void comm_finalize(Comm* c) {
 }
 
 static inline void comm_wait_request(MPI_Request* req, int poll, const char* what);
+static inline const char* comm_my_node(void);
 
 /* Collective error check: every rank passes its own error message (NULL or
    "" when fine). If any rank failed, the lowest failing rank prints its
@@ -226,298 +246,43 @@ static inline void comm_check_all(Comm* c, const char* err) {
     exit(1);
 }
 
-/* A local error that other ranks cannot know about (a failed allocation, a
-   backend error in the middle of a step): one line naming the rank, then
-   MPI_Abort, which ends every rank with a non-zero code, never a hang. */
-static inline void comm_fatal(Comm* c, const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error (rank %d): ", c ? c->rank : -1);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    fflush(stderr);
-    va_end(ap);
+/* MPI_Abort with a grace of COMM_ABORT_GRACE_S: the abort asks the
+   launcher to end every rank (mpirun's "MPI_ABORT was invoked on rank R",
+   srun kills the step), but when the launcher is ending the job already
+   (mpirun has lost a node) it blocks until the launcher's SIGKILL
+   (measured: odls_base_sigkill_timeout x 2, docs/faults.md); a thread
+   started first ends this rank with exit code 1 when the abort has not
+   returned by then. Never returns. */
+#define COMM_ABORT_GRACE_S 2
+static void* comm_abort_grace(void* arg) {
+    (void)arg;
+    struct timespec ts = {COMM_ABORT_GRACE_S, 0};
+    nanosleep(&ts, NULL);
+    _exit(1);
+    return NULL;
+}
+static inline void comm_abort(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, comm_abort_grace, NULL) == 0) pthread_detach(t);
     MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Timeouts and arrival times
- Every collective of the trainer on host buffers is made of point-to-point
- messages, one per peer (MPI_Irecv from each, MPI_Isend to each: the bytes
- a ring moves, (n-1) shards per rank), so that its wait knows WHICH peers'
- data has arrived. Two uses:
-   - a timeout (--collective-timeout S, default 60; 0 waits forever): a
-     collective not complete after S seconds ends this rank with one line
-     naming the collective, the unit, the optimizer step and the ranks whose
-     data never came, with their nodes, e.g.
-       error (rank 0, node llmc-node0): reduce-scatter of unit 3 (step 7) did not complete in 60 s: no data from ranks 2, 3 (node llmc-node1)
-     and exit code 1, without MPI_Finalize (which would wait for the lost
-     peers too). A cut link or a lost node thus ends every live rank within
-     S seconds instead of a hang in the TCP transport;
-   - the straggler report (--straggler-report): how long each rank waited
-     for each peer's data, summed; a peer the others wait for is behind.
- The few collectives that stay MPI's own (the error check, a barrier,
- state positions) wait with the same timeout and name the communicator
- instead of the peers. The results do not change: the messages carry the
- same bytes into the same places, and every sum is still made in rank
- order afterwards. */
-
-static inline int comm_world_ranks(MPI_Comm mc, int n, int* out) {
-    MPI_Group g, w;
-    MPI_Comm_group(mc, &g);
-    MPI_Comm_group(MPI_COMM_WORLD, &w);
-    int* in = (int*)malloc((size_t)n * sizeof(int));
-    if (!in) return 1;
-    for (int q = 0; q < n; q++) in[q] = q;
-    MPI_Group_translate_ranks(g, n, in, w, out);
-    free(in);
-    MPI_Group_free(&g);
-    MPI_Group_free(&w);
-    return 0;
-}
-
-/* The node of every world rank as a dense index (out: world size
-   entries; node 0 is rank 0's, the next new name is node 1, ...), from the
-   node names every rank gathered at comm_init: the same on every rank. */
-static inline int comm_node_indices(int* out) {
-    const CommWatch* w = &comm_watch;
-    int nodes = 0;
-    for (int r = 0; r < w->world; r++) {
-        out[r] = -1;
-        for (int q = 0; q < r && out[r] < 0; q++) if (!strcmp(w->host[q], w->host[r])) out[r] = out[q];
-        if (out[r] < 0) out[r] = nodes++;
-    }
-    return nodes;
-}
-
-/* World ranks ranks[0..n) as a list grouped by node, the form of every
-   message that names ranks: "2, 3 (node llmc-node1), 5 (node llmc-node2)"
-   (a node named after its last rank in a run of ranks on it). Returns the
-   length written into out (cap bytes; a list that does not fit ends early). */
-static inline size_t comm_format_ranks(char* out, size_t cap, const int* ranks, int n) {
-    const CommWatch* w = &comm_watch;
-    size_t k = 0;
-    const char* last_host = NULL;
-    out[0] = 0;
-    for (int i = 0; i < n && k + 80 < cap; i++) {
-        const char* h = w->host ? w->host[ranks[i]] : "?";
-        if (last_host && strcmp(h, last_host)) k += (size_t)snprintf(out + k, cap - k, " (node %s)", last_host);
-        k += (size_t)snprintf(out + k, cap - k, "%s%d", i ? ", " : "", ranks[i]);
-        last_host = h;
-    }
-    if (last_host && k < cap) k += (size_t)snprintf(out + k, cap - k, " (node %s)", last_host);
-    return k < cap ? k : cap - 1;
-}
-
-/* The timeout's one line (see above) and exit 1. missing[q] != 0: the
-   peers (ranks q of mc) whose data did not arrive (recv = 1) or that did
-   not take this rank's (recv = 0). */
-static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, int recv, const char* what, double waited) {
-    CommWatch* w = &comm_watch;
-    int* wr = (int*)malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
-    char list[1024] = "";
-    size_t k = 0;
-    int nmiss = 0;
-    for (int q = 0; q < n; q++) nmiss += missing[q] != 0;
-    if (wr && mc != MPI_COMM_NULL && comm_world_ranks(mc, n, wr) == 0) {
-        for (int q = 0; q < n; q++) if (missing[q]) wr[k++] = wr[q];   /* the missing ones, in order */
-        comm_format_ranks(list, sizeof(list), wr, (int)k);
-    }
-    char unit[32] = "", step[32] = "";
-    if (comm_ctx_unit >= 0) snprintf(unit, sizeof(unit), " of unit %d", comm_ctx_unit);
-    if (w->step > 0) snprintf(step, sizeof(step), " (step %d)", w->step);
-    fprintf(stderr, "error (rank %d, node %s): %s%s%s did not complete in %.0f s: %s%s%s (--collective-timeout %.0f; 0 waits forever)\n",
-            w->rank, w->host ? w->host[w->rank] : "?", what, unit, step, waited,
-            list[0] ? (recv ? (nmiss > 1 ? "no data from ranks " : "no data from rank ") : (nmiss > 1 ? "ranks " : "rank ")) : "a rank of the communicator did not take part",
-            list, list[0] && !recv ? " did not take this rank's data" : "", w->timeout_s);
-    fflush(stderr);
-    free(wr);
     _exit(1);
 }
 
-/* Wait for one collective's receives rreq[q] and sends sreq[q] (q != r: the
-   peers of mc; rreq[r] = sreq[r] = MPI_REQUEST_NULL), adding to the watch
-   how long this rank waited for each peer's data. poll = 1 sleeps 20 us
-   between rounds of tests once 64 rounds found nothing (the communication
-   thread: a thread waiting on the network leaves the cores to the compute
-   threads; Open MPI progresses the transfers inside each MPI_Test), 0 spins
-   (the main thread). The timeout: see above. */
-static inline void hostcoll_wait_peers(MPI_Comm mc, int n, int r, MPI_Request* rreq, MPI_Request* sreq, int poll, const char* what) {
-    CommWatch* w = &comm_watch;
-    double t0 = wall_seconds(), now = t0;
-    char stack_done[512];
-    double stack_arr[256];
-    char* done = n * 2 <= (int)sizeof(stack_done) ? stack_done : (char*)malloc((size_t)n * 2);
-    double* arr = n <= 256 ? stack_arr : (double*)malloc((size_t)n * sizeof(double));
-    if (!done || !arr) { fprintf(stderr, "error: out of host memory in a collective\n"); MPI_Abort(MPI_COMM_WORLD, 1); }
-    int left = 0;
-    for (int q = 0; q < n; q++) {
-        done[q] = q == r; done[n + q] = q == r; arr[q] = t0;
-        left += 2 * (q != r);
-    }
-    for (unsigned long spins = 0; left > 0; spins++) {
-        for (int q = 0; q < n; q++) {
-            int flag;
-            if (!done[q]) { MPI_Test(&rreq[q], &flag, MPI_STATUS_IGNORE); if (flag) { done[q] = 1; left--; arr[q] = wall_seconds(); } }
-            if (!done[n + q]) { MPI_Test(&sreq[q], &flag, MPI_STATUS_IGNORE); if (flag) { done[n + q] = 1; left--; } }
-        }
-        if (left == 0) break;
-        if ((spins & 63) == 63 || poll) now = wall_seconds();
-        if (w->timeout_s > 0 && now - t0 > w->timeout_s) {
-            int any_recv = 0;
-            char* miss = (char*)calloc((size_t)n, 1);
-            for (int q = 0; q < n && miss; q++) if (!done[q]) { miss[q] = 1; any_recv = 1; }
-            if (miss && !any_recv) for (int q = 0; q < n; q++) miss[q] = !done[n + q];
-            comm_watch_expired(mc, n, miss ? miss : done, any_recv, what, now - t0);
-        }
-        if (poll && spins > 64) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
-    }
-    /* arrival times: the wait for each peer's data */
-    if (w->wait_for && n > 1) {
-        int* wr = (int*)malloc((size_t)n * sizeof(int));
-        if (wr && comm_world_ranks(mc, n, wr) == 0) {
-            pthread_mutex_lock(&w->mu);
-            for (int q = 0; q < n; q++) if (q != r) { w->wait_for[wr[q]] += arr[q] - t0; w->waits[wr[q]]++; }
-            pthread_mutex_unlock(&w->mu);
-        }
-        free(wr);
-    }
-    if (done != stack_done) free(done);
-    if (arr != stack_arr) free(arr);
-}
-
-/* Wait for one request of MPI's own collectives with the watch's timeout
-   (what names it; the peers are not known). poll as hostcoll_wait_peers. */
-static inline void comm_wait_request(MPI_Request* req, int poll, const char* what) {
-    CommWatch* w = &comm_watch;
-    if (w->timeout_s <= 0) { MPI_Wait(req, MPI_STATUS_IGNORE); return; }
-    double t0 = wall_seconds();
-    int flag = 0;
-    for (unsigned long spins = 0;; spins++) {
-        MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-        if (flag) return;
-        double now = wall_seconds();
-        if (now - t0 > w->timeout_s) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
-        if (poll || spins > 1000) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
-    }
-}
-
-/* --straggler-report: every rank's mean step (step_ms), compute and wait
-   (wait_ms) times over its `timed` steps, and how long the other ranks waited for its data (comm.h's
-   watch: from posting a collective's receive to that peer's data arriving,
-   mean per receive and over the other ranks). A rank the others wait for
-   well above the rest (over 1.5x the median and by 1 ms) is named, with
-   its node. Collective over all ranks; rank 0 prints. */
-static inline void comm_straggler_report(Comm* c, double step_ms, double wait_ms, int timed) {
-    int N = c->world_size;
-    CommWatch* w = &comm_watch;
-    double mine[3] = {step_ms, wait_ms, 0.0};
-    double* row = (double*)malloc_or_die((size_t)(3 + 2 * N) * sizeof(double), "straggler report");
-    memcpy(row, mine, sizeof(mine));
-    pthread_mutex_lock(&w->mu);
-    for (int q = 0; q < N; q++) { row[3 + q] = w->wait_for[q]; row[3 + N + q] = (double)w->waits[q]; }
-    pthread_mutex_unlock(&w->mu);
-    double* all = c->rank == 0 ? (double*)malloc_or_die((size_t)N * (3 + 2 * N) * sizeof(double), "straggler report") : NULL;
-    MPI_Request rq;
-    MPI_Igather(row, 3 + 2 * N, MPI_DOUBLE, all, 3 + 2 * N, MPI_DOUBLE, 0, MPI_COMM_WORLD, &rq);
-    comm_wait_request(&rq, 0, "the straggler report's gather");
-    if (c->rank == 0) {
-        double* late = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
-        for (int p = 0; p < N; p++) {   /* mean over observers o != p of (o's wait for p per receive) */
-            double sum = 0.0;
-            int k = 0;
-            for (int o = 0; o < N; o++) {
-                const double* ro = all + (size_t)o * (3 + 2 * N);
-                if (o == p || ro[3 + N + p] <= 0) continue;
-                sum += ro[3 + p] / ro[3 + N + p]; k++;
-            }
-            late[p] = k ? 1000.0 * sum / k : 0.0;
-        }
-        printf("straggler report (%d timed steps; \"others waited\": from posting a collective's receive to this rank's data arriving, ms per "
-               "collective, the mean over the other ranks):\n", timed);
-        printf("  %5s  %-24s %10s %11s %10s %15s\n", "rank", "node", "step ms", "compute ms", "waited ms", "others waited");
-        for (int p = 0; p < N; p++) {
-            const double* rp = all + (size_t)p * (3 + 2 * N);
-            printf("  %5d  %-24s %10.1f %11.1f %10.1f %15.3f\n", p, w->host[p], rp[0], rp[0] - rp[1], rp[1], late[p]);
-        }
-        double* sorted = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
-        memcpy(sorted, late, (size_t)N * sizeof(double));
-        for (int i = 1; i < N; i++) for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) { double t = sorted[j]; sorted[j] = sorted[j - 1]; sorted[j - 1] = t; }
-        double med = N ? sorted[(N - 1) / 2] : 0.0;
-        char names[512] = "";
-        int* slow = (int*)malloc_or_die((size_t)N * sizeof(int), "straggler report");
-        int ns = 0;
-        double worst = 0.0;
-        for (int p = 0; p < N; p++) {
-            if (!(late[p] > 1.5 * med && late[p] - med > 1.0)) continue;
-            slow[ns++] = p;
-            if (late[p] > worst) worst = late[p];
-        }
-        comm_format_ranks(names, sizeof(names), slow, ns);
-        free(slow);
-        if (names[0]) printf("straggler: rank%s %s: the others waited up to %.3f ms per collective for its data, against a median of %.3f ms\n",
-                             strchr(names, ',') ? "s" : "", names, worst, med);
-        else printf("straggler: none (no rank's data kept the others waiting over 1.5x the median of %.3f ms per collective)\n", med);
-        free(sorted); free(late); free(all);
-    }
-    free(row);
-}
-
-/* Collective: every rank runs the same configuration. desc is this rank's
-   resolved configuration as "key value" pairs separated by single spaces
-   (the trainer's: every flag that shapes the plan, the collectives or the
-   numbers, after -z auto; train_gpt.cu run_config_text). Each rank
-   all-gathers a 64-bit FNV-1a hash of it; if any rank's differs from rank
-   0's, every rank ends (comm_check_all) with one line from the lowest such
-   rank naming the first pair that differs, both values, and every rank
-   that differs: a mismatch is one error, never a hang in a collective
-   whose shapes disagree. what names the kind ("configurations", "flags"). */
-static inline void comm_agree_config(Comm* c, const char* what, const char* desc) {
-    char err[ERRLEN] = "";
-    unsigned long long h = 1469598103934665603ULL;
-    for (const unsigned char* p = (const unsigned char*)desc; *p; p++) { h ^= *p; h *= 1099511628211ULL; }
-    unsigned long long* all = (unsigned long long*)malloc_or_die((size_t)c->world_size * sizeof(unsigned long long), "config hashes");
-    MPI_Request rq;
-    MPI_Iallgather(&h, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &rq);
-    comm_wait_request(&rq, 0, "the configuration check (an all-gather of every rank's hash)");
-    int differ = 0;
-    for (int r = 1; r < c->world_size; r++) differ += all[r] != all[0];
-    if (differ) {
-        char ref[4096];
-        snprintf(ref, sizeof(ref), "%s", desc);
-        MPI_Ibcast(ref, (int)sizeof(ref), MPI_CHAR, 0, MPI_COMM_WORLD, &rq);
-        comm_wait_request(&rq, 0, "the configuration check (rank 0's configuration)");
-        if (all[c->rank] != all[0]) {
-            int* ranks = (int*)malloc_or_die((size_t)differ * sizeof(int), "config ranks");
-            int k = 0;
-            for (int r = 1; r < c->world_size; r++) if (all[r] != all[0]) ranks[k++] = r;
-            char list[600];
-            comm_format_ranks(list, sizeof(list), ranks, k);
-            free(ranks);
-            /* the first "key value" pair that differs */
-            const char* a = desc; const char* b = ref;
-            char mk[128] = "?", mv[256] = "?", rv[256] = "?";
-            while (*a || *b) {
-                const char* ae = strchr(a, ' '); const char* be = strchr(b, ' ');
-                const char* av = ae ? ae + 1 : a + strlen(a); const char* bv = be ? be + 1 : b + strlen(b);
-                const char* an = strchr(av, ' '); const char* bn = strchr(bv, ' ');
-                if (!an) an = av + strlen(av);
-                if (!bn) bn = bv + strlen(bv);
-                if ((size_t)(an - a) != (size_t)(bn - b) || strncmp(a, b, (size_t)(an - a))) {
-                    snprintf(mk, sizeof(mk), "%.*s", ae ? (int)(ae - a) : (int)strlen(a), a);
-                    snprintf(mv, sizeof(mv), "%.*s", (int)(an - av), av);
-                    snprintf(rv, sizeof(rv), "%.*s", (int)(bn - bv), bv);
-                    break;
-                }
-                a = *an ? an + 1 : an; b = *bn ? bn + 1 : bn;
-            }
-            set_err(err, ERRLEN, "the ranks would run different %s: rank %d has %s = %s where rank 0 has %s = %s (the ranks that differ from rank 0: %s); "
-                    "every rank must run the same program with the same flags and environment", what, c->rank, mk, mv, mk, rv, list);
-        }
-    }
-    free(all);
-    comm_check_all(c, err);
+/* A local error that other ranks cannot know about (a failed allocation, a
+   backend error in the middle of a step): one line naming the rank, the
+   flight record (flight.h), then MPI_Abort (comm_abort), which ends every
+   rank with a non-zero code, never a hang. */
+static inline void comm_fatal(Comm* c, const char* fmt, ...) {
+    va_list ap;
+    char msg[2048];
+    int k = snprintf(msg, sizeof(msg), "error (rank %d): ", c ? c->rank : -1);
+    va_start(ap, fmt);
+    vsnprintf(msg + k, sizeof(msg) - (size_t)k, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s\n", msg);
+    fflush(stderr);
+    flight_dump("abort", msg, comm_watch.host ? comm_watch.host[comm_watch.rank] : NULL, comm_watch.step);
+    comm_abort();
 }
 
 /* Cores this process may run on (its affinity mask), and the cores of its
@@ -609,5 +374,8 @@ static inline void comm_print_placement(Comm* c, FILE* out) {
     free(all);
 }
 
+
+/* the waits of every collective: timeouts, arrival times, signals, the straggler report */
+#include "comm_watch.h"
 
 #endif /* LLMC_COMM_H */

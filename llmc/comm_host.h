@@ -37,7 +37,8 @@ static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T
    rank q's block for this rank lands at recv + q*shard (the own block is
    copied; send and recv must not overlap); alltoall = 0, an all-gather in
    place (send == recv): the own block at recv + r*shard goes to every peer,
-   rank q's lands at recv + q*shard. Then hostcoll_wait_peers. */
+   rank q's lands at recv + q*shard. Then hostcoll_wait_peers. One flight
+   record (flight.h) per call: this rank sends (n-1) x shard x eb bytes. */
 static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void* recv, size_t shard, int eb, int alltoall, int poll,
                                      const char* what) {
     MPI_Request sr[64], ss[64];
@@ -47,6 +48,7 @@ static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void
     MPI_Datatype t = hostcoll_type(eb);
     size_t bb = shard * (size_t)eb;
     const int tag = alltoall ? 711 : 712;
+    unsigned long long fid = flight_start(mc, n, what, comm_ctx_unit, comm_watch.step, (long long)bb * (n - 1), 1);
     for (int q = 0; q < n; q++) {
         rq[q] = sq[q] = MPI_REQUEST_NULL;
         if (q != r) MPI_Irecv((char*)recv + (size_t)q * bb, (int)shard, t, q, tag, mc, &rq[q]);
@@ -57,7 +59,7 @@ static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void
         const char* src = alltoall ? (const char*)send + (size_t)q * bb : (const char*)send + (size_t)r * bb;
         MPI_Isend(src, (int)shard, t, q, tag, mc, &sq[q]);
     }
-    hostcoll_wait_peers(mc, n, r, rq, sq, poll, what);
+    hostcoll_wait_peers(mc, n, r, rq, sq, poll, what, fid);
     if (rq != sr) free(rq);
     if (sq != ss) free(sq);
 }
@@ -163,6 +165,25 @@ static inline void comm_group_gather_ints(Comm* c, const int* mine, int n, int* 
     memcpy(out + (size_t)c->group_rank * n, mine, (size_t)n * sizeof(int));
     hostcoll_exchange(c->group_host, c->group_size, c->group_rank, out, out, (size_t)n, 4, 0, 0, "the embedding rows' token all-gather");
     comm_count(c, COLL_ALL_GATHER, (unsigned long long)n * (unsigned long long)c->group_size * sizeof(int), c->group_size);
+}
+
+/* The interrupt check at a step boundary (interrupt.h): the largest signal
+   number any rank received (0: none), on every rank. An all-gather of one
+   int per rank over MPI_COMM_WORLD made of one message per peer, so that a
+   timeout in it names the ranks that never came (MPI's own all-reduce could
+   not); not counted in the traffic table (it is no collective of the ZeRO
+   engine, like comm_check_all's). The buffer is allocated once. Collective. */
+static inline int comm_agree_interrupt(Comm* c) {
+    static int* all = NULL;
+    static int cap = 0;
+    int mine = intr_pending(), n = c->world_size;
+    if (n == 1) return mine;
+    if (cap < n) { free(all); all = (int*)malloc_or_die((size_t)n * sizeof(int), "the interrupt check"); cap = n; }
+    all[c->rank] = mine;
+    hostcoll_exchange(MPI_COMM_WORLD, n, c->rank, all, all, 1, 4, 0, 0, "the interrupt check (at the end of each step)");
+    int any = 0;
+    for (int q = 0; q < n; q++) if (all[q] > any) any = all[q];
+    return any;
 }
 
 static inline double comm_allreduce_max_host(Comm* c, double x) {

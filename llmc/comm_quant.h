@@ -22,7 +22,7 @@ static inline void quant_refuse_nonfinite(const QuantLayout* Q, int q, size_t ba
             "int%d blocks cannot carry it, so the run ends here (lower -l?)\n",
             comm_watch.rank, flag, what, Q->names ? Q->names[k] : "?", unit, at - Q->seg[k], comm_watch.step, Q->bits);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    comm_abort();
 }
 
 /* qgZ's reduce-scatter (ZeRO++ section 3.3: a hierarchical all-to-all of

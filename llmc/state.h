@@ -80,7 +80,9 @@
 
  Test hooks (environment): LLMC_TEST_DIE_IN_SAVE=S makes rank 1 (rank 0 on
  one rank) _exit(3) in the middle of writing state_S.bin.tmp (m written, v
- not); LLMC_LOG_POSITIONS=1 makes rank 0 print the data position of every
+ not); LLMC_TEST_PAUSE_IN_SAVE=SECONDS makes every rank pause that long at
+ the same point of every state write (a second signal then finds the .tmp
+ in progress, interrupt.h); LLMC_LOG_POSITIONS=1 makes rank 0 print the data position of every
  training micro-step (state_log_position).
 */
 #ifndef LLMC_STATE_H
@@ -324,6 +326,12 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
             fprintf(stderr, "test hook LLMC_TEST_DIE_IN_SAVE: rank %d exits while writing %s\n", c->rank, f.tmp);
             fflush(stderr);
             _exit(3);
+        }
+        if (which == 1 && getenv("LLMC_TEST_PAUSE_IN_SAVE")) {   /* the second-signal test: a signal lands mid-write */
+            double secs = atof(getenv("LLMC_TEST_PAUSE_IN_SAVE")), t0 = wall_seconds();
+            fprintf(stderr, "test hook LLMC_TEST_PAUSE_IN_SAVE: rank %d pauses %.1f s while writing %s\n", c->rank, secs, f.tmp);
+            fflush(stderr);
+            while (wall_seconds() - t0 < secs) { struct timespec ts = {0, 10000000}; nanosleep(&ts, NULL); }
         }
         for (int t = 0; t < P->num_tensors && cfile_ok(&f) && c->replica_rank == 0; t++) {  /* HSDP: one group writes */
             int u = P->tensors[t].unit;

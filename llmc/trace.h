@@ -30,6 +30,7 @@
 #include <stdarg.h>
 #include <mpi.h>
 #include "utils.h"
+#include "interrupt.h"
 
 enum { TRACE_TID_COMPUTE = 0, TRACE_TID_COMM = 1, TRACE_TIDS = 2 };
 #define TRACE_MEM_MAX 12
@@ -234,6 +235,7 @@ static inline int trace_write(const char* path, int rank, int nranks, const char
     if (rank == 0) {
         char tmp[4096];
         snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        int slot = intr_watch_tmp(tmp);   /* a second signal removes it */
         FILE* f = fopen(tmp, "w");
         if (!f) rc = set_err(err, errlen, "--trace %s: cannot write %s (%s)", path, tmp, strerror(errno));
         else {
@@ -245,6 +247,7 @@ static inline int trace_write(const char* path, int rank, int nranks, const char
             if (fclose(f) != 0) bad = 1;
             if (bad || rename(tmp, path) != 0) { remove(tmp); rc = set_err(err, errlen, "--trace %s: cannot write (%s)", path, strerror(errno)); }
         }
+        intr_unwatch(slot);
         free(all); free(counts); free(displs);
     }
     return rc;

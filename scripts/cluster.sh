@@ -20,6 +20,9 @@
 #   scripts/cluster.sh link NODE down|up   cut a node's link (the bridge-side veth down: no packet in or
 #                                    out, no reset either, as a pulled cable) or restore it
 #   scripts/cluster.sh mem M         change the memory size of every node of the running cluster
+#   scripts/cluster.sh cpu NODE F    give NODE only the fraction F (0 < F <= 1, or none) of its cpus' time
+#                                    (a cpu cgroup quota: a slow node, unmistakable whatever else runs);
+#                                    processes already on the node move into it
 #   scripts/cluster.sh status        nodes, addresses, cpus, rates, byte counters (exit 1 when not up)
 #   scripts/cluster.sh down          remove everything `up` made, and only that
 #   scripts/cluster.sh env           print `export OMPI_MCA_...` lines: `eval "$(scripts/cluster.sh env)"`
@@ -50,6 +53,12 @@
 # node's MPI daemon and all its ranks share M, and the kernel's OOM killer
 # ends a rank that goes over, as on a node without swap. The trainer reads
 # the limit (llmc/fit.h) and divides it by the ranks of the node.
+# F (cpu): each node is also a cpu cgroup below the caller's (v1: cpu.cfs_quota_us
+# = F x cpu.cfs_period_us (100 ms) x the node's cpus; v2: cpu.max; only v1
+# has been run here), made by the first `cpu` command, which every process
+# later started on the node joins and which the node's running processes
+# are moved into: the node's ranks get at most F of its cpus' time, however
+# idle the machine is; none removes the limit.
 # --slurm (Debian's slurm-wlm 22.05 and munge: apt-get install slurmctld
 # slurmd slurm-client munge): munged with its own key and socket in the
 # state dir; slurmctld on the machine, in a UTS namespace named NAME-ctl,
@@ -226,6 +235,51 @@ apply_mem() { # size string
   done
   st_set mem "${b:+$1}"; [ -n "$b" ] || st_set mem none
 }
+# the caller's cpu cgroup directory (v1 cpu controller, else v2)
+cpu_cg_parent() {
+  local p mnt
+  p=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}cpu\(,[^:]*\)\{0,1\}:\(.*\)$/\3/p' /proc/self/cgroup | head -1)
+  mnt=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { print $2; exit }' /proc/mounts)
+  if [ -n "$p" ] && [ -n "$mnt" ] && [ -f "$mnt/cpu.cfs_quota_us" ]; then echo "v1 $mnt${p%/}"; return 0; fi
+  p=$(sed -n 's/^0::\(.*\)$/\1/p' /proc/self/cgroup | head -1)
+  if [ -n "$p" ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "v2 /sys/fs/cgroup${p%/}"; return 0; fi
+  return 1
+}
+cpu_make() { # create the node cpu cgroups (recorded first); sets state cpucgver, cpucg<i>
+  local K i par ver base
+  par=$(cpu_cg_parent) || die "cpu: no cpu cgroup hierarchy here (a v1 cpu controller or cgroup v2)"
+  ver=${par%% *}; base="${par#* }/llmc-$NAME"
+  if [ "$ver" = v2 ]; then
+    grep -qw cpu "${par#* }/cgroup.subtree_control" 2>/dev/null || echo +cpu > "${par#* }/cgroup.subtree_control" 2>/dev/null \
+      || die "cpu: cannot enable the cpu controller below ${par#* } (cgroup v2)"
+  fi
+  K=$(st nodes)
+  record cgroup "$base"; mkdir -p "$base" || die "cpu: cannot create the cgroup $base"
+  if [ "$ver" = v2 ]; then echo +cpu > "$base/cgroup.subtree_control" 2>/dev/null || die "cpu: cannot enable the cpu controller in $base"; fi
+  for ((i = 0; i < K; i++)); do
+    record cgroup "$base/$NAME-node$i"; mkdir -p "$base/$NAME-node$i"
+    st_set "cpucg$i" "$base/$NAME-node$i"
+  done
+  st_set cpucgver "$ver"
+}
+apply_cpu() { # node index, fraction string
+  local i=$1 f=$2 cg ncpu quota period=100000 pid
+  if [ "${f,,}" != none ]; then
+    awk -v f="$f" 'BEGIN { exit !(f ~ /^[0-9]*\.?[0-9]+$/ && f > 0 && f <= 1) }' || die "cpu $f: expected a fraction of the node's cpus in (0, 1], e.g. 0.25, or none"
+  fi
+  [ -n "$(st cpucg0)" ] || cpu_make
+  cg=$(st "cpucg$i"); ncpu=$(st "cpus$i" | tr ',' '\n' | wc -l)
+  quota=-1
+  [ "${f,,}" = none ] || quota=$(awk -v f="$f" -v p=$period -v n="$ncpu" 'BEGIN { q = f * p * n; if (q < 1000) q = 1000; printf "%.0f\n", q }')
+  if [ "$(st cpucgver)" = v1 ]; then
+    echo $period > "$cg/cpu.cfs_period_us" && echo "$quota" > "$cg/cpu.cfs_quota_us" || die "cpu $f: cannot write $cg/cpu.cfs_quota_us"
+  else
+    echo "$([ "$quota" = -1 ] && echo max || echo "$quota") $period" > "$cg/cpu.max" || die "cpu $f: cannot write $cg/cpu.max"
+  fi
+  for pid in $(ip netns pids "$NAME-node$i" 2>/dev/null); do echo "$pid" > "$cg/cgroup.procs" 2>/dev/null || true; done
+  st_set "cpufrac$i" "${f,,}"
+}
+
 # end every process in a cgroup of ours (each was started on the node), then remove it
 # (and the cgroups below it, deepest first: Slurm's job cgroups on a node)
 cg_procs() { find "$1" -name cgroup.procs -exec cat {} + 2>/dev/null; }
@@ -551,6 +605,10 @@ export OMPI_MCA_btl=self,vader,tcp
 export OMPI_MCA_btl_tcp_if_include=10.213.$S.0/24
 export OMPI_MCA_oob_tcp_if_include=10.213.$S.0/24
 export OMPI_MCA_hwloc_base_binding_policy=none
+export OMPI_MCA_oob_tcp_keepalive_time=5
+export OMPI_MCA_oob_tcp_keepalive_intvl=2
+export OMPI_MCA_oob_tcp_keepalive_probes=5
+export OMPI_MCA_odls_base_sigkill_timeout=10
 EOF
   [ "$(st slurm)" = 1 ] && echo "export SLURM_CONF=$(slurm_dir)/slurm.conf"
   return 0
@@ -584,9 +642,11 @@ cmd_agent() {
   [ "$node" = "$NAME-node$i" ] && [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -lt "$(st nodes)" ] || die "agent: $node is not a node of cluster $NAME"
   local cpus; cpus=$(st "cpus$i")
   local cg; cg=$(st "cg$i")
+  local ccg; ccg=$(st "cpucg$i")
   mkdir -p "$TMPBASE/$node"
   exec nsenter --net="/run/netns/$node" unshare --uts -- env TMPDIR="$TMPBASE/$node" taskset -c "$cpus" \
-    sh -c 'if [ -n "$2" ]; then echo $$ > "$2/cgroup.procs" || exit 1; fi; hostname "$1" || exit 1; shift 2; eval "$*"' sh "$node" "$cg" "$@"
+    sh -c 'for g in "$2" "$3"; do if [ -n "$g" ]; then echo $$ > "$g/cgroup.procs" || exit 1; fi; done; hostname "$1" || exit 1; shift 3; eval "$*"' \
+    sh "$node" "$cg" "$ccg" "$@"
 }
 
 cmd_exec() {
@@ -630,6 +690,14 @@ cmd_mem() {
   echo "cluster $NAME: mem $(st mem) on every node"
 }
 
+cmd_cpu() {
+  [ $# = 2 ] || die "cpu: usage: $0 cpu NODE FRACTION (e.g. llmc-node1 0.25, or none)"
+  need_root; lock; need_up
+  local i; i=$(node_index "$1")
+  apply_cpu "$i" "$2"
+  echo "cluster $NAME: $1 gets $([ "${2,,}" = none ] && echo "all of its cpus' time (no quota)" || echo "$2 of its cpus' time (cpu cgroup $(st "cpucg$i"))")"
+}
+
 cmd_counters() {
   need_up
   local K i; K=$(st nodes)
@@ -655,6 +723,12 @@ cmd_status() {
   if [ "$(st slurm)" = 1 ]; then
     echo "  slurm: SLURM_CONF=$(slurm_dir)/slurm.conf (eval \"\$($0 --name $NAME env)\"), controller $NAME-ctl; sinfo:"
     SLURM_CONF=$(slurm_dir)/slurm.conf sinfo 2>&1 | sed 's/^/    /'
+  fi
+  if [ -n "$(st cpucg0)" ]; then
+    for ((i = 0; i < K; i++)); do
+      local fr; fr=$(st "cpufrac$i"); [ "${fr:-none}" = none ] && fr=all
+      printf '  %-16s cpu cgroup %s: %s of its cpus'"'"' time\n' "$NAME-node$i" "$(st "cpucg$i")" "$fr"
+    done
   fi
   if [ -n "$(st cg0)" ]; then
     printf '  %-16s %-54s %14s %14s %14s %8s\n' node "memory cgroup" "limit B" "usage B" "max usage B" "OOM kills"
@@ -684,11 +758,12 @@ case "$CMD" in
   rate) cmd_rate "$@" ;;
   link) cmd_link "$@" ;;
   mem) cmd_mem "$@" ;;
+  cpu) cmd_cpu "$@" ;;
   status) cmd_status ;;
   env) cmd_env ;;
   hostfile) need_up; echo "$DIR/hostfile" ;;
   exec) cmd_exec "$@" ;;
   counters) cmd_counters ;;
   agent) cmd_agent "$@" ;;
-  *) die "$CMD: unknown command (up, run, rate, status, down, env, hostfile, exec, counters; -h for help)" ;;
+  *) die "$CMD: unknown command (up, run, rate, link, mem, cpu, status, down, env, hostfile, exec, counters; -h for help)" ;;
 esac

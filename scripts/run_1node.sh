@@ -27,6 +27,10 @@
 # ahead, overlapping compute), --reshard-after-forward 0 (keep blocks from
 # forward to backward: less traffic, more memory).
 # Anything else on the command line goes to the trainer (see its -h).
+# Ctrl-C or SIGTERM: mpirun passes SIGTERM to the ranks
+# odls_base_sigkill_timeout = 10 s later (set here; OMPI_MCA_* overrides)
+# and SIGKILLs them 10 s after that; the ranks write a checkpoint of the
+# step they are in (with -o) and exit: resume with -y 1 (docs/faults.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CPU=${CPU:-0}
@@ -39,6 +43,7 @@ ZERO=${ZERO:-1}
 MPIRUN=${MPIRUN:-mpirun}
 launcher=("$MPIRUN")
 [ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
+[ -n "${OMPI_MCA_odls_base_sigkill_timeout:-}" ] || launcher+=(--mca odls_base_sigkill_timeout 10)
 if [ "$CPU" = 1 ]; then
   # more ranks than cores is allowed (each rank then gets one thread)
   launcher+=(-np "$NP" --oversubscribe --bind-to none)

@@ -37,6 +37,14 @@
 #   NCCL_DEBUG=WARN     INFO to see the chosen transport/rings at start-up
 # LLMC_GPU_TIMEOUT (seconds, default 900): a rank waiting longer than this
 # for the GPU (e.g. a collective whose peer died) aborts the whole job.
+# Faults (docs/faults.md): Open MPI's daemons send TCP keepalives to
+# mpirun after 5 s idle, every 2 s, 5 of them (oob_tcp_keepalive_*), so a
+# node whose link is cut is declared lost within 15 s and the job ends
+# (the default, 300 + 9 x 20 s, lets it wait for ever); on Ctrl-C or
+# SIGTERM mpirun passes SIGTERM to the ranks odls_base_sigkill_timeout =
+# 10 s later and SIGKILLs them 10 s after that, the time a rank has to
+# finish its step and write its checkpoint (SIGUSR1 to mpirun reaches the
+# ranks at once). OMPI_MCA_* in the environment override these.
 # Every rank's node, local rank and threads are printed at start (placement).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,6 +63,9 @@ launcher=("$MPIRUN")
 [ "$(id -u)" = 0 ] && launcher+=(--allow-run-as-root)
 # --bind-to none: GPU ranks drive a GPU; CPU ranks spread their OpenMP threads over the node's cores
 launcher+=(-np "$NP" --hostfile "$HOSTFILE" --map-by "ppr:$PER_NODE:node" --bind-to none)
+for kv in oob_tcp_keepalive_time=5 oob_tcp_keepalive_intvl=2 oob_tcp_keepalive_probes=5 odls_base_sigkill_timeout=10; do
+  v=OMPI_MCA_${kv%%=*}; [ -n "${!v:-}" ] || launcher+=(--mca "${kv%%=*}" "${kv#*=}")
+done
 if [ "$CPU" = 1 ]; then
   [ -n "${OMP_NUM_THREADS:-}" ] && launcher+=(-x OMP_NUM_THREADS)
 else

@@ -70,6 +70,7 @@ suite "zero++" bash tests/suites/zeropp.sh
 suite "training" bash tests/suites/train.sh
 suite "cluster" bash tests/suites/cluster.sh
 suite "network faults" bash tests/suites/net_faults.sh
+suite "interrupts and flight records" bash tests/suites/interrupt.sh
 suite "slurm" bash tests/suites/slurm.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh

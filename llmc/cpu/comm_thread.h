@@ -54,6 +54,7 @@ typedef struct {
     size_t keep_off, keep_count;
     MPI_Comm mc2;          /* CT_REDUCE_SCATTER_QUANTIZED: mc = the node's ranks, mc2 = the nodes' (qgZ) */
     int L, M;
+    unsigned long long flight_id;  /* its flight record (flight.h), made at issue; 0: none */
 } CtOp;
 
 #define CT_QUEUE 4096
@@ -74,6 +75,7 @@ static CommThread cpu_ct;
 
 static inline void ct_execute(const CtOp* op, int on_thread, void* scratch) {
     comm_ctx_what = coll_name(op->trace_kind); comm_ctx_unit = op->trace_unit;   /* for a timeout's message */
+    flight_pending = op->flight_id;   /* the first exchange continues the record made at issue */
     switch (op->kind) {
         case CT_REDUCE_SCATTER: hostcoll_reduce_scatter(op->mc, op->buf, op->count, op->eb, scratch, op->acc, !on_thread); break;
         case CT_ALL_GATHER: hostcoll_all_gather(op->mc, op->buf, op->count, op->eb, on_thread); break;
@@ -93,11 +95,13 @@ static inline void ct_execute(const CtOp* op, int on_thread, void* scratch) {
     }
     if (op->keep && op->kind != CT_SECONDARY_GATHER)
         memcpy(op->keep, (const char*)op->buf + op->keep_off * (size_t)op->eb, op->keep_count * (size_t)op->eb);
+    flight_close(op->flight_id);
     comm_ctx_what = NULL; comm_ctx_unit = -1;
 }
 
 static void* ct_main(void* arg) {
     CommThread* t = (CommThread*)arg;
+    flight_thread = 1;
     pthread_mutex_lock(&t->mu);
     for (;;) {
         while (t->done == t->issued && !t->stop) pthread_cond_wait(&t->cv_work, &t->mu);
@@ -145,6 +149,7 @@ static inline unsigned long long ct_submit(const CtOp* op) {
     pthread_mutex_lock(&t->mu);
     while (t->issued - t->done >= CT_QUEUE) pthread_cond_wait(&t->cv_done, &t->mu);
     t->q[t->issued % CT_QUEUE] = *op;
+    t->q[t->issued % CT_QUEUE].flight_id = flight_issue(coll_name(op->trace_kind), op->trace_unit, comm_watch.step, -1);
     unsigned long long f = ++t->issued;
     pthread_cond_signal(&t->cv_work);
     pthread_mutex_unlock(&t->mu);

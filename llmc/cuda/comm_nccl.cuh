@@ -126,8 +126,14 @@ static void nccl_fatal_hook(const char* msg) {
 
 /* Called by every polling host wait (common.cuh) every 256 polls: ends the
    run on NCCL's asynchronous error state (a collective failed, e.g. a peer
-   died) or once the wait exceeds LLMC_GPU_TIMEOUT seconds. */
+   died) or once the wait exceeds LLMC_GPU_TIMEOUT seconds; a signal found
+   waiting writes the flight record (which holds this build's host-staged
+   and MPI collectives, not its NCCL calls). */
 static void nccl_poll_hook(double waited) {
+    if (intr_pending()) {   /* a signal while the GPU is waited for: say where, once (comm_watch.h) */
+        double now = wall_seconds();
+        comm_notice_signal(MPI_COMM_NULL, 0, NULL, "a wait for the GPU (a kernel or an NCCL collective)", now - waited, now);
+    }
     if (nccl_state.nccl) {
         ncclResult_t ar = ncclSuccess;
         ncclCheck(ncclCommGetAsyncError(nccl_state.nccl, &ar));
@@ -170,6 +176,14 @@ static void backend_init(Comm* c) {
        one line from the lowest failing rank, exit 1 everywhere (comm_check_all) */
     char err[256] = "";
     int mode = nccl_mode_from_env(err, sizeof(err));
+    {   /* an environment variable is read per rank: every rank must give the
+           same LLMC_COLLECTIVES (docs/design.md section 11) */
+        int mm[2] = {mode, -mode}, r[2];
+        MPI_Allreduce(mm, r, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (!err[0] && r[0] != -r[1])
+            snprintf(err, sizeof(err), "LLMC_COLLECTIVES differs between the ranks (this rank: %s): every rank must give the same value, or none",
+                     mode == 0 ? "nccl" : mode == 1 ? "host" : "auto");
+    }
     int ndev = 0, dev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (!err[0] && (e != cudaSuccess || ndev == 0))
@@ -217,7 +231,9 @@ static void backend_init(Comm* c) {
     cuda_blas_init();
     cublasCheck(cublasSetStream(gemm_state.blas, cuda_ctx.stream));
     const char* to = getenv("LLMC_GPU_TIMEOUT");
-    nccl_state.timeout_s = to ? atof(to) : comm_watch.timeout_s;   /* --collective-timeout (comm.h); LLMC_GPU_TIMEOUT overrides */
+    double gpu_timeout = to ? atof(to) : comm_watch.timeout_s;     /* --collective-timeout (comm.h); LLMC_GPU_TIMEOUT overrides */
+    MPI_Bcast(&gpu_timeout, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);      /* rank 0's, so every rank waits as long */
+    nccl_state.timeout_s = gpu_timeout;
     cuda_poll_hook = nccl_poll_hook;
 
     nccl_state.nccl_rep = NULL;

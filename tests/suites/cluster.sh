@@ -175,6 +175,10 @@ fi
 for f in scripts/run_slurm.sbatch scripts/run_multinode.sh scripts/run_1node.sh scripts/cluster.sh; do
   bash -n "$f" && ok "bash -n $f" || bad "bash -n $f"
 done
+# the slurm script's -h prints its variables and starts nothing (no srun, no Slurm configuration needed)
+if out=$(env -u SLURM_CONF PATH=/nonexistent:/usr/bin:/bin bash scripts/run_slurm.sbatch -h 2>&1) && grep -q "^values now: CPU=0 PRECISION=bf16 ZERO=3" <<<"$out" && ! grep -q srun: <<<"$out"; then
+  ok "run_slurm.sbatch -h: its variables, no srun ($(grep '^values now' <<<"$out" | cut -c1-80)...)"
+else bad "run_slurm.sbatch -h: $(tail -2 <<<"$out")"; fi
 expect_cmd() { # name expected command...
   local name=$1 want=$2; shift 2
   local got; got=$("$@" 2>&1)
@@ -183,17 +187,20 @@ expect_cmd() { # name expected command...
 root=--allow-run-as-root
 expect_cmd "slurm GPU command" "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=none ./train_gpt -z 3 -b 8 -t 1024 -d 524288 -x 5000 -e d48 -o /shared/out" \
   env DRYRUN=1 bash scripts/run_slurm.sbatch -e d48 -o /shared/out
-expect_cmd "slurm CPU command" "OMP_NUM_THREADS=16 srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores ./train_gpt_cpu -z 1 -b 4 -t 64 -x 10 -e d2" \
+expect_cmd "slurm CPU command" "OMP_NUM_THREADS=16 srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores ./train_gpt_cpu_bf16 -z 1 -b 4 -t 64 -x 10 -e d2" \
   env DRYRUN=1 CPU=1 SLURM_CPUS_PER_TASK=16 ZERO=1 B=4 T=64 STEPS=10 bash scripts/run_slurm.sbatch -e d2
-expect_cmd "multinode GPU command" "mpirun $root -np 16 --hostfile hosts.txt --map-by ppr:8:node --bind-to none -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH -x LLMC_GPU_TIMEOUT=900 ./train_gpt -z 3 -b 8 -t 1024 -d 524288 -x 5000 -e d48" \
+expect_cmd "slurm CPU fp32 command" "OMP_NUM_THREADS=1 srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores ./train_gpt_cpu -z 3 -b 8 -t 128 -x 5000" \
+  env DRYRUN=1 CPU=1 PRECISION=fp32 SLURM_CPUS_PER_TASK=1 bash scripts/run_slurm.sbatch
+faults="--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 5 --mca odls_base_sigkill_timeout 10"
+expect_cmd "multinode GPU command" "mpirun $root -np 16 --hostfile hosts.txt --map-by ppr:8:node --bind-to none $faults -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH -x LLMC_GPU_TIMEOUT=900 ./train_gpt -z 3 -b 8 -t 1024 -d 524288 -x 5000 -e d48" \
   env -u NCCL_SOCKET_IFNAME -u NCCL_IB_HCA DRYRUN=1 HOSTFILE=hosts.txt bash scripts/run_multinode.sh -e d48
-expect_cmd "multinode CPU command" "mpirun $root -np 4 --hostfile hosts.txt --map-by ppr:2:node --bind-to none -x OMP_NUM_THREADS ./train_gpt_cpu -z 2 -b 8 -t 128 -x 500 -e d4" \
+expect_cmd "multinode CPU command" "mpirun $root -np 4 --hostfile hosts.txt --map-by ppr:2:node --bind-to none $faults -x OMP_NUM_THREADS ./train_gpt_cpu -z 2 -b 8 -t 128 -x 500 -e d4" \
   env DRYRUN=1 HOSTFILE=hosts.txt CPU=1 NODES=2 PER_NODE=2 ZERO=2 OMP_NUM_THREADS=1 bash scripts/run_multinode.sh -e d4
-expect_cmd "1-node CPU command" "mpirun $root -np 2 --oversubscribe --bind-to none ./train_gpt_cpu -z 1 -b 8 -t 128 -x 500" \
+expect_cmd "1-node CPU command" "mpirun $root --mca odls_base_sigkill_timeout 10 -np 2 --oversubscribe --bind-to none ./train_gpt_cpu -z 1 -b 8 -t 128 -x 500" \
   env DRYRUN=1 CPU=1 bash scripts/run_1node.sh
 # the trainer parses the flags the slurm script generates (--estimate: no data, no run)
-gen=$(DRYRUN=1 CPU=1 SLURM_CPUS_PER_TASK=1 bash scripts/run_slurm.sbatch -e d2 | sed 's/.*\.\/train_gpt_cpu //')
-if out=$(./train_gpt_cpu $gen --estimate 2>&1) && echo "$out" | grep -q "^ZeRO estimate"; then ok "the trainer accepts the generated flags: $gen"
+gen=$(DRYRUN=1 CPU=1 SLURM_CPUS_PER_TASK=1 bash scripts/run_slurm.sbatch -e d2 | sed 's/.*\.\/train_gpt_cpu_bf16 //')
+if out=$(./train_gpt_cpu_bf16 $gen --estimate 2>&1) && echo "$out" | grep -q "^ZeRO estimate"; then ok "the trainer accepts the generated flags: $gen"
 else bad "the trainer rejects the generated flags '$gen': $out"; fi
 
 # --- 5. down removes everything

@@ -14,7 +14,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 FIRST=$(command -v python3)
 echo "first python3 on PATH: $FIRST ($($FIRST --version 2>&1))"
 for spec in "dev/plot.py:matplotlib" "dev/reference.py:numpy" "dev/kernels_ref.py:numpy" "dev/bench_pytorch.py:torch" \
-            "dev/bf16_emulation.py:numpy" "tests/suites/reference_selftest.py:numpy" "dev/check_trace.py:"; do
+            "dev/bf16_emulation.py:numpy" "tests/suites/reference_selftest.py:numpy" "dev/check_trace.py:" "dev/flight.py:"; do
   f=${spec%%:*}; need=${spec#*:}
   python3 "$f" --help > "$tmp/out" 2>&1; rc=$?
   if [ $rc -eq 0 ] && ! grep -q Traceback "$tmp/out"; then ok "$f --help under $FIRST: exit 0, no traceback"

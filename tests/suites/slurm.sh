@@ -46,7 +46,7 @@ A=(-e d2 -i "data/brown/brown_train_*.bin" -v 0 -s 0)
 sb() { # extra env, args...: submit, print the job id
   local envs=$1; shift
   timeout 20 sbatch --parsable --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
-    --cpus-per-task=1 --export="ALL,CPU=1,$envs" scripts/run_slurm.sbatch "${A[@]}" "$@"
+    --cpus-per-task=1 --export="ALL,CPU=1,PRECISION=fp32,$envs" scripts/run_slurm.sbatch "${A[@]}" "$@"
 }
 state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 wait_state() { # job seconds: waits while PENDING/RUNNING/COMPLETING; prints the state

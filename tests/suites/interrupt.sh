@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# A run stopped by a signal keeps its steps, and a hung run says where every
+# rank stopped (llmc/interrupt.h, llmc/flight.h, dev/flight.py):
+#  1. SIGTERM to every rank after step 3 of a 6-step run: every rank agrees
+#     at the next step boundary K, writes model_K.bin and state_K.bin and
+#     exits 143 ("interrupted at step K: wrote checkpoint K; resume with
+#     -y 1"); -y 1 resumes to step 6 bitwise equal (model and state) to the
+#     uninterrupted run;
+#  2. a second SIGTERM while the state is being written (a test hook pauses
+#     the write) exits at once: no .tmp, no partial state_K.bin;
+#  3. no -o: the line says nothing was written, exit 143;
+#  4. SIGTERM to mpirun: it passes SIGTERM to the ranks after
+#     odls_base_sigkill_timeout (3 s here), and they write their checkpoint;
+#  5. a hang made on purpose (LLMC_TEST_HANG: rank 2 stops at step 3 and
+#     answers signals, rank 3 stops silently), --collective-timeout 5: the
+#     job ends, and dev/flight.py names ranks 0, 1 waiting, rank 2 elsewhere
+#     (its last record is earlier) and rank 3 without a dump;
+#  6. with Slurm (scripts/cluster.sh up 2 --slurm, cluster llmcsig):
+#     sbatch --requeue scripts/run_slurm.sbatch with REQUEUE=1; SIGUSR1 to
+#     the batch shell (what --signal=B:USR1@T sends) after step 3: the
+#     script passes it to the step, the ranks write their checkpoint, the
+#     job requeues itself, resumes with -y 1 by itself and ends bitwise
+#     equal to the uninterrupted run (needs root and Slurm; else skipped).
+# Every wait is bounded.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+make -s train_gpt_cpu >/dev/null 2>&1 || { bad "make train_gpt_cpu"; summary; exit 1; }
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d -p /var/tmp llmc-interrupt-test.XXXXXX)
+JOB=""; CL=""
+cleanup() {
+  [ -n "$JOB" ] && kill "$JOB" 2>/dev/null
+  [ -n "$CL" ] && $CL down >/dev/null 2>&1
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; exit 130' INT TERM
+DATA=(-i "data/brown/brown_train_*.bin" -v 0 -s 0)
+M=(-e d2 -b 1 -t 32 -z 3)
+wait_for() { # file regex seconds
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do grep -qE "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+  return 1
+}
+ranks_of() { pgrep -P "$1" | xargs; }   # mpirun's children: the ranks it started here
+start() { # out extra-mpirun-args -- trainer args: mpirun in the background, JOB its pid
+  local out=$1; shift
+  local margs=(); while [ "$1" != -- ]; do margs+=("$1"); shift; done; shift
+  $MPIRUN "${margs[@]}" ./train_gpt_cpu "${DATA[@]}" "${M[@]}" "$@" > "$out" 2>&1 &
+  JOB=$!
+}
+finish() { # seconds: wait for JOB at most that long; rc in RC
+  local i
+  for ((i = 0; i < $1 * 10; i++)); do kill -0 "$JOB" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$JOB" 2>/dev/null; then kill "$JOB"; wait "$JOB" 2>/dev/null; RC=124; else wait "$JOB"; RC=$?; fi
+  JOB=""
+}
+
+# --- 1. SIGTERM to every rank, resume, bitwise
+timeout 120 $MPIRUN -np 2 ./train_gpt_cpu "${DATA[@]}" "${M[@]}" -x 6 -o "$tmp/ref" > "$tmp/ref.out" 2>&1 || bad "the uninterrupted run (exit $?)"
+start "$tmp/int.out" -np 2 -- -x 6 -o "$tmp/int"
+if wait_for "$tmp/int.out" "^step +3/" 60; then
+  kill -TERM $(ranks_of $JOB)
+  finish 60
+  K=$(sed -n 's/^interrupted at step \([0-9]*\): wrote checkpoint \1; resume with -y 1 (SIGTERM)$/\1/p' "$tmp/int.out")
+  k8=$(printf %08d "${K:-0}")
+  if [ "$RC" = 143 ] && [ -n "$K" ] && [ "$K" -ge 3 ] && [ "$K" -lt 6 ] && [ -s "$tmp/int/model_$k8.bin" ] && [ -s "$tmp/int/state_$k8.bin" ] \
+     && ! ls "$tmp/int"/*.tmp >/dev/null 2>&1 && [ -s "$tmp/int/flight/rank_0.json" ] && [ -s "$tmp/int/flight/rank_1.json" ]; then
+    ok "SIGTERM to both ranks after step 3: exit 143, $(grep "^interrupted" "$tmp/int.out"); model and state of step $K written, no .tmp, both flight records"
+  else bad "SIGTERM to both ranks: exit $RC, K '$K'"; tail -5 "$tmp/int.out"; ls "$tmp/int"; fi
+  timeout 120 $MPIRUN -np 2 ./train_gpt_cpu "${DATA[@]}" "${M[@]}" -x 6 -o "$tmp/int" -y 1 > "$tmp/res.out" 2>&1; rc=$?
+  if [ $rc = 0 ] && grep -q "^resumed from step $K:" "$tmp/res.out" && cmp -s "$tmp/int/model_00000006.bin" "$tmp/ref/model_00000006.bin" \
+     && cmp -s "$tmp/int/state_00000006.bin" "$tmp/ref/state_00000006.bin"; then
+    ok "-y 1 resumed from step $K to 6: model and state bitwise the uninterrupted run's (cmp)"
+  else bad "the resume: exit $rc; $(grep -m1 -E '^resumed|^error' "$tmp/res.out")"; fi
+else bad "never reached step 3"; tail -3 "$tmp/int.out"; finish 1; fi
+
+# --- 2. a second signal while a file is written
+start "$tmp/two.out" -np 2 -x LLMC_TEST_PAUSE_IN_SAVE=30 -- -x 20 -o "$tmp/two"
+if wait_for "$tmp/two.out" "^step +2/" 60; then
+  kill -TERM $(ranks_of $JOB)
+  if wait_for "$tmp/two.out" "^test hook LLMC_TEST_PAUSE_IN_SAVE: rank 1 pauses" 60; then
+    t0=$(date +%s.%N)
+    tmpfile=$(ls "$tmp/two"/*.tmp 2>/dev/null | head -1)
+    kill -TERM $(ranks_of $JOB)
+    finish 20
+    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    if [ "$RC" = 143 ] && [ -n "$tmpfile" ] && ! ls "$tmp/two"/*.tmp >/dev/null 2>&1 && ! ls "$tmp/two"/state_*.bin >/dev/null 2>&1 \
+       && grep -q "^interrupted again: exiting now" "$tmp/two.out" && awk -v d="$dt" 'BEGIN { exit !(d < 10) }'; then
+      ok "a second SIGTERM during the state write: exit 143 in $dt s, $(basename "$tmpfile") removed, no state file: $(grep -m1 "^interrupted again" "$tmp/two.out" | cut -c1-60)..."
+    else bad "the second SIGTERM: exit $RC after $dt s, tmp '$tmpfile', left: $(ls "$tmp/two" | tr '\n' ' ')"; tail -3 "$tmp/two.out"; fi
+  else bad "the state write never paused"; tail -3 "$tmp/two.out"; finish 1; fi
+else bad "never reached step 2"; finish 1; fi
+
+# --- 3. no -o
+start "$tmp/noo.out" -np 2 -- -x 20
+if wait_for "$tmp/noo.out" "^step +2/" 60; then
+  kill -TERM $(ranks_of $JOB); finish 60
+  if [ "$RC" = 143 ] && grep -qE "^interrupted at step [0-9]+: no -o, so nothing was written" "$tmp/noo.out"; then ok "no -o: exit 143, $(grep "^interrupted" "$tmp/noo.out")"
+  else bad "no -o: exit $RC"; tail -3 "$tmp/noo.out"; fi
+else bad "never reached step 2 (no -o)"; finish 1; fi
+
+# --- 4. SIGTERM to mpirun: the ranks hear of it odls_base_sigkill_timeout later
+start "$tmp/mpi.out" -np 2 --mca odls_base_sigkill_timeout 3 -- -x 40 -o "$tmp/mpi"
+if wait_for "$tmp/mpi.out" "^step +2/" 60; then
+  t0=$(date +%s.%N); kill -TERM $JOB; finish 30
+  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  K=$(sed -n 's/^interrupted at step \([0-9]*\): wrote checkpoint.*/\1/p' "$tmp/mpi.out")
+  if [ -n "$K" ] && [ -s "$tmp/mpi/state_$(printf %08d "$K").bin" ] && [ "$RC" != 0 ] && [ "$RC" != 124 ]; then
+    ok "SIGTERM to mpirun (odls_base_sigkill_timeout 3): the ranks wrote checkpoint $K; mpirun exited $RC after $dt s"
+  else bad "SIGTERM to mpirun: exit $RC after $dt s, K '$K'"; tail -4 "$tmp/mpi.out"; fi
+else bad "never reached step 2 (mpirun)"; finish 1; fi
+
+# --- 5. a hang made on purpose, and dev/flight.py
+start "$tmp/hang.out" -np 4 -x LLMC_TEST_HANG=2:3,3:3:silent -- -x 10 -o "$tmp/hang" --collective-timeout 5
+finish 90
+fl=$(python3 dev/flight.py "$tmp/hang" 2>&1); frc=$?
+if [ "$RC" != 0 ] && [ "$RC" != 124 ] && grep -qE "^error \(rank [01], node .*\): .* did not complete in 5 s" "$tmp/hang.out"; then
+  ok "LLMC_TEST_HANG (ranks 2, 3 stop at step 3): ranks 0, 1 timed out, the job ended (exit $RC)"
+else bad "the hang: exit $RC"; tail -4 "$tmp/hang.out"; fi
+if [ $frc = 0 ] && grep -qE "^  ranks 0, 1 \(node [^)]*\): waiting in .*step 3" <<<"$fl" \
+   && grep -qE "^verdict: rank 3 \(node [^)]*\) left no dump" <<<"$fl" \
+   && grep -qE "^verdict: rank 2 \(node [^)]*\) never reached it and waits in no collective" <<<"$fl" \
+   && grep -qE "^  rank 2 \(node [^)]*\): behind: its last call on the world is [0-9]+: .*step 2" <<<"$fl"; then
+  ok "dev/flight.py: ranks 0, 1 wait at step 3, rank 2's last record is of step 2, rank 3 left no dump"
+  echo "$fl" | sed 's/^/    /'
+else bad "dev/flight.py on the hang (exit $frc):"; echo "$fl"; fi
+o=$(python3 dev/flight.py "$tmp/nothing" 2>&1); rc=$?
+[ $rc = 1 ] && [ "$(wc -l <<<"$o")" = 1 ] && grep -q "^error: flight.py: " <<<"$o" && ok "dev/flight.py on a missing directory: one line, exit 1" || bad "flight.py on a missing dir: exit $rc: $o"
+
+# --- 6. Slurm: SIGUSR1 to the batch shell, the job requeues and resumes itself
+slurm_case() {
+  timeout 120 $MPIRUN -np 4 ./train_gpt_cpu "${DATA[@]}" "${M[@]}" -x 6 -o "$tmp/ref4" > "$tmp/ref4.out" 2>&1 || { bad "slurm: the 4-rank reference (exit $?)"; return; }
+  CL="scripts/cluster.sh --name llmcsig"
+  timeout 90 $CL up 2 --slurm >/dev/null 2>&1 || { bad "cluster.sh --name llmcsig up 2 --slurm"; return; }
+  eval "$($CL env)"   # SLURM_CONF and the MCA settings, for sbatch --export=ALL (the last case: no local mpirun after it)
+  state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+  local jid i st K
+  jid=$(timeout 20 sbatch --parsable --requeue --chdir="$(pwd)" --output="$tmp/%j.out" --open-mode=append --nodes=2 --ntasks-per-node=2 \
+    --gpus-per-node=0 --cpus-per-task=1 --export="ALL,CPU=1,PRECISION=fp32,ZERO=3,B=1,T=32,STEPS=6,REQUEUE=1" \
+    scripts/run_slurm.sbatch -e d2 "${DATA[@]}" -o "$tmp/slurm")
+  [ -n "$jid" ] || { bad "slurm: sbatch failed"; return; }
+  if ! wait_for "$tmp/$jid.out" "^step +3/" 90; then bad "slurm: job $jid never reached step 3 ($(state "$jid"))"; scancel "$jid"; return; fi
+  scancel --signal=USR1 --batch "$jid"
+  for ((i = 0; i < 150; i++)); do [ "$(state "$jid")" = PENDING ] && break; sleep 0.2; done
+  # a requeued job waits 2 minutes (Slurm's requeue delay); start it now, but not within the second its first run
+  # was killed: slurmd refuses a batch job whose credential is that old ("Job N already killed")
+  sleep 3; scontrol update JobId="$jid" StartTime=now
+  for ((i = 0; i < 450; i++)); do case "$(state "$jid")" in COMPLETED|FAILED|CANCELLED|TIMEOUT) break ;; esac; sleep 0.2; done
+  st=$(state "$jid")
+  K=$(sed -n 's/^interrupted at step \([0-9]*\): wrote checkpoint \1; resume with -y 1 (SIGUSR1)$/\1/p' "$tmp/$jid.out")
+  if [ "$st" = COMPLETED ] && [ -n "$K" ] && grep -q "^run_slurm.sbatch: stopped by SIGUSR1 (exit 138): scontrol requeue $jid" "$tmp/$jid.out" \
+     && grep -q "^run_slurm.sbatch: $tmp/slurm holds checkpoint $K: resuming with -y 1" "$tmp/$jid.out" && grep -q "^resumed from step $K:" "$tmp/$jid.out"; then
+    ok "slurm: SIGUSR1 to the batch shell stopped job $jid at step $K (checkpoint written); it requeued itself and resumed with -y 1: $st"
+  else bad "slurm: job $jid $st, K '$K'"; grep -E "^(interrupted|run_slurm|resumed|error)|srun: error" "$tmp/$jid.out" | head -6; fi
+  if cmp -s "$tmp/slurm/model_00000006.bin" "$tmp/ref4/model_00000006.bin" && cmp -s "$tmp/slurm/state_00000006.bin" "$tmp/ref4/state_00000006.bin"; then
+    ok "slurm: the requeued job's model and state of step 6 are bitwise the uninterrupted run's"
+  else bad "slurm: the requeued job's step 6 differs from the uninterrupted run or is missing"; fi
+}
+if [ "$(id -u)" != 0 ] || ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! unshare --net --uts --mount true 2>/dev/null; then
+  if [ "${CI:-}" = true ]; then bad "slurm requeue: needs root, namespaces and Slurm"; else skip "slurm requeue: skipped (needs root, namespaces and slurmctld, slurmd, munge)"; fi
+else
+  slurm_case
+  [ -n "$CL" ] && $CL down >/dev/null 2>&1; CL=""
+fi
+summary
