@@ -102,7 +102,7 @@ static void args_defaults(Args* a, int world) {
     a->init = "d2"; a->output_dir = NULL; a->tokenizer_path = "data/gpt2_tokenizer.bin";
     a->B = 4; a->T = 128; a->total_batch = -1;
     a->lr = 2e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
-    a->warmup = 20; a->max_steps = 1700; a->val_every = 300; a->val_steps = 10; a->sample_every = 850; a->gen_tokens = 64;
+    a->warmup = 20; a->max_steps = 1700; a->val_every = 300; a->val_steps = 20; a->sample_every = 850; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;
@@ -323,8 +323,9 @@ static const Flag FLAGS[] = {
     I(NULL, "-x", "<n>", max_steps, 0, 1 << 30, 0, "optimizer steps; 0: load (-e) or init, evaluate, sample, print the ledger\n"
       "and exit (no training, no checkpoint, no train data needed)"),
     I("evaluation and output", "-v", "<n>", val_every, 0, 1 << 30, 0, "val loss every n steps (0: never)"),
-    I(NULL, "-m", "<n>", val_steps, 1, 1 << 30, 0, "val batches (global, ranks*B*T tokens each) per evaluation, from the start\n"
-      "of the val split; at most the split's distinct batches"),
+    I(NULL, "-m", "<n>", val_steps, 1, 1 << 30, 0, "val batches of B sequences of T tokens per evaluation: the first n*B sequences\n"
+      "of the val split in file order (n*B*T tokens), the same at every rank count;\n"
+      "at most the split's distinct sequences"),
     I(NULL, "-s", "<n>", sample_every, 0, 1 << 30, 0, "sample every n steps (0: never)"),
     I(NULL, "-g", "<n>", gen_tokens, 1, 1 << 20, 0, "tokens to generate per sample (< T)"),
     I(NULL, "-n", "<n>", ckpt_every, 0, 1 << 30, 0, "checkpoint every n steps (0: only at the end, with -o)"),
@@ -695,7 +696,9 @@ typedef struct {
     long tokens_per_micro;
     GPT2 model;
     DataLoader train, val;
-    int have_train, have_val, val_batches, val_capped;
+    int have_train, have_val, val_capped;
+    int val_B;                   /* the -b given (before -z auto): -m counts val batches of val_B sequences */
+    long val_seqs;               /* sequences of T tokens each evaluation reads: -m x val_B, at most the split's */
     Tokenizer tok;
     int have_tok;
     FILE* logf;
@@ -714,19 +717,36 @@ typedef struct {
     char budget_source[320];
 } Run;
 
-/* Mean loss over val_steps batches of the validation set, all ranks. */
-static float evaluate(GPT2* m, DataLoader* val, int steps, Comm* comm) {
+/* Mean loss over the first nseq sequences of the val split (its file
+   order: dataloader_read_seqs), the same tokens at every rank count. They
+   are dealt as global micro-batches of N x B sequences, rank r taking
+   sequences j*N*B + r*B .. + B-1 of batch j; in the last batch some ranks
+   get fewer than B or none (a rank with none forwards one sequence of
+   token 0 and does not count it: stage 3 needs every rank at the gathers).
+   The loss is the mean over all nseq*T tokens: each forward's mean times its
+   sequence count, summed in double and over the ranks in rank order
+   (comm_allreduce_sum_host), divided by nseq. A read error does not stop
+   the loop (the others would wait at the next gather): it is reported
+   collectively after it. */
+static float evaluate(GPT2* m, DataLoader* val, long nseq, Comm* comm) {
     char err[ERRLEN] = "";
+    long NB = (long)comm->world_size * m->B, batches = (nseq + NB - 1) / NB;
     double s = 0.0;
-    dataloader_reset(val);
-    for (int i = 0; i < steps; i++) {
-        if (dataloader_next_batch(val, err, ERRLEN)) break;
-        s += gpt2_forward(m, val->inputs, val->targets, m->B, m->T, 0.0f);
+    for (long j = 0; j < batches; j++) {
+        long first = j * NB + (long)comm->rank * m->B, n = nseq - first;
+        if (n > m->B) n = m->B;
+        if (n > 0 && !err[0] && dataloader_read_seqs(val, (size_t)first, (int)n, err, ERRLEN) == 0) {
+            s += (double)gpt2_forward(m, val->inputs, val->targets, (int)n, m->T, 0.0f) * (double)n;
+        } else {
+            memset(val->inputs, 0, (size_t)m->T * sizeof(int));
+            memset(val->targets, 0, (size_t)m->T * sizeof(int));
+            gpt2_forward(m, val->inputs, val->targets, 1, m->T, 0.0f);
+        }
     }
     comm_check_all(comm, err);
     zero_release_all(&m->engine); /* stage 3: the next training step gathers afresh */
     comm_allreduce_sum_host(comm, &s, 1);
-    return (float)(s / ((double)steps * comm->world_size));
+    return (float)(s / (double)nseq);
 }
 
 /* Sample gen tokens after <|endoftext|>, every rank in lockstep (stage 3
@@ -812,19 +832,21 @@ static void setup_data(Run* r, int B) {
     memset(&r->train, 0, sizeof(r->train));
     r->have_train = a->max_steps > 0 || a->resume; /* -x 0: no training, no train data needed */
     r->have_val = 0;
-    r->val_batches = a->val_steps; r->val_capped = 0;
+    r->val_seqs = 0; r->val_capped = 0;
     if (r->have_train && dataloader_init(&r->train, a->train_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN) == 0)
         dataloader_set_shuffle(&r->train, a->shuffle, a->seed);
     comm_check_all(comm, err);
     if (a->val_every > 0) {
-        dataloader_init(&r->val, a->val_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN);
+        /* every rank reads the val split whole, as one rank would: an
+           evaluation is the first -m x B sequences in file order, dealt to
+           the ranks (evaluate), the same tokens at every rank count; a split
+           with fewer distinct sequences is read once, none counted twice */
+        dataloader_init(&r->val, a->val_pattern, B, a->T, 0, 1, r->cfg.vocab_size, err, ERRLEN);
         comm_check_all(comm, err);
         r->have_val = 1;
-        /* an evaluation reads -m global batches from the start of the val
-           split; a split with fewer distinct batches is read once, never
-           counted twice */
-        size_t distinct = dataloader_batches_per_epoch(&r->val);
-        if ((size_t)r->val_batches > distinct) { r->val_batches = (int)distinct; r->val_capped = 1; }
+        size_t distinct = dataloader_num_seqs(&r->val);
+        r->val_seqs = (long)a->val_steps * r->val_B;
+        if ((size_t)r->val_seqs > distinct) { r->val_seqs = (long)distinct; r->val_capped = 1; }
     }
     if (a->sample_every > 0 && !r->have_tok) {
         if (tokenizer_init(&r->tok, a->tokenizer_path, err, ERRLEN) == 0) r->have_tok = 1;
@@ -1005,6 +1027,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     r->N = comm->world_size;
     setup_batch(r);
     setup_node_size(r);
+    r->val_B = a->B;
     setup_data(r, a->B);
     fit_or_choose(r);
     if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
@@ -1083,14 +1106,14 @@ static void print_banner(Run* r) {
                                   a->shuffle ? "shuffled (--shuffle 1: sequences and shards in a seeded random order, new each epoch)" : "in file order (--shuffle 0)",
                                   a->max_steps, a->total_batch, (double)a->max_steps * (double)a->total_batch / (double)r->train.num_tokens);
         else printf("data: no training (-x 0)");
-        if (r->have_val) printf(", val %zu tokens (%s); each evaluation reads %d global batch%s x %ld = %ld distinct val tokens",
-                                r->val.num_tokens, a->val_pattern, r->val_batches, r->val_batches > 1 ? "es" : "", r->tokens_per_micro,
-                                (long)r->val_batches * r->tokens_per_micro);
+        if (r->have_val) printf(", val %zu tokens (%s); each evaluation reads its first %ld sequences of T=%d = %ld tokens (%s%d x B=%d), "
+                                "at every rank count", r->val.num_tokens, a->val_pattern, r->val_seqs, a->T, r->val_seqs * a->T,
+                                r->val_capped ? "all it holds, fewer than -m " : "-m ", a->val_steps, r->val_B);
         printf("\n");
         if (r->val_capped)
-            printf("note: -m %d: the val split holds only %d distinct global batch%s of %ld tokens; each evaluation uses %s, "
-                   "none counted twice\n", a->val_steps, r->val_batches, r->val_batches > 1 ? "es" : "", r->tokens_per_micro,
-                   r->val_batches > 1 ? "those" : "that one");
+            printf("note: -m %d x B=%d = %ld sequences: the val split holds only %ld distinct sequence%s of T=%d (%ld tokens); each "
+                   "evaluation reads %s once\n", a->val_steps, r->val_B, (long)a->val_steps * r->val_B, r->val_seqs,
+                   r->val_seqs > 1 ? "s" : "", a->T, r->val_seqs * a->T, r->val_seqs > 1 ? "those" : "that one");
         if (a->sample_every > 0 && a->gen_tokens > a->T - 1)
             printf("note: -g %d: a sample is at most T-1 = %d tokens (its context is one sequence of -t %d): each sample generates %d\n",
                    a->gen_tokens, a->T - 1, a->T, a->T - 1);
@@ -1116,11 +1139,13 @@ static void periodic(Run* r, int step, int last) {
     const Args* a = &r->a;
     r->comm->phase = PHASE_OTHER;
     if (r->have_val && (step % a->val_every == 0 || last)) {
-        float vl = evaluate(&r->model, &r->val, r->val_batches, r->comm);
-        if (r->comm->rank == 0 && a->max_steps == 0) printf("val loss %.6f of the model %s (-x 0: evaluated, not trained)\n", vl, r->from_ckpt ? a->init : "as initialised");
-        else if (r->comm->rank == 0) printf("val loss %.6f at step %d\n", vl, step);
+        float vl = evaluate(&r->model, &r->val, r->val_seqs, r->comm);
+        long ntok = r->val_seqs * a->T;
+        if (r->comm->rank == 0 && a->max_steps == 0)
+            printf("val loss %.6f of the model %s (%ld tokens; -x 0: evaluated, not trained)\n", vl, r->from_ckpt ? a->init : "as initialised", ntok);
+        else if (r->comm->rank == 0) printf("val loss %.6f at step %d (%ld tokens)\n", vl, step, ntok);
         fflush(stdout);
-        if (r->logf) { fprintf(r->logf, "step %d val_loss %.6f\n", step, vl); fflush(r->logf); }
+        if (r->logf) { fprintf(r->logf, "step %d val_loss %.6f val_tokens %ld\n", step, vl, ntok); fflush(r->logf); }
     }
     if (a->sample_every > 0 && ((step > 0 && step % a->sample_every == 0) || last))
         sample(&r->model, &r->tok, r->have_tok, a->gen_tokens, a->seed, step);
