@@ -58,6 +58,7 @@ typedef struct {
     float collective_timeout;    /* --collective-timeout seconds (0: wait forever), comm.h's watch */
     int straggler_report;        /* --straggler-report: per-rank waits at the end */
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
+    int init_given;              /* -e on the command line (-y 1 without it takes the model from the checkpoint it resumes) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int recompute, recompute_given; /* -r: activation recomputation (gpt.h); given: -z auto keeps it */
     int quant_weights;           /* --quantize-weights int8 (1) or none (0): qwZ, stage 3 (llmc/quant.h) */
@@ -293,13 +294,15 @@ static int flag_dtype(void* p, const char* f, const char* v, char* err, size_t e
 #define ID(sec, name, arg, field, lo, hi, def, help) {sec, name, arg, FLAG_INT, AO(field), lo, hi, NULL, 0, def, help}
 #define F(sec, name, arg, field, lo, hi, help) {sec, name, arg, FLAG_FLOAT, AO(field), lo, hi, NULL, 0, NULL, help}
 #define S(sec, name, arg, field, help) {sec, name, arg, FLAG_STR, AO(field), 0, 0, NULL, 0, NULL, help}
+#define SG(sec, name, arg, field, given, help) {sec, name, arg, FLAG_STR, AO(field), 0, 0, NULL, given, NULL, help}
 #define FN(sec, name, arg, fn, def, help) {sec, name, arg, FLAG_FN, 0, 0, 0, fn, 0, def, help}
 static const Flag FLAGS[] = {
     S("data and model", "-i", "<glob>", train_pattern, "train token shards (llm.c format)"),
     S(NULL, "-j", "<glob>", val_pattern, "validation token shards"),
-    S(NULL, "-e", "<str>", init, "init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
+    SG(NULL, "-e", "<str>", init, GIVEN(init_given), "init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
       "d12 (12 layers, 12 heads, 768 channels), d24 (24, 16, 1024), d36 (36, 20, 1280),\n"
-      "d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\nGPT-2 vocabulary"),
+      "d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\nGPT-2 vocabulary"
+      " (with -y 1 and a checkpoint in -o: the model is that checkpoint's;\na file given here is refused, a descriptor must match it)"),
     S(NULL, "-o", "<dir>", output_dir, "output dir: main.log, model checkpoints"),
     S(NULL, "--tokenizer", "<file>", tokenizer_path, "llm.c tokenizer decode file"),
     ID(NULL, "--layers", "<n>", layers, 1, 1000, "from -e", "override the descriptor's layers; with a checkpoint it must agree with its header"),
@@ -332,7 +335,8 @@ static const Flag FLAGS[] = {
     FN(NULL, "--checkpoint-dtype", "<fp32|bf16>", flag_ckpt_dtype, "fp32", "model files as llm.c version 3 (fp32) or 5 (bf16, rounded\n"
        "to nearest even; llm.c's CUDA trainer reads only 5; the training state\n"
        "beside it then holds the fp32 master weights, so a resume stays exact)"),
-    I(NULL, "-y", "<0|1>", resume, 0, 1, 0, "resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)"),
+    I(NULL, "-y", "<0|1>", resume, 0, 1, 0, "resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh,\n"
+      "from -e); the model's sizes come from that checkpoint unless -e gives a descriptor"),
     FN("ZeRO", "-z", "<0..3|auto>", flag_zero, "1", "zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params;\n"
        "auto: the fastest configuration that fits this rank's memory, predicted from the plan\n"
        "(stages, --shard-group, --reshard-embedding, --keep-logits, -r 0..3 unless -r is given,\n"
@@ -705,6 +709,7 @@ typedef struct {
     int start_step;
     TrainState saved;            /* -y 1: the header of the state resumed from (saved.step -1: none) */
     char resumed[2048];          /* -y 1: what was loaded, printed with the banner */
+    char resume_model[4096];     /* -y 1: the checkpoint it continues from ("" if none) */
     AdamWConfig opt;
     float dloss;
     double total_ms;             /* timed steps (all but a process's first) */
@@ -1008,6 +1013,40 @@ static void write_runs_txt(const Run* r) {
     fclose(f);
 }
 
+/* -y 1 when -o already holds a checkpoint: the run continues from it
+   (weights, Adam state, data position), so the model is that checkpoint.
+   -e FILE would be ignored: refused, saying what to do. Without -e the
+   model's sizes are read from the checkpoint (a->init names it); a
+   descriptor -e dN must match it (state_resume says which fields do not).
+   With no checkpoint there yet, -y 1 starts fresh from -e as without it
+   (a requeued job's first start). Collective: rank 0 looks, every rank
+   learns the step. */
+static void resume_init(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
+    if (!a->resume || !a->output_dir) return;
+    long step = -1;
+    struct stat st;
+    if (comm->rank == 0 && stat(a->output_dir, &st) == 0 && S_ISDIR(st.st_mode)) state_find_latest(a->output_dir, &step, err, ERRLEN);
+    comm_check_all(comm, err);
+    MPI_Request rq;
+    MPI_Ibcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "resume: the step broadcast");
+    if (step < 0) return;
+    snprintf(r->resume_model, sizeof(r->resume_model), "%s/model_%08ld.bin", a->output_dir, step);
+    GPT2Config c;
+    int bad = 0;
+    int descriptor = gpt2_config_descriptor(a->init, &c, &bad, err, ERRLEN);
+    err[0] = 0;   /* a bad descriptor is resolve_config's to report */
+    if (a->init_given && !descriptor)
+        set_err(err, ERRLEN, "-y 1 -e %s: -o %s holds the checkpoint %s, which -y 1 continues from (its weights, Adam state and data "
+                "position), so -e would be ignored: leave out -e to resume it, or, to start a new run from %s, use another -o or "
+                "leave out -y 1", a->init, a->output_dir, r->resume_model, a->init);
+    comm_check_all(comm, err);
+    if (!a->init_given) a->init = r->resume_model;
+}
+
 /* Setup: flags and their checks, the model's config, the data, the fit
    check (or -z auto's choice), shard groups, the backend, the model (plan,
    engine, activations: every byte through the ledger), its parameters
@@ -1020,6 +1059,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     Args* a = &r->a;
     check_args(a, comm->world_size, err, ERRLEN);
     comm_check_all(comm, err);
+    resume_init(r);
     resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
     comm_check_all(comm, err);
     r->ckpt_version_in = r->from_ckpt ? gpt2_checkpoint_version(a->init) : 0;
