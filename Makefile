@@ -56,7 +56,7 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref docs compare bench bench-offload zero-table cluster-bench fit-demo bench-recompute zeropp-accuracy plots clean sanitize fuzz _dnnl-headers
+.PHONY: all help train test deps data ref docs compare check-model bench bench-offload zero-table cluster-bench fit-demo bench-recompute zeropp-accuracy plots clean sanitize fuzz _dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/train_gpt_cpu.workspace build/fit/train_gpt_cpu_bf16.matmul build/fit/train_gpt_cpu_bf16.workspace
 
@@ -93,6 +93,8 @@ help:
 	@echo "  make fuzz        fuzz the file readers (libFuzzer; build/fuzz)"
 	@echo "  make deps data ref   Debian and npm packages / Brown corpus shards and tokenizer / PyTorch reference files"
 	@echo "  make compare     compare runs step by step and checkpoint by checkpoint: RUNS=\"A B\" [PLOT=x.png] (dev/compare_runs.py)"
+	@echo "  make check-model a checkpoint's val loss from the trainer (-x 0) and the float64 PyTorch reference, same tokens:"
+	@echo "                   CKPT=FILE [DATA='glob'] [VAL_ARGS='-b 4 -t 128 -m 20'] (dev/check_model.sh, dev/reference.py --eval)"
 	@echo "  make docs        docs/flags.md from the trainer's flag table (./train_gpt_cpu --help-markdown; make test fails when it is stale)"
 	@echo "  make clean       remove the programs and build/san, build/fuzz"
 	@echo "  make help        this list"
@@ -111,6 +113,7 @@ help:
 	@echo "  BENCH_STEPS BENCH_NP BENCH_ZERO   make bench-offload: steps (4), ranks (1), stage (1)"
 	@echo "  PLOT_NP='$(PLOT_NP)' PLOT_STEPS=$(PLOT_STEPS) LOSS_STEPS=$(LOSS_STEPS) PLOT_DIR=$(PLOT_DIR) PLOT_ARGS='$(PLOT_ARGS)'   make plots"
 	@echo "  RUNS='$(RUNS)' PLOT='$(PLOT)' COMPARE_ARGS='$(COMPARE_ARGS)'   make compare"
+	@echo "  CKPT='$(CKPT)' DATA='$(DATA)' VAL_ARGS='$(VAL_ARGS)'   make check-model (NP ranks)"
 	@echo "  CFLAGS MPICC BLAS_CFLAGS BLAS_LIBS   the CPU build"
 	@echo "  CUDA_HOME NVCC CUDA_ARCH             the CUDA build (cuda.mk)"
 
@@ -162,6 +165,16 @@ COMPARE_ARGS ?=
 compare:
 	@[ -n "$(RUNS)" ] || { echo "error: make compare: give RUNS=\"RUN_A RUN_B ...\" (the -o directories of runs)" >&2; exit 1; }
 	$(PY) dev/compare_runs.py $(RUNS) $(if $(PLOT),-o $(PLOT)) $(COMPARE_ARGS)
+
+# a checkpoint against the PyTorch reference over the same val tokens:
+# CKPT=FILE [DATA='val glob'] [VAL_ARGS="-b 4 -t 128 -m 20"] [NP=2]
+CKPT ?=
+DATA ?= data/brown/brown_val_*.bin
+VAL_ARGS ?=
+check-model:
+	@[ -n "$(CKPT)" ] || { echo "error: make check-model: give CKPT=FILE (a model_*.bin of a run, or any llm.c checkpoint)" >&2; exit 1; }
+	@$(MAKE) -s --no-print-directory train_gpt_cpu train_gpt_cpu_bf16
+	@NP=$(NP) MPIRUN="$(MPIRUN)" bash dev/check_model.sh '$(CKPT)' '$(DATA)' $(VAL_ARGS)
 
 # docs/flags.md: generated from the flag table of train_gpt.cu
 docs: train_gpt_cpu

@@ -59,6 +59,7 @@ typedef struct {
     int straggler_report;        /* --straggler-report: per-rank waits at the end */
     int flight_recorder;         /* --flight-recorder K: each rank's last K collectives (llmc/flight.h), 0 off */
     int B_given, T_given;        /* -b / -t on the command line (the estimator adds activations then) */
+    int init_given;              /* -e on the command line (-y 1 without it takes the model from the checkpoint it resumes) */
     int reshard_given, prefetch_given, reshard_emb_given; /* stage-3 flags on the command line (warned about at stages 0-2) */
     int keep_logits_given;       /* --keep-logits on the command line (-z auto keeps it) */
     int recompute, recompute_given; /* -r: activation recomputation (gpt.h); given: -z auto keeps it */
@@ -105,7 +106,7 @@ static void args_defaults(Args* a, int world) {
     a->init = "d2"; a->output_dir = NULL; a->tokenizer_path = "data/gpt2_tokenizer.bin";
     a->B = 4; a->T = 128; a->total_batch = -1;
     a->lr = 2e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
-    a->warmup = 20; a->max_steps = 1700; a->val_every = 300; a->val_steps = 10; a->sample_every = 850; a->gen_tokens = 64;
+    a->warmup = 20; a->max_steps = 1700; a->val_every = 300; a->val_steps = 20; a->sample_every = 850; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;
@@ -296,13 +297,15 @@ static int flag_dtype(void* p, const char* f, const char* v, char* err, size_t e
 #define ID(sec, name, arg, field, lo, hi, def, help) {sec, name, arg, FLAG_INT, AO(field), lo, hi, NULL, 0, def, help}
 #define F(sec, name, arg, field, lo, hi, help) {sec, name, arg, FLAG_FLOAT, AO(field), lo, hi, NULL, 0, NULL, help}
 #define S(sec, name, arg, field, help) {sec, name, arg, FLAG_STR, AO(field), 0, 0, NULL, 0, NULL, help}
+#define SG(sec, name, arg, field, given, help) {sec, name, arg, FLAG_STR, AO(field), 0, 0, NULL, given, NULL, help}
 #define FN(sec, name, arg, fn, def, help) {sec, name, arg, FLAG_FN, 0, 0, 0, fn, 0, def, help}
 static const Flag FLAGS[] = {
     S("data and model", "-i", "<glob>", train_pattern, "train token shards (llm.c format)"),
     S(NULL, "-j", "<glob>", val_pattern, "validation token shards"),
-    S(NULL, "-e", "<str>", init, "init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
+    SG(NULL, "-e", "<str>", init, GIVEN(init_given), "init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
       "d12 (12 layers, 12 heads, 768 channels), d24 (24, 16, 1024), d36 (36, 20, 1280),\n"
-      "d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\nGPT-2 vocabulary"),
+      "d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\nGPT-2 vocabulary"
+      " (with -y 1 and a checkpoint in -o: the model is that checkpoint's;\na file given here is refused, a descriptor must match it)"),
     S(NULL, "-o", "<dir>", output_dir, "output dir: main.log, model checkpoints"),
     S(NULL, "--tokenizer", "<file>", tokenizer_path, "llm.c tokenizer decode file"),
     ID(NULL, "--layers", "<n>", layers, 1, 1000, "from -e", "override the descriptor's layers; with a checkpoint it must agree with its header"),
@@ -326,15 +329,17 @@ static const Flag FLAGS[] = {
     I(NULL, "-x", "<n>", max_steps, 0, 1 << 30, 0, "optimizer steps; 0: load (-e) or init, evaluate, sample, print the ledger\n"
       "and exit (no training, no checkpoint, no train data needed)"),
     I("evaluation and output", "-v", "<n>", val_every, 0, 1 << 30, 0, "val loss every n steps (0: never)"),
-    I(NULL, "-m", "<n>", val_steps, 1, 1 << 30, 0, "val batches (global, ranks*B*T tokens each) per evaluation, from the start\n"
-      "of the val split; at most the split's distinct batches"),
+    I(NULL, "-m", "<n>", val_steps, 1, 1 << 30, 0, "val batches of B sequences of T tokens per evaluation: the first n*B sequences\n"
+      "of the val split in file order (n*B*T tokens), the same at every rank count;\n"
+      "at most the split's distinct sequences"),
     I(NULL, "-s", "<n>", sample_every, 0, 1 << 30, 0, "sample every n steps (0: never)"),
     I(NULL, "-g", "<n>", gen_tokens, 1, 1 << 20, 0, "tokens to generate per sample (< T)"),
     I(NULL, "-n", "<n>", ckpt_every, 0, 1 << 30, 0, "checkpoint every n steps (0: only at the end, with -o)"),
     FN(NULL, "--checkpoint-dtype", "<fp32|bf16>", flag_ckpt_dtype, "fp32", "model files as llm.c version 3 (fp32) or 5 (bf16, rounded\n"
        "to nearest even; llm.c's CUDA trainer reads only 5; the training state\n"
        "beside it then holds the fp32 master weights, so a resume stays exact)"),
-    I(NULL, "-y", "<0|1>", resume, 0, 1, 0, "resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh)"),
+    I(NULL, "-y", "<0|1>", resume, 0, 1, 0, "resume from the latest model_N.bin + state_N.bin in -o (none there: start fresh,\n"
+      "from -e); the model's sizes come from that checkpoint unless -e gives a descriptor"),
     FN("ZeRO", "-z", "<0..3|auto>", flag_zero, "1", "zero_stage: 0 DDP, 1 shard optimizer states, 2 + gradients, 3 + params;\n"
        "auto: the fastest configuration that fits every rank's memory, predicted from the plan\n"
        "(stages, --shard-group, --reshard-embedding, --keep-logits, -r 0..3, -b with -d,\n"
@@ -726,13 +731,16 @@ typedef struct {
     long tokens_per_micro;
     GPT2 model;
     DataLoader train, val;
-    int have_train, have_val, val_batches, val_capped;
+    int have_train, have_val, val_capped;
+    int val_B;                   /* the -b given (before -z auto): -m counts val batches of val_B sequences */
+    long val_seqs;               /* sequences of T tokens each evaluation reads: -m x val_B, at most the split's */
     Tokenizer tok;
     int have_tok;
     FILE* logf;
     int start_step;
     TrainState saved;            /* -y 1: the header of the state resumed from (saved.step -1: none) */
     char resumed[2048];          /* -y 1: what was loaded, printed with the banner */
+    char resume_model[4096];     /* -y 1: the checkpoint it continues from ("" if none) */
     AdamWConfig opt;
     float dloss;
     double total_ms;             /* timed steps (all but a process's first) */
@@ -746,19 +754,36 @@ typedef struct {
     char budget_source[480];
 } Run;
 
-/* Mean loss over val_steps batches of the validation set, all ranks. */
-static float evaluate(GPT2* m, DataLoader* val, int steps, Comm* comm) {
+/* Mean loss over the first nseq sequences of the val split (its file
+   order: dataloader_read_seqs), the same tokens at every rank count. They
+   are dealt as global micro-batches of N x B sequences, rank r taking
+   sequences j*N*B + r*B .. + B-1 of batch j; in the last batch some ranks
+   get fewer than B or none (a rank with none forwards one sequence of
+   token 0 and does not count it: stage 3 needs every rank at the gathers).
+   The loss is the mean over all nseq*T tokens: each forward's mean times its
+   sequence count, summed in double and over the ranks in rank order
+   (comm_allreduce_sum_host), divided by nseq. A read error does not stop
+   the loop (the others would wait at the next gather): it is reported
+   collectively after it. */
+static float evaluate(GPT2* m, DataLoader* val, long nseq, Comm* comm) {
     char err[ERRLEN] = "";
+    long NB = (long)comm->world_size * m->B, batches = (nseq + NB - 1) / NB;
     double s = 0.0;
-    dataloader_reset(val);
-    for (int i = 0; i < steps; i++) {
-        if (dataloader_next_batch(val, err, ERRLEN)) break;
-        s += gpt2_forward(m, val->inputs, val->targets, m->B, m->T, 0.0f);
+    for (long j = 0; j < batches; j++) {
+        long first = j * NB + (long)comm->rank * m->B, n = nseq - first;
+        if (n > m->B) n = m->B;
+        if (n > 0 && !err[0] && dataloader_read_seqs(val, (size_t)first, (int)n, err, ERRLEN) == 0) {
+            s += (double)gpt2_forward(m, val->inputs, val->targets, (int)n, m->T, 0.0f) * (double)n;
+        } else {
+            memset(val->inputs, 0, (size_t)m->T * sizeof(int));
+            memset(val->targets, 0, (size_t)m->T * sizeof(int));
+            gpt2_forward(m, val->inputs, val->targets, 1, m->T, 0.0f);
+        }
     }
     comm_check_all(comm, err);
     zero_release_all(&m->engine); /* stage 3: the next training step gathers afresh */
     comm_allreduce_sum_host(comm, &s, 1);
-    return (float)(s / ((double)steps * comm->world_size));
+    return (float)(s / (double)nseq);
 }
 
 /* Sample gen tokens after <|endoftext|>, every rank in lockstep (stage 3
@@ -844,19 +869,21 @@ static void setup_data(Run* r, int B) {
     memset(&r->train, 0, sizeof(r->train));
     r->have_train = a->max_steps > 0 || a->resume; /* -x 0: no training, no train data needed */
     r->have_val = 0;
-    r->val_batches = a->val_steps; r->val_capped = 0;
+    r->val_seqs = 0; r->val_capped = 0;
     if (r->have_train && dataloader_init(&r->train, a->train_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN) == 0)
         dataloader_set_shuffle(&r->train, a->shuffle, a->seed);
     comm_check_all(comm, err);
     if (a->val_every > 0) {
-        dataloader_init(&r->val, a->val_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN);
+        /* every rank reads the val split whole, as one rank would: an
+           evaluation is the first -m x B sequences in file order, dealt to
+           the ranks (evaluate), the same tokens at every rank count; a split
+           with fewer distinct sequences is read once, none counted twice */
+        dataloader_init(&r->val, a->val_pattern, B, a->T, 0, 1, r->cfg.vocab_size, err, ERRLEN);
         comm_check_all(comm, err);
         r->have_val = 1;
-        /* an evaluation reads -m global batches from the start of the val
-           split; a split with fewer distinct batches is read once, never
-           counted twice */
-        size_t distinct = dataloader_batches_per_epoch(&r->val);
-        if ((size_t)r->val_batches > distinct) { r->val_batches = (int)distinct; r->val_capped = 1; }
+        size_t distinct = dataloader_num_seqs(&r->val);
+        r->val_seqs = (long)a->val_steps * r->val_B;
+        if ((size_t)r->val_seqs > distinct) { r->val_seqs = (long)distinct; r->val_capped = 1; }
     }
     if (a->sample_every > 0 && !r->have_tok) {
         if (tokenizer_init(&r->tok, a->tokenizer_path, err, ERRLEN) == 0) r->have_tok = 1;
@@ -1048,6 +1075,40 @@ static void write_runs_txt(const Run* r) {
     fclose(f);
 }
 
+/* -y 1 when -o already holds a checkpoint: the run continues from it
+   (weights, Adam state, data position), so the model is that checkpoint.
+   -e FILE would be ignored: refused, saying what to do. Without -e the
+   model's sizes are read from the checkpoint (a->init names it); a
+   descriptor -e dN must match it (state_resume says which fields do not).
+   With no checkpoint there yet, -y 1 starts fresh from -e as without it
+   (a requeued job's first start). Collective: rank 0 looks, every rank
+   learns the step. */
+static void resume_init(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
+    if (!a->resume || !a->output_dir) return;
+    long step = -1;
+    struct stat st;
+    if (comm->rank == 0 && stat(a->output_dir, &st) == 0 && S_ISDIR(st.st_mode)) state_find_latest(a->output_dir, &step, err, ERRLEN);
+    comm_check_all(comm, err);
+    MPI_Request rq;
+    MPI_Ibcast(&step, 1, MPI_LONG, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "resume: the step broadcast");
+    if (step < 0) return;
+    snprintf(r->resume_model, sizeof(r->resume_model), "%s/model_%08ld.bin", a->output_dir, step);
+    GPT2Config c;
+    int bad = 0;
+    int descriptor = gpt2_config_descriptor(a->init, &c, &bad, err, ERRLEN);
+    err[0] = 0;   /* a bad descriptor is resolve_config's to report */
+    if (a->init_given && !descriptor)
+        set_err(err, ERRLEN, "-y 1 -e %s: -o %s holds the checkpoint %s, which -y 1 continues from (its weights, Adam state and data "
+                "position), so -e would be ignored: leave out -e to resume it, or, to start a new run from %s, use another -o or "
+                "leave out -y 1", a->init, a->output_dir, r->resume_model, a->init);
+    comm_check_all(comm, err);
+    if (!a->init_given) a->init = r->resume_model;
+}
+
 /* Setup: flags and their checks, the model's config, the data, the fit
    check (or -z auto's choice), shard groups, the backend, the model (plan,
    engine, activations: every byte through the ledger), its parameters
@@ -1060,6 +1121,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     Args* a = &r->a;
     check_args(a, comm->world_size, err, ERRLEN);
     comm_check_all(comm, err);
+    resume_init(r);
     resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
     comm_check_all(comm, err);
     r->ckpt_version_in = r->from_ckpt ? gpt2_checkpoint_version(a->init) : 0;
@@ -1067,6 +1129,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     r->N = comm->world_size;
     setup_batch(r);
     setup_node_size(r);
+    r->val_B = a->B;
     setup_data(r, a->B);
     backend_agree_kernels(comm);   /* the kernel paths, decided by rank 0 for every rank, before any matmul (-z auto measures one) */
     fit_or_choose(r);
@@ -1150,14 +1213,14 @@ static void print_banner(Run* r) {
                                   a->shuffle ? "shuffled (--shuffle 1: sequences and shards in a seeded random order, new each epoch)" : "in file order (--shuffle 0)",
                                   a->max_steps, a->total_batch, (double)a->max_steps * (double)a->total_batch / (double)r->train.num_tokens);
         else printf("data: no training (-x 0)");
-        if (r->have_val) printf(", val %zu tokens (%s); each evaluation reads %d global batch%s x %ld = %ld distinct val tokens",
-                                r->val.num_tokens, a->val_pattern, r->val_batches, r->val_batches > 1 ? "es" : "", r->tokens_per_micro,
-                                (long)r->val_batches * r->tokens_per_micro);
+        if (r->have_val) printf(", val %zu tokens (%s); each evaluation reads its first %ld sequences of T=%d = %ld tokens (%s%d x B=%d), "
+                                "at every rank count", r->val.num_tokens, a->val_pattern, r->val_seqs, a->T, r->val_seqs * a->T,
+                                r->val_capped ? "all it holds, fewer than -m " : "-m ", a->val_steps, r->val_B);
         printf("\n");
         if (r->val_capped)
-            printf("note: -m %d: the val split holds only %d distinct global batch%s of %ld tokens; each evaluation uses %s, "
-                   "none counted twice\n", a->val_steps, r->val_batches, r->val_batches > 1 ? "es" : "", r->tokens_per_micro,
-                   r->val_batches > 1 ? "those" : "that one");
+            printf("note: -m %d x B=%d = %ld sequences: the val split holds only %ld distinct sequence%s of T=%d (%ld tokens); each "
+                   "evaluation reads %s once\n", a->val_steps, r->val_B, (long)a->val_steps * r->val_B, r->val_seqs,
+                   r->val_seqs > 1 ? "s" : "", a->T, r->val_seqs * a->T, r->val_seqs > 1 ? "those" : "that one");
         if (a->sample_every > 0 && a->gen_tokens > a->T - 1)
             printf("note: -g %d: a sample is at most T-1 = %d tokens (its context is one sequence of -t %d): each sample generates %d\n",
                    a->gen_tokens, a->T - 1, a->T, a->T - 1);
@@ -1198,11 +1261,13 @@ static void periodic(Run* r, int step, int last) {
     const Args* a = &r->a;
     r->comm->phase = PHASE_OTHER;
     if (r->have_val && (step % a->val_every == 0 || last)) {
-        float vl = evaluate(&r->model, &r->val, r->val_batches, r->comm);
-        if (r->comm->rank == 0 && a->max_steps == 0) printf("val loss %.6f of the model %s (-x 0: evaluated, not trained)\n", vl, r->from_ckpt ? a->init : "as initialised");
-        else if (r->comm->rank == 0) printf("val loss %.6f at step %d\n", vl, step);
+        float vl = evaluate(&r->model, &r->val, r->val_seqs, r->comm);
+        long ntok = r->val_seqs * a->T;
+        if (r->comm->rank == 0 && a->max_steps == 0)
+            printf("val loss %.6f of the model %s (%ld tokens; -x 0: evaluated, not trained)\n", vl, r->from_ckpt ? a->init : "as initialised", ntok);
+        else if (r->comm->rank == 0) printf("val loss %.6f at step %d (%ld tokens)\n", vl, step, ntok);
         fflush(stdout);
-        if (r->logf) { fprintf(r->logf, "step %d val_loss %.6f\n", step, vl); fflush(r->logf); }
+        if (r->logf) { fprintf(r->logf, "step %d val_loss %.6f val_tokens %ld\n", step, vl, ntok); fflush(r->logf); }
     }
     if (a->sample_every > 0 && ((step > 0 && step % a->sample_every == 0) || last))
         sample(&r->model, &r->tok, r->have_tok, a->gen_tokens, a->seed, step);

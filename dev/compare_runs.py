@@ -17,15 +17,22 @@ run after the first is compared with the first:
     format, fp32 version 3 or bf16 version 5, tensor-major); state_S.bin
     byte-identical, or the largest differences of Adam m and v.
 
---tol REL: exit 1 if a metric's largest relative difference exceeds REL.
---expect-equal: exit 1 unless every metric and every common checkpoint is
-bitwise equal. -o FILE: one picture with every run's train and val loss
-overlaid, each run labelled once in the legend with its last val loss.
-Bad input (a run without main.log, a broken checkpoint) is one error line,
-exit 1.
+Differences beyond the common steps are printed too: a step one run logged
+and the other did not (a run cut short), a checkpoint only one run saved, a
+NaN or infinite value (a diverged run), val losses over different val sets
+(main.log's val_tokens).
+
+--tol REL: exit 1 if a metric's largest relative difference exceeds REL,
+or if any of the differences above is found. --expect-equal: exit 1 unless
+both runs logged the same steps and saved the same checkpoints, and every
+value and checkpoint is bitwise equal (a NaN never passes). -o FILE: one
+picture with every run's train and val loss overlaid, each run labelled
+once in the legend with its last val loss. Bad input (a run without
+main.log, an empty main.log, a broken checkpoint) is one error line, exit 1.
 """
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -46,8 +53,12 @@ def read_log(run):
     p = os.path.join(run, "main.log")
     if not os.path.isfile(p):
         raise InputError("%s: no main.log (give the -o directory of a run)" % run)
-    out = {m: {} for m in METRICS}
+    out = {m: {} for m in METRICS + ("val_tokens",)}
+    lines = 0
     for n, line in enumerate(open(p), 1):
+        if not line.strip():
+            continue
+        lines += 1
         f = line.split()
         if len(f) < 4 or f[0] != "step":
             raise InputError("%s: line %d is not a main.log line: %r" % (p, n, line.strip()[:60]))
@@ -58,7 +69,26 @@ def read_log(run):
         for k in range(2, len(f) - 1, 2):
             if f[k] in out:
                 out[f[k]][step] = f[k + 1]  # a resumed run appends: the last value of a step wins
+    if lines == 0:
+        raise InputError("%s is empty: the run logged no step (did it start?)" % p)
     return out
+
+
+def ranges(steps):
+    """'1..3, 7' for [1, 2, 3, 7]."""
+    out, i = [], 0
+    while i < len(steps):
+        j = i
+        while j + 1 < len(steps) and steps[j + 1] == steps[j] + 1:
+            j += 1
+        out.append("%d" % steps[i] if i == j else "%d..%d" % (steps[i], steps[j]))
+        i = j + 1
+    return ", ".join(out)
+
+
+def nonfinite(values):
+    """The steps whose printed value is not a finite number (nan, inf)."""
+    return sorted(s for s, v in values.items() if not math.isfinite(float(v)))
 
 
 def compare_metric(a, b):
@@ -68,8 +98,14 @@ def compare_metric(a, b):
     worst_abs = worst_rel = 0.0
     at_abs = at_rel = steps[0]
     first = None
+    nonfin = 0
     for s in steps:
         x, y = float(a[s]), float(b[s])
+        if not (math.isfinite(x) and math.isfinite(y)):
+            nonfin += 1
+            if first is None and a[s] != b[s]:
+                first = s
+            continue  # reported as non-finite (nonfinite), never as a small difference
         d = abs(x - y)
         r = d / abs(x) if x != 0 else (0.0 if d == 0 else float("inf"))
         if d > worst_abs:
@@ -79,7 +115,7 @@ def compare_metric(a, b):
         if first is None and a[s] != b[s]:
             first = s
     return dict(n=len(steps), steps=(steps[0], steps[-1]), abs=worst_abs, abs_at=at_abs, rel=worst_rel, rel_at=at_rel,
-                first=first, equal=first is None)
+                first=first, equal=first is None, nonfinite=nonfin)
 
 
 def model_tensors(path):
@@ -183,20 +219,49 @@ def main(argv=None):
     logs = [read_log(r) for r in a.runs]
     fail = []
     base, blog = a.runs[0], logs[0]
+    check = a.tol is not None or a.expect_equal
     for run, log in zip(a.runs[1:], logs[1:]):
         print("%s vs %s" % (run, base))
         for m in METRICS:
+            for who, x, y in ((base, blog[m], log[m]), (run, log[m], blog[m])):
+                only = sorted(set(x) - set(y))
+                if only:
+                    print("  %-10s %4d step%s only in %s: %s" % (m, len(only), "" if len(only) == 1 else "s", who, ranges(only)))
+                    if check:
+                        fail.append("%s: %s logged at step%s %s only in %s" % (run, m, "" if len(only) == 1 else "s", ranges(only), who))
+                bad = nonfinite(x)
+                if bad:
+                    print("  %-10s %s is not finite at step%s %s (%s)" % (m, who, "" if len(bad) == 1 else "s", ranges(bad), x[bad[0]]))
+                    if check:
+                        fail.append("%s: %s is %s at step %d" % (who, m, x[bad[0]], bad[0]))
             c = compare_metric(blog[m], log[m])
             if c is None:
                 continue
-            print("  %-10s %4d steps %d..%d: max abs diff %.3e (step %d), max rel diff %.3e (step %d), %s" % (
+            if m == "val_loss":
+                vt = sorted(s for s in set(blog["val_tokens"]) & set(log["val_tokens"]) if blog["val_tokens"][s] != log["val_tokens"][s])
+                if vt:
+                    s0 = vt[0]
+                    print("  val_loss   over different val sets: %s and %s tokens at step %d (-m x -b x -t differ): "
+                          "not the same measurement" % (blog["val_tokens"][s0], log["val_tokens"][s0], s0))
+                    if check:
+                        fail.append("%s val_loss: another val set (%s vs %s tokens)" % (run, log["val_tokens"][s0], blog["val_tokens"][s0]))
+            print("  %-10s %4d steps %d..%d: max abs diff %.3e (step %d), max rel diff %.3e (step %d)%s, %s" % (
                 m, c["n"], c["steps"][0], c["steps"][1], c["abs"], c["abs_at"], c["rel"], c["rel_at"],
+                " over the finite ones (%d not finite)" % c["nonfinite"] if c["nonfinite"] else "",
                 "bitwise equal (every printed value)" if c["equal"] else "first differs at step %d" % c["first"]))
             if a.tol is not None and c["rel"] > a.tol:
                 fail.append("%s %s: max rel diff %.3e > --tol %g" % (run, m, c["rel"], a.tol))
             if a.expect_equal and not c["equal"]:
                 fail.append("%s %s: differs from step %d" % (run, m, c["first"]))
-        for s in sorted(checkpoints(base) & checkpoints(run)):
+        cb, cr = checkpoints(base), checkpoints(run)
+        for who, x, y in ((base, cb, cr), (run, cr, cb)):
+            only = sorted(x - y)
+            if only:
+                print("  checkpoints only in %s: step%s %s" % (who, "" if len(only) == 1 else "s", ranges(only)))
+                if check:
+                    fail.append("%s: checkpoint%s at step%s %s only in %s" % (run, "" if len(only) == 1 else "s", "" if len(only) == 1 else "s",
+                                                                           ranges(only), who))
+        for s in sorted(cb & cr):
             for kind in ("model", "state"):
                 p, q = os.path.join(base, "%s_%08d.bin" % (kind, s)), os.path.join(run, "%s_%08d.bin" % (kind, s))
                 if not (os.path.isfile(p) and os.path.isfile(q)):

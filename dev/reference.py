@@ -51,10 +51,39 @@ the loss above). One step = forward, backward, clip, AdamW:
 The optimizer uses the float32-rounded hyperparameters, i.e. exactly the
 values stored in the trailer.
 
+Any checkpoint this project (or llm.c) writes, against the trainer, and in
+and out of PyTorch:
+
+  --eval CKPT [-j GLOB] [-b B] [-t T] [-m M]
+      the val loss of the model in CKPT (version 3 fp32 or 5 bf16, any size,
+      padded vocab), in float64, over exactly the tokens the trainer's -x 0
+      evaluates with the same flags (defaults as the trainer's: -j
+      'data/brown/brown_val_*.bin' -b 4 -t 128 -m 20): the shards matching
+      GLOB (llm.c token shards, sorted), read as sequences of T tokens plus
+      the target (sequence k of a shard is tokens [k*T, k*T+T]; shards in
+      order), the first M*B of them (at most all the split holds); the loss
+      is the mean cross-entropy over their M*B*T tokens. Prints
+      "val loss X of the model CKPT (N tokens; ...)". --expect LOSS (the
+      trainer's printed value) also prints the relative difference and exits
+      1 if it exceeds --rtol (default: FP32_RTOL = 1e-5 for a version-3
+      file, BF16_K / sqrt(tokens) for version 5: docs/resume.md says how
+      both were measured).
+  --export CKPT OUT.pt
+      torch.save of the state dict of GPT (the module below): "header" (the
+      file's 256 int32 header words) and the tensors of PARAM_NAMES in their
+      file shapes, float32 (version 3) or bfloat16 (version 5), bit for bit.
+  --import IN.pt OUT.bin
+      the inverse: a checkpoint from such a state dict (from --export, or a
+      GPT module trained in PyTorch); version 3 for float32 tensors, 5 for
+      bfloat16. --import of --export's output is the original file byte for
+      byte.
+
 Usage:
   /usr/bin/python3 dev/reference.py --config small --out data/ref
   /usr/bin/python3 dev/reference.py --config all   --out data/ref  (small, odd, tiny)
   /usr/bin/python3 dev/reference.py --config d6 --model-only --out data/ref
+  /usr/bin/python3 dev/reference.py --eval out/run/model_00000100.bin -j 'data/brown/brown_val_*.bin' -b 4 -t 128
+  /usr/bin/python3 dev/reference.py --export model.bin model.pt; ... --import model.pt model.bin
 """
 
 import os as _os
@@ -177,10 +206,6 @@ def model_header(cfg, version):
     return h
 
 
-def num_parameters(cfg):
-    return sum(int(np.prod(s)) for s in param_shapes(cfg).values())
-
-
 def write_checked(path, chunks, expected_size):
     """Write byte chunks, then assert the file size equals expected_size."""
     tmp = path + ".tmp"
@@ -294,6 +319,264 @@ def run_config(name, out, seed, model_only):
     print(f"  ({time.time() - t0:.1f} s)")
 
 
+# ---------------------------------------------------------------------------
+# Checkpoints of any size: read, evaluate, export to and import from PyTorch
+# ---------------------------------------------------------------------------
+
+SHARD_MAGIC = 20240520
+# --expect's bounds (measured by dev/eval_bound.sh; docs/resume.md, "Checking
+# your model against PyTorch"). A version-3 (fp32) file in ./train_gpt_cpu:
+# 1e-5 relative (measured at most 1.3e-7, the resolution of the 6 printed
+# decimals). A version-5 (bf16) file in ./train_gpt_cpu_bf16, which rounds
+# every stored activation to bf16: the difference is a mean of per-token
+# rounding errors, so it shrinks as 1/sqrt(tokens); measured relative
+# difference x sqrt(tokens) at most 9.8e-4, rms 5.3e-4 over 18 checkpoint
+# and val-set pairs (64 to 10240 tokens); the bound is BF16_K / sqrt(tokens)
+# with BF16_K = 2e-3 (3.8 x that rms, 2 x the largest): 5.6e-5 at 1280
+# tokens, 2.0e-5 at make train's 10240.
+FP32_RTOL = 1e-5
+BF16_K = 2e-3
+
+
+def bf16_rtol(ntok):
+    """--expect's relative bound for a bf16 (version 5) file over ntok tokens."""
+    return BF16_K / math.sqrt(ntok)
+
+
+class InputError(Exception):
+    """Bad input: one line, exit 1."""
+
+
+def read_header(path):
+    """The 256 int32 header words of an llm.c checkpoint, checked against the
+    file's size: (header numpy int32[256], cfg dict, version)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            raw = f.read(1024)
+    except OSError as e:
+        raise InputError("checkpoint %s: cannot read (%s)" % (path, e.strerror))
+    if len(raw) < 1024:
+        raise InputError("checkpoint %s: %d bytes, less than the 1024-byte header" % (path, size))
+    h = np.frombuffer(raw, dtype="<i4").copy()
+    if h[0] != MODEL_MAGIC:
+        raise InputError("checkpoint %s: bad magic %d (expected %d, an llm.c model file)" % (path, h[0], MODEL_MAGIC))
+    if h[1] not in (3, 5):
+        raise InputError("checkpoint %s: unsupported version %d (expected 3 = fp32 or 5 = bf16)" % (path, h[1]))
+    cfg = header_config(h, path)
+    expect = 1024 + num_parameters(cfg) * (4 if h[1] == 3 else 2)
+    if size != expect:
+        raise InputError("checkpoint %s: %d bytes, but its header (L=%d C=%d Vp=%d maxT=%d, version %d) implies %d" %
+                         (path, size, cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"], h[1], expect))
+    return h, cfg, int(h[1])
+
+
+def header_config(h, what):
+    """cfg (maxT, V, L, NH, C, Vp) from header words 2..7, checked as the
+    trainer checks them (gpt2_config_check)."""
+    maxT, V, L, NH, C, Vp = (int(x) for x in h[2:8])
+    cfg = dict(maxT=maxT, V=V, L=L, NH=NH, C=C, Vp=Vp)
+    for k in ("maxT", "V", "L", "NH", "C"):
+        if cfg[k] < 1:
+            raise InputError("%s: header %s = %d, must be >= 1" % (what, k, cfg[k]))
+    if C % NH != 0:
+        raise InputError("%s: header C = %d is not a multiple of NH = %d" % (what, C, NH))
+    if Vp < V:
+        raise InputError("%s: header padded vocab %d is smaller than the vocab %d" % (what, Vp, V))
+    return cfg
+
+
+def file_shapes(cfg):
+    """param_shapes with the header's own padded vocab (llm.c's files pad to
+    128; any Vp >= V is read as the header says)."""
+    s = param_shapes(cfg)
+    s["wte"] = (cfg["Vp"], cfg["C"])
+    return s
+
+
+def num_parameters(cfg):
+    shapes = file_shapes(cfg) if "Vp" in cfg else param_shapes(cfg)
+    return sum(int(np.prod(s)) for s in shapes.values())
+
+
+def read_checkpoint(path):
+    """(header, cfg, version, {name: tensor}) with the file's bits: float32
+    tensors for version 3, bfloat16 for version 5, in PARAM_NAMES order and
+    file shapes."""
+    h, cfg, version = read_header(path)
+    dt = "<f4" if version == 3 else "<i2"
+    flat = np.fromfile(path, dtype=dt, offset=1024)
+    tensors, off = {}, 0
+    for name, shape in file_shapes(cfg).items():
+        n = int(np.prod(shape))
+        a = flat[off:off + n].reshape(shape)
+        t = torch.from_numpy(a.astype(np.float32) if version == 3 else a.astype(np.int16))
+        tensors[name] = t if version == 3 else t.view(torch.bfloat16)
+        off += n
+    return h, cfg, version, tensors
+
+
+class GPT(torch.nn.Module):
+    """The reference model as a module: parameters named and shaped as in the
+    checkpoint file (PARAM_NAMES, stacked over layers; wte has the padded
+    rows), and the buffer "header" (the file's 256 int32 header words), so
+    that state_dict() is what --export writes and --import reads.
+    forward(idx (B,T) int64, targets (B,T) or None) -> (logits (B,T,V), loss
+    or None), computed in the parameters' dtype by forward() above."""
+
+    def __init__(self, header, tensors):
+        super().__init__()
+        self.register_buffer("header", torch.as_tensor(np.asarray(header, dtype=np.int32)))
+        self.cfg = header_config(np.asarray(header), "header")
+        for name in PARAM_NAMES:
+            setattr(self, name, torch.nn.Parameter(tensors[name].clone()))
+
+    @classmethod
+    def from_file(cls, path):
+        """The model of an llm.c checkpoint (.bin) or of a state dict written
+        by --export or torch.save(GPT.state_dict()) (.pt)."""
+        if path.endswith(".pt"):
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+            return cls(sd["header"].numpy(), sd)
+        h, _, _, tensors = read_checkpoint(path)
+        return cls(h, tensors)
+
+    def forward(self, idx, targets=None):
+        p = {n: getattr(self, n) for n in PARAM_NAMES}
+        if targets is None:
+            logits, _ = forward(p, self.cfg, idx, torch.zeros_like(idx))
+            return logits, None
+        return forward(p, self.cfg, idx, targets)
+
+
+def val_shards(pattern, B, T, V):
+    """The trainer's val split for -j pattern: [(path, uint16 tokens)] in
+    sorted order, each checked as llmc/dataloader.h checks it (magic, version,
+    size, at least B*T+1 tokens, ids < V)."""
+    import glob
+    paths = sorted(glob.glob(pattern))
+    if not paths:
+        raise InputError("-j %s: no file matches the token shard pattern" % pattern)
+    out = []
+    for p in paths:
+        raw = open(p, "rb").read()
+        if len(raw) < 1024:
+            raise InputError("token shard %s has %d bytes, less than the 1024-byte header" % (p, len(raw)))
+        h = np.frombuffer(raw[:1024], dtype="<i4")
+        if h[0] != SHARD_MAGIC:
+            raise InputError("token shard %s has magic %d, expected %d (llm.c token shard)" % (p, h[0], SHARD_MAGIC))
+        if h[1] != 1:
+            raise InputError("token shard %s has version %d, expected 1" % (p, h[1]))
+        if h[2] < 0 or len(raw) != 1024 + 2 * int(h[2]):
+            raise InputError("token shard %s: header says %d tokens (%d bytes) but the file has %d bytes" %
+                             (p, h[2], 1024 + 2 * int(h[2]), len(raw)))
+        tok = np.frombuffer(raw[1024:], dtype="<u2")
+        if len(tok) < B * T + 1:
+            raise InputError("token shard %s is too small for a micro-batch: it has %d tokens, needs at least "
+                             "B*T+1 = %d*%d+1 = %d" % (p, len(tok), B, T, B * T + 1))
+        if len(tok) and int(tok.max()) >= V:
+            i = int(np.argmax(tok >= V))
+            raise InputError("token shard %s: token index %d has id %d, must be < vocab_size %d" % (p, i, tok[i], V))
+        out.append((p, tok))
+    return out
+
+
+def val_sequences(shards, T, nseq):
+    """The first nseq sequences of the split (file order): inputs, targets
+    (n, T) int64, n = min(nseq, the split's floor((ntok-1)/T) per shard)."""
+    xs, ys, n = [], [], 0
+    for _, tok in shards:
+        S = (len(tok) - 1) // T
+        for k in range(min(S, nseq - n)):
+            w = tok[k * T:k * T + T + 1].astype(np.int64)
+            xs.append(w[:-1]); ys.append(w[1:])
+        n = len(xs)
+        if n >= nseq:
+            break
+    return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
+
+
+def evaluate(ckpt, pattern, B, T, M):
+    """(mean val loss in float64, tokens read, sequences asked, read)."""
+    h, cfg, version, tensors = read_checkpoint(ckpt)
+    if T > cfg["maxT"]:
+        raise InputError("-t %d: sequence length must be in 1..%d (the model's max_seq_len)" % (T, cfg["maxT"]))
+    shards = val_shards(pattern, B, T, cfg["V"])
+    x, y = val_sequences(shards, T, M * B)
+    params = {n: t.to(torch.float64) for n, t in tensors.items()}
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, x.shape[0], B):
+            xb, yb = x[i:i + B], y[i:i + B]
+            _, loss = forward(params, cfg, xb, yb)
+            total += loss.item() * xb.numel()
+    ntok = x.numel()
+    return total / ntok, ntok, M * B, x.shape[0], version
+
+
+def export_pt(ckpt, out):
+    h, cfg, version, tensors = read_checkpoint(ckpt)
+    sd = GPT(h, tensors).state_dict()
+    tmp = out + ".tmp"
+    torch.save(sd, tmp)
+    os.replace(tmp, out)
+    print("wrote %s: the state dict of %s (version %d, %s; L=%d NH=%d C=%d maxT=%d V=%d Vp=%d): header + %d tensors" %
+          (out, ckpt, version, "float32" if version == 3 else "bfloat16", cfg["L"], cfg["NH"], cfg["C"], cfg["maxT"],
+           cfg["V"], cfg["Vp"], len(PARAM_NAMES)))
+
+
+def import_pt(src, out):
+    try:
+        sd = torch.load(src, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 (torch raises many kinds)
+        raise InputError("%s: not a state dict torch.load can read (%s)" % (src, str(e).splitlines()[0] if str(e) else type(e).__name__))
+    if not isinstance(sd, dict):
+        raise InputError("%s: holds a %s, not a state dict" % (src, type(sd).__name__))
+    missing = [k for k in ["header"] + PARAM_NAMES if k not in sd]
+    if missing:
+        raise InputError("%s: the state dict has no %s (the names of reference.GPT: header, %s)" %
+                         (src, ", ".join(missing), ", ".join(PARAM_NAMES)))
+    extra = sorted(k for k in sd if k not in ["header"] + PARAM_NAMES)
+    if extra:
+        raise InputError("%s: unknown tensor %s (the names of reference.GPT: header, %s)" % (src, extra[0], ", ".join(PARAM_NAMES)))
+    h = sd["header"]
+    if h.dtype != torch.int32 or tuple(h.shape) != (256,):
+        raise InputError("%s: header is %s %s, expected int32 (256,)" % (src, h.dtype, tuple(h.shape)))
+    h = h.numpy().astype("<i4").copy()
+    if h[0] != MODEL_MAGIC:
+        raise InputError("%s: header magic %d, expected %d (an llm.c model header)" % (src, h[0], MODEL_MAGIC))
+    cfg = header_config(h, src + ": header")
+    dtypes = {sd[n].dtype for n in PARAM_NAMES}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in (torch.float32, torch.bfloat16):
+        raise InputError("%s: tensors are %s: they must all be float32 (version 3) or all bfloat16 (version 5); "
+                         "convert with .float() or .bfloat16()" % (src, ", ".join(sorted(str(d) for d in dtypes))))
+    bf16 = next(iter(dtypes)) == torch.bfloat16
+    h[1] = 5 if bf16 else 3
+    chunks = [h.tobytes()]
+    for name, shape in file_shapes(cfg).items():
+        t = sd[name]
+        if tuple(t.shape) != tuple(shape):
+            raise InputError("%s: %s has shape %s, the header (L=%d NH=%d C=%d maxT=%d Vp=%d) implies %s" %
+                             (src, name, tuple(t.shape), cfg["L"], cfg["NH"], cfg["C"], cfg["maxT"], cfg["Vp"], tuple(shape)))
+        t = t.detach().contiguous()
+        if not bool(torch.isfinite(t.float()).all()):
+            raise InputError("%s: %s holds a non-finite value (the trainer refuses it)" % (src, name))
+        chunks.append(t.view(torch.int16).numpy().astype("<i2").tobytes() if bf16 else t.numpy().astype("<f4").tobytes())
+    tmp = out + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            for c in chunks:
+                f.write(c)
+        os.replace(tmp, out)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise InputError("%s: cannot write (%s)" % (out, e.strerror))
+    print("wrote %s: version %d (%s), L=%d NH=%d C=%d maxT=%d V=%d Vp=%d, %d parameters, %d bytes" %
+          (out, h[1], "bf16" if bf16 else "fp32", cfg["L"], cfg["NH"], cfg["C"], cfg["maxT"], cfg["V"], cfg["Vp"],
+           num_parameters(cfg), os.path.getsize(out)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="all", choices=list(CONFIGS) + ["all"])
@@ -301,7 +584,45 @@ def main():
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--model-only", action="store_true",
                     help="write only the two model files (no debug state)")
+    ap.add_argument("--eval", metavar="CKPT", help="the val loss of CKPT over the tokens the trainer's -x 0 reads")
+    ap.add_argument("-j", default="data/brown/brown_val_*.bin", help="--eval: val token shards (glob), as the trainer's -j")
+    ap.add_argument("-b", type=int, default=4, help="--eval: micro-batch B, as the trainer's -b")
+    ap.add_argument("-t", type=int, default=128, help="--eval: sequence length T, as the trainer's -t")
+    ap.add_argument("-m", type=int, default=20, help="--eval: val batches of B sequences, as the trainer's -m")
+    ap.add_argument("--expect", type=float, help="--eval: the trainer's val loss; exit 1 beyond --rtol")
+    ap.add_argument("--rtol", type=float, help="--expect's relative bound (default %g for fp32 files, %g/sqrt(tokens) for bf16)" %
+                    (FP32_RTOL, BF16_K))
+    ap.add_argument("--export", nargs=2, metavar=("CKPT", "OUT_PT"), help="CKPT as a PyTorch state dict (torch.save)")
+    ap.add_argument("--import", dest="import_", nargs=2, metavar=("IN_PT", "OUT_BIN"), help="a state dict as a checkpoint")
     args = ap.parse_args()
+    modes = [m for m in (args.eval, args.export, args.import_) if m]
+    if len(modes) > 1:
+        raise InputError("give one of --eval, --export, --import")
+    if args.export:
+        return export_pt(*args.export)
+    if args.import_:
+        return import_pt(*args.import_)
+    if args.eval:
+        for flag, v, lo in (("-b", args.b, 1), ("-t", args.t, 1), ("-m", args.m, 1)):
+            if v < lo:
+                raise InputError("%s %d: must be >= %d" % (flag, v, lo))
+        if "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(os.cpu_count() or 1)
+        t0 = time.time()
+        loss, ntok, asked, nseq, version = evaluate(args.eval, args.j, args.b, args.t, args.m)
+        capped = "" if nseq == asked else ", all the split holds (fewer than -m %d x B=%d)" % (args.m, args.b)
+        print("val loss %.6f of the model %s (%d tokens: the first %d sequences of T=%d of %s%s; float64, %.1f s)" %
+              (loss, args.eval, ntok, nseq, args.t, args.j, capped, time.time() - t0))
+        if args.expect is not None:
+            rtol = args.rtol if args.rtol is not None else (FP32_RTOL if version == 3 else bf16_rtol(ntok))
+            how = ("--rtol" if args.rtol is not None else "version 3 file" if version == 3 else
+                   "version 5 file: %g/sqrt(%d tokens)" % (BF16_K, ntok))
+            rel = abs(args.expect - loss) / abs(loss)
+            verdict = "within" if rel <= rtol else "BEYOND"
+            print("trainer %.6f vs reference %.6f: relative difference %.3e, %s the bound %.3g (%s)" %
+                  (args.expect, loss, rel, verdict, rtol, how))
+            return 0 if rel <= rtol else 1
+        return 0
     t0 = time.time()
     names = ["small", "odd", "tiny"] if args.config == "all" else [args.config]
     for name in names:
@@ -310,4 +631,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except InputError as e:
+        print("error: %s" % e, file=sys.stderr)
+        sys.exit(1)

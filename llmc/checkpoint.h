@@ -85,7 +85,9 @@ static inline int gpt2_load_checkpoint(GPT2* m, const char* path, char* err, siz
     GPT2Config c;
     int version;
     if (gpt2_read_checkpoint_header(path, &c, &version, err, errlen)) return 1;
-    if (memcmp(&c, &m->config, sizeof(c)) != 0) return set_err(err, errlen, "checkpoint %s: config does not match the model", path);
+    char diff[512];
+    if (gpt2_config_diff(&c, &m->config, "the file", "the model", diff, sizeof(diff)))
+        return set_err(err, errlen, "checkpoint %s: config does not match the model: %s", path, diff);
     FILE* f = fopen(path, "rb");
     if (!f) return set_err(err, errlen, "checkpoint %s: cannot open (%s)", path, strerror(errno));
     const ZeroPlan* P = &m->plan;

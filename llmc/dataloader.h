@@ -103,6 +103,32 @@ static inline uint32_t dl_le32_(const unsigned char* p) {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 
+/* dl_looks_like_text_: 1 if the n bytes (a file's first 1024) are text:
+ * well-formed UTF-8 (ASCII included, a character cut at the end of the
+ * buffer allowed) without NUL or control bytes other than tab, newline,
+ * carriage return and form feed. A token shard's header (magic 20240520 =
+ * bytes 0x48 0xd4 0x34 0x01) never is. */
+static inline int dl_looks_like_text_(const unsigned char* p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = p[i];
+        if (c < 0x80) {
+            if (c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f') return 0;
+            if (c == 0x7f) return 0;
+            i++;
+            continue;
+        }
+        int k = (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+        if (k < 0 || (k == 1 && c < 0xc2) || c > 0xf4) return 0;
+        for (int j = 1; j <= k; j++) {
+            if (i + (size_t)j >= n) return 1;   /* cut by the buffer's end */
+            if ((p[i + (size_t)j] & 0xc0) != 0x80) return 0;
+        }
+        i += (size_t)k + 1;
+    }
+    return 1;
+}
+
 /* dl_check_shard_: validates the header and size of one shard file.
  * On success *ntok = tokens in it. Returns 0 or 1 with err naming the file. */
 static inline int dl_check_shard_(const char* path, size_t* ntok, char* err, size_t errlen) {
@@ -121,20 +147,30 @@ static inline int dl_check_shard_(const char* path, size_t* ntok, char* err, siz
         return 1;
     }
     unsigned long long size = (unsigned long long)st.st_size;
+    unsigned char h[DATALOADER_HEADER_BYTES];
+    size_t got = fread(h, 1, sizeof(h), f);
+    fclose(f);
+    int text = got > 0 && dl_looks_like_text_(h, got);
+    int32_t magic = got >= 4 ? (int32_t)dl_le32_(h) : 0;
+    if (text && (size < DATALOADER_HEADER_BYTES || magic != DATALOADER_MAGIC)) {   /* text given as data */
+        char what[96];
+        if (size < DATALOADER_HEADER_BYTES) snprintf(what, sizeof(what), "is %llu bytes of text", size);
+        else snprintf(what, sizeof(what), "has magic %d, expected %d: it looks like text", (int)magic, DATALOADER_MAGIC);
+        dl_errf_(err, errlen, "dataloader: token shard %s %s, not llm.c tokens; tokenize it first: "
+                 "node dev/data/tokenize.mjs --input %s --out data/NAME/NAME (writes data/NAME/NAME_train_000000.bin "
+                 "for -i and data/NAME/NAME_val_000000.bin for -j)", path, what, path);
+        return 1;
+    }
     if (size < DATALOADER_HEADER_BYTES) {
-        fclose(f);
         dl_errf_(err, errlen, "dataloader: token shard %s has %llu bytes, less than the %d-byte header",
                  path, size, DATALOADER_HEADER_BYTES);
         return 1;
     }
-    unsigned char h[DATALOADER_HEADER_BYTES];
-    size_t got = fread(h, 1, sizeof(h), f);
-    fclose(f);
     if (got != sizeof(h)) {
         dl_errf_(err, errlen, "dataloader: token shard %s: could not read its 1024-byte header", path);
         return 1;
     }
-    int32_t magic = (int32_t)dl_le32_(h), version = (int32_t)dl_le32_(h + 4), n = (int32_t)dl_le32_(h + 8);
+    int32_t version = (int32_t)dl_le32_(h + 4), n = (int32_t)dl_le32_(h + 8);
     if (magic != DATALOADER_MAGIC) {
         dl_errf_(err, errlen, "dataloader: token shard %s has magic %d, expected %d (llm.c token shard)",
                  path, (int)magic, DATALOADER_MAGIC);
@@ -271,10 +307,16 @@ static inline int dl_list_shards_(DataLoader* dl, const char* pattern, int B, in
         memcpy(dl->shard_paths[i], p, len + 1);
         if (dl_check_shard_(p, &n, err, errlen) != 0) { rc = 1; break; }
         if (n < need) {
-            dl_errf_(err, errlen, "dataloader: token shard %s is too small for the global micro-batch: it has %zu tokens, "
-                     "needs at least num_ranks*B*T+1 = %d*%d*%d+1 = %zu (use a smaller -b/-t, fewer ranks or more text; "
-                     "for a small validation split, -v 0 skips validation)",
-                     p, n, num_ranks, B, T, need);
+            if (num_ranks > 1)
+                dl_errf_(err, errlen, "dataloader: token shard %s is too small for the global micro-batch: it has %zu tokens, "
+                         "needs at least num_ranks*B*T+1 = %d*%d*%d+1 = %zu (use a smaller -b/-t, fewer ranks or more text; "
+                         "for a small validation split, -v 0 skips validation)",
+                         p, n, num_ranks, B, T, need);
+            else
+                dl_errf_(err, errlen, "dataloader: token shard %s is too small for a micro-batch: it has %zu tokens, "
+                         "needs at least B*T+1 = %d*%d+1 = %zu (use a smaller -b/-t or more text; "
+                         "for a small validation split, -v 0 skips validation)",
+                         p, n, B, T, need);
             rc = 1;
             break;
         }
@@ -533,6 +575,47 @@ static inline size_t dataloader_batches_per_epoch(const DataLoader* dl) {
     size_t n = 0;
     for (int i = 0; i < dl->num_shards; i++) n += dl->shuffle ? dl_num_seqs_(dl, i) / NB : (dl->shard_ntok[i] - 1) / M;
     return n;
+}
+
+/* dataloader_num_seqs: the split's distinct sequences of T tokens (each
+ * with its target) in file order: sum over shards of floor((ntok - 1) / T).
+ * Sequence k of shard s is tokens [k*T, k*T + T] of that shard; shards
+ * follow each other in sorted order. Independent of B and the rank count. */
+static inline size_t dataloader_num_seqs(const DataLoader* dl) {
+    size_t n = 0;
+    for (int i = 0; i < dl->num_shards; i++) n += dl_num_seqs_(dl, i);
+    return n;
+}
+
+/* dataloader_read_seqs: inputs and targets (n, T), 1 <= n <= B, are the
+ * split's sequences first .. first + n - 1 in file order (dataloader_num_seqs
+ * numbers them; a run of them may cross into the next shard), whatever the
+ * rank and shuffle settings: the evaluation's reader, the same tokens at
+ * every rank count. Loads each shard when first needed (one buffer: reading
+ * in increasing order loads each shard once) and checks its token ids.
+ * Leaves the training position (current_shard, current_position) alone.
+ * 0, or 1 with err (n out of range, a sequence beyond the split, an
+ * unreadable shard, a token id >= vocab_size naming file, index, value). */
+static inline int dataloader_read_seqs(DataLoader* dl, size_t first, int n, char* err, size_t errlen) {
+    if (n < 1 || n > dl->B) return dl_errf_(err, errlen, "dataloader: read of %d sequences: must be 1..B = %d", n, dl->B);
+    size_t T = (size_t)dl->T, total = dataloader_num_seqs(dl);
+    if (first + (size_t)n > total)
+        return dl_errf_(err, errlen, "dataloader: sequences %zu..%zu: %s holds only %zu sequences of T=%d",
+                        first, first + (size_t)n - 1, dl->num_shards > 0 ? dl->shard_paths[0] : "(no shard)", total, dl->T);
+    int s = 0;
+    size_t k = first;
+    while (k >= dl_num_seqs_(dl, s)) { k -= dl_num_seqs_(dl, s); s++; }
+    for (int b = 0; b < n; b++) {
+        while (k >= dl_num_seqs_(dl, s)) { k -= dl_num_seqs_(dl, s); s++; }
+        if (dl->loaded_shard != s && dl_load_shard_(dl, s, err, errlen) != 0) return 1;
+        const uint16_t* x = dl->tokens + k * T;
+        for (size_t i = 0; i < T; i++) {
+            dl->inputs[(size_t)b * T + i] = (int)x[i];
+            dl->targets[(size_t)b * T + i] = (int)x[i + 1];
+        }
+        k++;
+    }
+    return 0;
 }
 
 #endif /* LLMC_DATALOADER_H */

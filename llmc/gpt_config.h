@@ -34,6 +34,26 @@ static inline int gpt2_config_check(const GPT2Config* c, const char* what, char*
     return 0;
 }
 
+/* The fields in which a (`an`, e.g. "the file") and b (`bn`, e.g. "the
+   model") differ, written into out (n bytes) as "L=2 in the file, 6 in the
+   model; C=128 in the file, 384 in the model", in the order L, NH, C, maxT,
+   V, Vp (the header words' names). Returns how many fields differ (0: out
+   is ""). */
+static inline int gpt2_config_diff(const GPT2Config* a, const GPT2Config* b, const char* an, const char* bn, char* out, size_t n) {
+    const char* names[6] = {"L", "NH", "C", "maxT", "V", "Vp"};
+    int va[6] = {a->num_layers, a->num_heads, a->channels, a->max_seq_len, a->vocab_size, a->padded_vocab_size};
+    int vb[6] = {b->num_layers, b->num_heads, b->channels, b->max_seq_len, b->vocab_size, b->padded_vocab_size};
+    int k = 0;
+    size_t len = 0;
+    if (n) out[0] = 0;
+    for (int i = 0; i < 6; i++) {
+        if (va[i] == vb[i]) continue;
+        if (len < n) len += (size_t)snprintf(out + len, n - len, "%s%s=%d in %s, %d in %s", k ? "; " : "", names[i], va[i], an, vb[i], bn);
+        k++;
+    }
+    return k;
+}
+
 /* num_parameters (Psi) of a config: the sum of its tensor sizes, the vocab
    padded to Vp as llm.c counts it. The config must be valid. */
 static inline long long gpt2_count_parameters(const GPT2Config* c) {

@@ -211,10 +211,9 @@ static inline int state_read_header(const char* path, TrainState* s, char* err, 
 static inline int state_load(GPT2* m, const char* path, TrainState* s, char* err, size_t errlen) {
     if (state_read_header(path, s, err, errlen)) return 1;
     const GPT2Config* a = &s->config; const GPT2Config* b = &m->config;
-    if (memcmp(a, b, sizeof(*a)) != 0)
-        return set_err(err, errlen, "state %s: model config L=%d NH=%d C=%d maxT=%d V=%d Vp=%d does not match the model's L=%d NH=%d C=%d maxT=%d V=%d Vp=%d",
-                       path, a->num_layers, a->num_heads, a->channels, a->max_seq_len, a->vocab_size, a->padded_vocab_size,
-                       b->num_layers, b->num_heads, b->channels, b->max_seq_len, b->vocab_size, b->padded_vocab_size);
+    char diff[512];
+    if (gpt2_config_diff(a, b, "the state", "the model", diff, sizeof(diff)))
+        return set_err(err, errlen, "state %s: model config does not match the model: %s", path, diff);
     const ZeroPlan* P = &m->plan;
     if ((long long)P->num_parameters != s->num_parameters)
         return set_err(err, errlen, "state %s: %lld parameters, the model has %zu", path, s->num_parameters, P->num_parameters);
@@ -423,7 +422,14 @@ static inline int state_resume(GPT2* m, DataLoader* train, const char* dir, int 
     snprintf(sp, sizeof(sp), "%s/state_%08ld.bin", dir, step);
     if (step > max_steps) set_err(err, ERRLEN, "-y 1: the latest checkpoint %s is at step %ld, beyond -x %d", sp, step, max_steps);
     comm_check_all(c, err);
-    gpt2_load_checkpoint(m, mp, err, ERRLEN);
+    GPT2Config fc;
+    int fv;
+    char diff[512];
+    if (gpt2_read_checkpoint_header(mp, &fc, &fv, err, ERRLEN) == 0 &&
+        gpt2_config_diff(&fc, &m->config, "the checkpoint", "this run's model", diff, sizeof(diff)))
+        set_err(err, ERRLEN, "-y 1: %s does not match the model: %s; leave out -e and the size flags "
+                "(--layers --heads --channels --max-seq-len --vocab): -y 1 then takes them from the checkpoint", mp, diff);
+    if (!err[0]) gpt2_load_checkpoint(m, mp, err, ERRLEN);
     comm_check_all(c, err);
     TrainState s;
     if (!state_load(m, sp, &s, err, ERRLEN)) {

@@ -81,6 +81,7 @@ suite "offload" bash tests/suites/offload.sh
 suite "docs" bash tests/suites/docs.sh
 suite "entry points" bash tests/suites/entry_points.sh
 suite "compare runs" bash tests/suites/compare.sh
+suite "check a model" bash tests/suites/check_model.sh
 suite "sanitizers" bash tests/suites/sanitizers.sh
 suite "fuzz smoke" bash tests/fuzz/run.sh 15
 suite "gpu dry run" bash tests/suites/gpu_dry_run.sh

@@ -68,6 +68,10 @@ def main():
     w("val_token_oob.bin", shard(oob[:1024]))
     w("shard_too_small.bin", shard(good[:10]))                         # needs B*T*ranks+1 = 17 or 33
     w("shard_20tok.bin", shard(good[:20]))                             # enough for 1 rank, not for 2
+    prose = ("The Fulton County Grand Jury said Friday an investigation of Atlanta's recent primary election\n"
+             "produced \"no evidence\" that any irregularities took place. Caf\u00e9 \u2014 na\u00efve.\n\n")
+    w("text.txt", (prose * 20).encode("utf-8"))                       # a raw text given as data (over 1024 bytes)
+    w("text_short.txt", prose.encode("utf-8"))                         # one under the 1024-byte header
     os.makedirs(os.path.join(out, "two_shards"), exist_ok=True)
     w("two_shards/part_000.bin", shard(good))
     w("two_shards/part_001.bin", shard(good, magic=1234))              # the 2nd shard of a glob is bad

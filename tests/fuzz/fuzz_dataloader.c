@@ -14,7 +14,10 @@
  Invariants after each successful next_batch: ids in 0..vocab_size-1,
  targets[i] == inputs[i+1] within the rank's slice (within each sequence
  when shuffled), and the loader's next position leaves room for a global
- micro-batch in its shard.
+ micro-batch in its shard. Then dataloader_read_seqs (the evaluation's
+ reader) walks the split's sequences from the start, 1..B at a time: ids in
+ range, targets[i] == inputs[i+1] within each sequence, and a read beyond
+ dataloader_num_seqs is an error.
 */
 #include "fuzz_common.h"
 #include "llmc/dataloader.h"
@@ -64,6 +67,21 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(dl.current_shard >= 0 && dl.current_shard < dl.num_shards);
         if (shuffled) FUZZ_CHECK(dl.current_position / (size_t)T + (size_t)N * B <= (dl.shard_ntok[dl.current_shard] - 1) / (size_t)T);
         else FUZZ_CHECK(dl.current_position + M + 1 <= dl.shard_ntok[dl.current_shard]);
+    }
+    /* the evaluation's reader: sequences in file order from the start,
+       n = 1..B at a time, up to (and one read beyond) the split's count */
+    size_t S = dataloader_num_seqs(&dl), first = 0;
+    for (int i = 0; i < calls && first <= S; i++) {
+        int n = 1 + (data[7] + i) % B;
+        err[0] = 0;
+        int rc = dataloader_read_seqs(&dl, first, n, err, sizeof(err));
+        if (first + (size_t)n > S) { FUZZ_CHECK(rc == 1 && err[0] != 0); break; }
+        if (rc) { FUZZ_CHECK(err[0] != 0); break; }   /* a token id >= vocab_size in a shard loaded now */
+        for (size_t k = 0; k < (size_t)n * T; k++) {
+            FUZZ_CHECK(dl.inputs[k] >= 0 && dl.inputs[k] < V && dl.targets[k] >= 0 && dl.targets[k] < V);
+            if ((k + 1) % (size_t)T != 0) FUZZ_CHECK(dl.targets[k] == dl.inputs[k + 1]);
+        }
+        first += (size_t)n;
     }
     dataloader_free(&dl);
     return 0;

@@ -126,6 +126,9 @@ bad glob_second_shard_bad "1 2" "$D/two_shards/part_001.bin" "magic" train -i "$
 bad shard_is_directory "1 2" "$D/shard_is_dir.bin" "regular file|directory" train -i "$D/shard_is_dir.bin"
 bad val_glob_no_match "1 2" "$D/nonexistent_val/*.bin" "no file matches" train -v 1 -j "$D/nonexistent_val/*.bin"
 bad val_shard_too_small "1 2" "$D/shard_too_small.bin" "too small" train -v 1 -j "$D/shard_too_small.bin"
+bad text_as_train "1 2" "$D/text.txt" "has magic 543516756, expected 20240520: it looks like text, not llm.c tokens; tokenize it first: node dev/data/tokenize.mjs --input .*text.txt --out data/NAME/NAME" train -i "$D/text.txt"
+bad text_as_val "1 2" "$D/text.txt" "looks like text, not llm.c tokens; tokenize it first: node dev/data/tokenize.mjs --input .*text.txt --out" train -v 1 -j "$D/text.txt"
+bad text_short_as_train "1 2" "$D/text_short.txt" "is 173 bytes of text, not llm.c tokens; tokenize it first: node dev/data/tokenize.mjs --input" train -i "$D/text_short.txt"
 
 # model checkpoints
 bad ckpt_missing "1 2" "$D/missing_model.bin" "cannot open|no such" train -e "$D/missing_model.bin"

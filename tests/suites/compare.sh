@@ -10,7 +10,14 @@
 #     --expect-equal exits 1; the model files' per-tensor differences are
 #     printed;
 #   - the overlay picture is written (PNG, nonzero size); bad input (no
-#     main.log) is one error line, exit 1.
+#     main.log, an empty main.log) is one error line, exit 1;
+#   - what only one run has is a difference: the stage-0 run with its loss
+#     made -nan at step 2 fails --tol 0.01 and --expect-equal, naming the
+#     step (a NaN never exceeds a running maximum, so it must be caught on
+#     its own); the run cut after step 3 (main.log's first lines, no final
+#     checkpoint) fails --expect-equal and --tol, naming the steps and the
+#     checkpoint only the whole run has; val losses over another val set
+#     (val_tokens) fail --tol; an identical copy passes both.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -42,4 +49,33 @@ $PY dev/compare_runs.py "$tmp/z3" "$tmp/bf16" --expect-equal > /dev/null 2>&1
 out=$($PY dev/compare_runs.py "$tmp/z3" "$tmp/nothing" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^error: .*nothing: no main.log" && ok "a run without main.log: one line, exit 1" ||
   bad "a run without main.log (exit $rc): $out"
+# what only one run has, a NaN, another val set
+for v in nan cut vt copy; do mkdir -p "$tmp/$v"; done
+awk '$1 == "step" && $2 == 2 && $3 == "train_loss" { $4 = "-nan" } { print }' "$tmp/z0/main.log" > "$tmp/nan/main.log"
+awk '$1 == "step" && $2 > 3 { exit } { print }' "$tmp/z0/main.log" > "$tmp/cut/main.log"
+awk '$5 == "val_tokens" { $6 = $6 / 2 } { print }' "$tmp/z0/main.log" > "$tmp/vt/main.log"
+cp "$tmp/z0/"* "$tmp/copy/"
+grep -q "^step 2 train_loss -nan" "$tmp/nan/main.log" && [ "$(tail -1 "$tmp/cut/main.log" | awk '{print $2}')" = 3 ] \
+  && grep -q "val_loss .* val_tokens 128$" "$tmp/z0/main.log" && grep -q "val_tokens 64$" "$tmp/vt/main.log" || bad "the edited logs are not what the checks below assume"
+out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/nan" --tol 0.01 2>&1); rc=$?
+$PY dev/compare_runs.py "$tmp/z0" "$tmp/nan" --expect-equal > /dev/null 2>&1; rc2=$?
+if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] && echo "$out" | grep -q "^  train_loss .*/nan is not finite at step 2 (-nan)" && echo "$out" | grep -q "^FAIL .*/nan: train_loss is -nan at step 2"
+then ok "a loss of -nan at step 2: --tol 0.01 and --expect-equal exit 1, naming the step"
+else bad "NaN run (exit $rc, $rc2): $out"; fi
+out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/cut" --expect-equal 2>&1); rc=$?
+$PY dev/compare_runs.py "$tmp/z0" "$tmp/cut" --tol 0.01 > /dev/null 2>&1; rc2=$?
+if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] && echo "$out" | grep -Eq "^  train_loss +2 steps only in .*/z0: 4..5$" \
+   && echo "$out" | grep -q "^  checkpoints only in .*/z0: step 5$" && echo "$out" | grep -q "^FAIL .*train_loss logged at steps 4..5 only in"
+then ok "a run cut after step 3 of 5: --expect-equal and --tol exit 1, naming steps 4..5 and the checkpoint at 5"
+else bad "truncated run (exit $rc, $rc2): $out"; fi
+out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/vt" --tol 0.01 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "val_loss   over different val sets: 128 and 64 tokens at step 0"
+then ok "val losses over another val set (val_tokens 128 vs 64): --tol exits 1, saying so"
+else bad "val set (exit $rc): $out"; fi
+out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/copy" --tol 0 --expect-equal 2>&1); rc=$?
+[ $rc -eq 0 ] && ! echo "$out" | grep -q "only in\|not finite\|FAIL" && ok "an identical copy: --tol 0 --expect-equal exit 0" || bad "identical copy (exit $rc): $out"
+: > "$tmp/empty.log"; mkdir -p "$tmp/empty"; : > "$tmp/empty/main.log"
+out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/empty" 2>&1); rc=$?
+[ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^error: .*empty/main.log is empty" && ok "an empty main.log: one line, exit 1" ||
+  bad "an empty main.log (exit $rc): $out"
 summary

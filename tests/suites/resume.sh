@@ -24,10 +24,14 @@
 #     (resumed mid-epoch) read exactly the sequences the reference read at
 #     steps 6-10, in its order. With --shuffle 0 a reference reads them in
 #     file order (no gap, no overlap) and a resume on 3 ranks continues so.
-#  5. -y 1 with no checkpoint starts fresh (one line says so); -y 1 without
-#     -o, and resuming from a bad or mismatched state (config, magic, size,
-#     NaN in m, other train data, step beyond -x) ends with exit 1 and one
-#     "error:" line on stderr.
+#  5. -y 1 with no checkpoint starts fresh (one line says so), from -e FILE
+#     if given; -y 1 without -e or size flags takes the model's sizes from
+#     the checkpoint and continues bit for bit; -y 1 without -o, -y 1 -e FILE
+#     with a checkpoint in -o (-e would be ignored), a checkpoint whose sizes
+#     differ from the flags' (the fields named with both values), and
+#     resuming from a bad or mismatched state (config, magic, size, NaN in
+#     m, other train data, step beyond -x) end with exit 1 and one "error:"
+#     line on stderr.
 #  7. what a resume changes is said: -x 12 after a run of -x 10 prints the
 #     recomputed schedule with both lrs of the next step (checked against
 #     the cosine computed here); -d 384 prints the changed global batch; a
@@ -300,6 +304,20 @@ if train fresh 1 -b 4 -x 1 -o "$tmp/empty" -y 1 && grep -q "^resume: no complete
    && [ "$(grep -c "^resume" "$tmp/fresh.out")" = 1 ]; then ok "-y 1 with an empty -o dir starts fresh, saying so on one line"
 else bad "-y 1 with an empty -o dir"; fi
 
+# -y 1 without -e and the size flags: the sizes come from the checkpoint it
+# resumes, and the run is the one with them, bit for bit; -e FILE with a
+# fresh -o is the init, as without -y 1 (a requeued job's first start)
+resume_dir noe
+NOMODEL=${COMMON/-e d2 --channels 64 --heads 2 --max-seq-len 64 /}
+if [ "$NOMODEL" != "$COMMON" ] && LLMC_LOG_POSITIONS=0 timeout 300 $MPIRUN -np 2 "$TRAIN" $NOMODEL -b 2 -z 3 -x 10 -o "$tmp/noe" -y 1 > "$tmp/noe.out" 2>&1 \
+   && grep -q "^model: L=2 NH=2 C=64 maxT=64 .*init from the resumed checkpoint" "$tmp/noe.out" && cmp -s "$tmp/ref/model_00000010.bin" "$tmp/noe/model_00000010.bin" \
+   && cmp -s "$tmp/ref/state_00000010.bin" "$tmp/noe/state_00000010.bin"; then ok "-y 1 without -e or size flags: the model's sizes from model_00000005.bin, model and state at step 10 byte-identical to the uninterrupted run's"
+else bad "-y 1 without -e: $(grep -E '^(error|model)' "$tmp/noe.out" | head -2)"; fi
+mkdir -p "$tmp/efresh"
+if train efresh 2 -b 2 -z 3 -x 6 -o "$tmp/efresh" -y 1 -e "$tmp/ref/model_00000005.bin" && grep -q "^resume: no complete checkpoint .* starting fresh" "$tmp/efresh.out" \
+   && grep -q "^model: .*init $tmp/ref/model_00000005.bin" "$tmp/efresh.out"; then ok "-y 1 -e FILE with no checkpoint in -o yet: starts from FILE (a requeued job's first start)"
+else bad "-y 1 -e FILE with an empty -o: $(grep -E '^(error|model|resume)' "$tmp/efresh.out" "$tmp/efresh.err" | head -3)"; fi
+
 err_case() { # name np expect-regex setup-python args...
   local name=$1 np=$2 re=$3 setup=$4; shift 4
   resume_dir "e_$name"
@@ -311,7 +329,9 @@ err_case() { # name np expect-regex setup-python args...
 }
 err_case magic 2 "state .*state_00000005.bin: bad magic" "raw[0:8]=(7).to_bytes(8,'little')" -x 10
 err_case truncated 2 "state .*: [0-9]+ bytes, but its header .* implies" "del raw[-4:]" -x 10
-err_case config 2 "state .*: model config .* does not match the model" "raw[40:48]=(50256).to_bytes(8,'little')" -x 10
+err_case config 2 "state .*: model config does not match the model: V=50256 in the state, 50257 in the model$" "raw[40:48]=(50256).to_bytes(8,'little')" -x 10
+err_case ckpt_config 2 "^error: -y 1: .*/model_00000005.bin does not match the model: C=64 in the checkpoint, 128 in this run's model; leave out -e and the size flags" "" -x 10 --channels 128
+err_case e_file 2 "^error: -y 1 -e .*/ref/model_00000005.bin: -o .*/e_e_file holds the checkpoint .*/e_e_file/model_00000005.bin, which -y 1 continues from .*so -e would be ignored: leave out -e to resume it" "" -x 10 -e "$tmp/ref/model_00000005.bin"
 err_case nan 2 "state .*: adam m of tensor .* is nan" "raw[1024+40:1024+44]=np.float32('nan').tobytes()" -x 10
 err_case version 1 "unsupported version" "raw[8:16]=(9).to_bytes(8,'little')" -x 10 -b 4
 err_case beyond 2 "step 5, beyond -x 3" "" -x 3

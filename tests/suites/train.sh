@@ -9,8 +9,9 @@
 #     (header, exact size, read back by an independent Python reader);
 #  3. a checkpoint loaded with -e reproduces the val loss it was saved with,
 #     bit for bit, at the same rank count and stage;
-#  4. a val split smaller than -m batches is read once per evaluation (the
-#     loss equals the one over its distinct batches), and the run says so;
+#  4. a val split smaller than -m x B sequences is read once per evaluation
+#     (the loss equals the one over its distinct sequences), and the run
+#     says so;
 #  5. --reshard-after-forward / --prefetch / --reshard-embedding given at
 #     stages 0-2 warn, once each.
 set -u
@@ -77,9 +78,9 @@ for c in "n2z3 4 gathered before every use" "n2z3r0 2 kept from forward to backw
   else bad "$run: blocks line: $(grep 'stage-3 all-gathers' "$tmp/$run.out")"; fi
 done
 
-# a val split of 3 distinct global batches (1 rank x 2 x 32 = 64 tokens each:
-# 219 tokens) and -m 10: the evaluation reads the 3 once, says so once, and
-# its val loss equals the one of -m 3 bit for bit
+# a val split of 6 distinct sequences of T=32 (219 tokens) and -m 10 x B=2
+# = 20 sequences: the evaluation reads the 6 once, says so once, and its
+# val loss equals the one of -m 3 (3 x 2 = 6 sequences) bit for bit
 /usr/bin/python3 -c "
 import numpy as np
 v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:219]
@@ -89,10 +90,11 @@ for m in 10 3; do
   timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 1 -v 1 -m $m -s 0 -j "$tmp/val3.bin" > "$tmp/val_m$m.out" 2>&1
 done
 v10=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m10.out"); v3=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m3.out")
-if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10: the val split holds only 3 distinct global batches of 64 tokens' "$tmp/val_m10.out")" = 1 ] \
-   && grep -q "each evaluation reads 3 global batches x 64 = 192 distinct val tokens" "$tmp/val_m10.out" && ! grep -q "^note: -m" "$tmp/val_m3.out"; then
-  ok "val split of 3 batches with -m 10: 192 distinct tokens, said once, val loss $v10 = the one of -m 3"
-else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note)" "$tmp/val_m10.out"; fi
+if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10 x B=2 = 20 sequences: the val split holds only 6 distinct sequences of T=32 (192 tokens)' "$tmp/val_m10.out")" = 1 ] \
+   && grep -q "each evaluation reads its first 6 sequences of T=32 = 192 tokens (all it holds, fewer than -m 10 x B=2)" "$tmp/val_m10.out" \
+   && grep -q "^val loss $v10 at step 0 (192 tokens)" "$tmp/val_m10.out" && ! grep -q "^note: -m" "$tmp/val_m3.out"; then
+  ok "val split of 6 sequences with -m 10: 192 tokens, said once, val loss $v10 = the one of -m 3"
+else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note|val)" "$tmp/val_m10.out"; fi
 
 # what the start-up lines say: the epochs a run covers (-x x tokens per step
 # / train tokens), -g above T-1 (a note, and the sample has T-1 tokens), one
@@ -106,12 +108,12 @@ if echo "$out" | grep -q "^note: -g 100: a sample is at most T-1 = 31 tokens" &&
 else bad "-g above T-1: $(echo "$out" | grep -E '^note|^sample' | head -3)"; fi
 /usr/bin/python3 -c "
 import numpy as np
-v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:70]
+v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:40]
 h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = len(v)
 open('$tmp/val1.bin', 'wb').write(h.tobytes() + v.tobytes())"
-out=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 1 -v 1 -m 10 -s 0 -j "$tmp/val1.bin" 2>&1)
-if echo "$out" | grep -q "^note: -m 10: the val split holds only 1 distinct global batch of 64 tokens; each evaluation uses that one"; then ok "one val batch: the note is in the singular"
-else bad "one val batch: $(echo "$out" | grep '^note: -m')"; fi
+out=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 32 -x 1 -v 1 -m 10 -s 0 -j "$tmp/val1.bin" 2>&1)
+if echo "$out" | grep -q "^note: -m 10 x B=1 = 10 sequences: the val split holds only 1 distinct sequence of T=32 (32 tokens); each evaluation reads that one once"; then ok "one val sequence: the note is in the singular"
+else bad "one val sequence: $(echo "$out" | grep '^note: -m')"; fi
 
 # --reshard-after-forward, --prefetch, --reshard-embedding at stages 0-2: one warning line each
 # (naming the flag) when given, none when not given or at stage 3

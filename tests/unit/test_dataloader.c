@@ -12,6 +12,11 @@
  *   - each bad input returns 1 with a one-line message naming the file or
  *     pattern: missing file, empty glob, wrong magic, wrong version, truncated,
  *     too long, shorter than the header, token id >= vocab, shard too small;
+ *     a text file (long or short) is named as text, with the tokenizer
+ *     command; a shard header, invalid UTF-8 or a NUL byte are not text;
+ *   - the evaluation's reader (dataloader_read_seqs): sequences in file
+ *     order across shard boundaries, the same for B=3 and B=1, the count
+ *     (dataloader_num_seqs), a read beyond the split or of more than B;
  *   - tokenizer: decode/print_safe of a synthetic file (versions 1 and 2), and
  *     wrong magic / version / truncated / trailing bytes / zero length errors;
  *   - samples as whole UTF-8 characters (Utf8Stream): tokens that split a
@@ -579,6 +584,75 @@ static void test_real_data(void) {
     tokenizer_free(&t);
 }
 
+/* The evaluation's reader: sequences in file order across shards, the same
+   for any B, and the sequence count; its errors. Shards of 100, 70, 33
+   tokens with T = 8 hold floor(99/8) = 12, floor(69/8) = 8, floor(32/8) = 4
+   sequences: 24 in all, sequence k of shard s starting at token k*8. */
+static void test_read_seqs(void) {
+    char pat[512], err[1024] = "";
+    path_of(pat, sizeof(pat), "good_*.bin");
+    const int T = 8;
+    const size_t per[NSHARD] = {12, 8, 4};
+    DataLoader a, b;
+    CHECK(dataloader_init(&a, pat, 3, T, 0, 1, 65536, err, sizeof(err)) == 0, "read_seqs init B=3: %s", err);
+    CHECK(dataloader_init(&b, pat, 1, T, 0, 1, 65536, err, sizeof(err)) == 0, "read_seqs init B=1: %s", err);
+    CHECK(dataloader_num_seqs(&a) == 24 && dataloader_num_seqs(&b) == 24, "num_seqs %zu / %zu, expected 24 = 12 + 8 + 4",
+          dataloader_num_seqs(&a), dataloader_num_seqs(&b));
+    int bad = 0;
+    for (size_t first = 0; first + 3 <= 24; first += 3) {   /* B=3 reads cross from shard 0 into 1 at 12 and 1 into 2 at 20 */
+        if (dataloader_read_seqs(&a, first, 3, err, sizeof(err)) != 0) { bad++; continue; }
+        for (int q = 0; q < 3; q++) {
+            size_t k = first + (size_t)q;
+            int s = 0;
+            while (k >= per[s]) k -= per[s++];
+            if (dataloader_read_seqs(&b, first + (size_t)q, 1, err, sizeof(err)) != 0) { bad++; continue; }
+            for (int i = 0; i < T; i++) {
+                int want_in = 10000 * (s + 1) + (int)k * T + i, want_tg = want_in + 1;
+                if (a.inputs[q * T + i] != want_in || a.targets[q * T + i] != want_tg) bad++;
+                if (b.inputs[i] != want_in || b.targets[i] != want_tg) bad++;
+            }
+        }
+    }
+    CHECK(bad == 0, "read_seqs: %d tokens differ from shard s token k*T+i = 10000(s+1)+k*T+i (B=3 and B=1)", bad);
+    CHECK(dataloader_read_seqs(&a, 22, 2, err, sizeof(err)) == 0 && a.inputs[0] == 30000 + 16 && a.targets[2 * T - 1] == 30000 + 32,
+          "read_seqs: the last two sequences are shard 2's tokens 16..32: %d .. %d", a.inputs[0], a.targets[2 * T - 1]);
+    CHECK(dataloader_read_seqs(&a, 23, 2, err, sizeof(err)) == 1 && strstr(err, "holds only 24 sequences of T=8") && !strchr(err, '\n'),
+          "read_seqs beyond the split: '%s'", err);
+    CHECK(dataloader_read_seqs(&a, 0, 4, err, sizeof(err)) == 1 && strstr(err, "must be 1..B = 3"), "read_seqs n > B: '%s'", err);
+    CHECK(a.current_shard == 0 && a.current_position == 0, "read_seqs moved the training position to %d %zu", a.current_shard, a.current_position);
+    dataloader_free(&a); dataloader_free(&b);
+}
+
+/* Text given where token shards belong: named as text, with the tokenizer
+   command; a shard's own header or binary bytes are not text. */
+static void test_text_detection(void) {
+    const char* prose = "The Fulton County Grand Jury said Friday an investigation of Atlanta's recent primary election "
+                        "produced \"no evidence\" that any irregularities took place. Caf\xc3\xa9 \xe2\x80\x94 na\xc3\xafve.\n\n";
+    char big[2048] = "";
+    while (strlen(big) + strlen(prose) < sizeof(big)) strcat(big, prose);
+    unsigned char hdr[16] = {0};
+    put_le32(hdr, 20240520); put_le32(hdr + 4, 1); put_le32(hdr + 8, 100);
+    CHECK(dl_looks_like_text_((const unsigned char*)big, strlen(big)) == 1, "ASCII + UTF-8 prose is text");
+    CHECK(dl_looks_like_text_((const unsigned char*)"caf\xc3", 4) == 1, "UTF-8 cut by the buffer's end is still text");
+    CHECK(dl_looks_like_text_(hdr, sizeof(hdr)) == 0, "a token shard's header is not text");
+    CHECK(dl_looks_like_text_((const unsigned char*)"caf\xe9 latin-1", 12) == 0, "invalid UTF-8 (latin-1 0xe9) is not text");
+    CHECK(dl_looks_like_text_((const unsigned char*)"ab\0cd", 5) == 0, "a NUL byte is not text");
+    char p[512], err[1024] = "";
+    path_of(p, sizeof(p), "prose.txt");
+    FILE* f = fopen(p, "wb");
+    if (f) { fwrite(big, 1, strlen(big), f); fclose(f); }
+    DataLoader dl;
+    CHECK(dataloader_init(&dl, p, 1, 8, 0, 1, 65536, err, sizeof(err)) == 1 && strstr(err, "it looks like text, not llm.c tokens") &&
+          strstr(err, "node dev/data/tokenize.mjs --input ") && strstr(err, "prose.txt --out data/NAME/NAME") && !strchr(err, '\n'),
+          "a text file as a shard: '%s'", err);
+    printf("  ok-error (text): %s\n", err);
+    path_of(p, sizeof(p), "short.txt");
+    f = fopen(p, "wb");
+    if (f) { fputs("hello world\n", f); fclose(f); }
+    CHECK(dataloader_init(&dl, p, 1, 8, 0, 1, 65536, err, sizeof(err)) == 1 && strstr(err, "is 12 bytes of text, not llm.c tokens"),
+          "a short text file: '%s'", err);
+}
+
 int main(void) {
     const char* tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/test_dataloader_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -588,6 +662,8 @@ int main(void) {
     test_batches();
     test_shuffle();
     test_dataloader_errors();
+    test_read_seqs();
+    test_text_detection();
     test_tokenizer();
     test_utf8_stream();
     test_real_data();
