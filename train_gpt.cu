@@ -1501,10 +1501,11 @@ int main(int argc, char** argv) {
     if (a.straggler_report) comm_straggler_init(comm.world_size);
     {   /* every rank was started with the same flags (before anything is decided from them) */
         char flags[COMM_CONFIG_TEXT];
-        size_t k = 0;
-        flags[0] = 0;
+        /* the program first: the fp32 and the bf16 program take different
+           collectives from here on (backend_agree_kernels) */
+        size_t k = (size_t)snprintf(flags, sizeof(flags), "program %s floatX_bytes %d", BACKEND_NAME, (int)sizeof(floatX));
         for (int i = 1; i < argc && k + 32 < sizeof(flags); i++)
-            k += (size_t)snprintf(flags + k, sizeof(flags) - k, "%sargv[%d] %.1000s", i > 1 ? " " : "", i, argv[i]);
+            k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] %.1000s", i, argv[i]);
         comm_agree_config(&comm, "flags", flags);
     }
     if (want_help || want_md) {
