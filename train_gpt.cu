@@ -908,14 +908,16 @@ static void run_config_text(const Run* r, char* out, size_t n) {
              "reshard_after_forward %d prefetch %d reshard_embedding %d vocab_chunk %d keep_logits %d overlap %d recompute %d "
              "B %d T %d total_batch %ld grad_accum %d offload %d:%s quantize_weights %d/%d quantize_grads %d/%d secondary_shard %d node_size %d "
              "steps %d warmup %d lr %a final_frac %a weight_decay %a grad_clip %a val_every %d val_steps %d sample_every %d gen_tokens %d "
-             "ckpt_every %d ckpt_version %d seed %llu shuffle %d resume %d collective_timeout %a train %s val %s output %s %s",
+             "ckpt_every %d ckpt_version %d seed %llu shuffle %d resume %d collective_timeout %a train %s val %s output %s "
+             "train_tokens %zu val_seqs %ld %s",
              BACKEND_NAME, (int)sizeof(floatX), c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->vocab_size, c->padded_vocab_size,
              a->init, r->N, a->zero_stage, a->shard_group > 0 ? a->shard_group : r->N, a->reshard_after_forward, a->prefetch, a->reshard_embedding,
              a->vocab_chunk, a->keep_logits, a->overlap, a->recompute, a->B, a->T, a->total_batch, r->accum, a->offload,
              a->offload_dir ? a->offload_dir : "-", a->quant_weights, a->quant_weights_block, a->quant_grads, a->quant_grads_block, a->secondary,
              a->node_size, a->max_steps, a->warmup, (double)a->lr, (double)a->final_frac, (double)a->weight_decay, (double)a->grad_clip,
              a->val_every, a->val_steps, a->sample_every, a->gen_tokens, a->ckpt_every, a->ckpt_version, a->seed, a->shuffle, a->resume,
-             (double)a->collective_timeout, a->train_pattern, a->val_pattern, a->output_dir ? a->output_dir : "-", kernels);
+             (double)a->collective_timeout, a->train_pattern, a->val_pattern, a->output_dir ? a->output_dir : "-",
+             r->have_train ? (size_t)r->train.num_tokens : (size_t)0, r->val_seqs, kernels);
 }
 
 /* The fit check and -z auto (llmc/gpt_fit.h: gpt2_fit_decide), before
@@ -1133,7 +1135,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     setup_data(r, a->B);
     backend_agree_kernels(comm);   /* the kernel paths, decided by rank 0 for every rank, before any matmul (-z auto measures one) */
     fit_or_choose(r);
-    char conf[4096];
+    char conf[COMM_CONFIG_TEXT];
     run_config_text(r, conf, sizeof(conf));
     comm_agree_config(comm, "configurations", conf);   /* taken once, run by all: a mismatch is one error, never a hang */
     if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
@@ -1498,11 +1500,12 @@ int main(int argc, char** argv) {
     intr_install(comm.rank);
     if (a.straggler_report) comm_straggler_init(comm.world_size);
     {   /* every rank was started with the same flags (before anything is decided from them) */
-        char flags[8192];
-        size_t k = 0;
-        flags[0] = 0;
+        char flags[COMM_CONFIG_TEXT];
+        /* the program first: the fp32 and the bf16 program take different
+           collectives from here on (backend_agree_kernels) */
+        size_t k = (size_t)snprintf(flags, sizeof(flags), "program %s floatX_bytes %d", BACKEND_NAME, (int)sizeof(floatX));
         for (int i = 1; i < argc && k + 32 < sizeof(flags); i++)
-            k += (size_t)snprintf(flags + k, sizeof(flags) - k, "%sargv[%d] %.1000s", i > 1 ? " " : "", i, argv[i]);
+            k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] %.1000s", i, argv[i]);
         comm_agree_config(&comm, "flags", flags);
     }
     if (want_help || want_md) {

@@ -518,8 +518,13 @@ def export_pt(ckpt, out):
     h, cfg, version, tensors = read_checkpoint(ckpt)
     sd = GPT(h, tensors).state_dict()
     tmp = out + ".tmp"
-    torch.save(sd, tmp)
-    os.replace(tmp, out)
+    try:
+        torch.save(sd, tmp)
+        os.replace(tmp, out)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise InputError("%s: cannot write it (%s)" % (out, e.strerror or e))
     print("wrote %s: the state dict of %s (version %d, %s; L=%d NH=%d C=%d maxT=%d V=%d Vp=%d): header + %d tensors" %
           (out, ckpt, version, "float32" if version == 3 else "bfloat16", cfg["L"], cfg["NH"], cfg["C"], cfg["maxT"],
            cfg["V"], cfg["Vp"], len(PARAM_NAMES)))
@@ -536,9 +541,12 @@ def import_pt(src, out):
     if missing:
         raise InputError("%s: the state dict has no %s (the names of reference.GPT: header, %s)" %
                          (src, ", ".join(missing), ", ".join(PARAM_NAMES)))
-    extra = sorted(k for k in sd if k not in ["header"] + PARAM_NAMES)
+    extra = sorted(str(k) for k in sd if k not in ["header"] + PARAM_NAMES)
     if extra:
         raise InputError("%s: unknown tensor %s (the names of reference.GPT: header, %s)" % (src, extra[0], ", ".join(PARAM_NAMES)))
+    notensor = [k for k in ["header"] + PARAM_NAMES if not isinstance(sd[k], torch.Tensor)]
+    if notensor:
+        raise InputError("%s: %s is a %s, not a tensor" % (src, notensor[0], type(sd[notensor[0]]).__name__))
     h = sd["header"]
     if h.dtype != torch.int32 or tuple(h.shape) != (256,):
         raise InputError("%s: header is %s %s, expected int32 (256,)" % (src, h.dtype, tuple(h.shape)))

@@ -268,24 +268,29 @@ static inline void hostcoll_wait_peers(MPI_Comm mc, int n, int r, MPI_Request* r
     if (arr != stack_arr) free(arr);
 }
 
-/* Wait for one request of MPI's own collectives over MPI_COMM_WORLD (every
-   caller's is) with the watch's timeout (what names it; the peers are not
-   known), recorded in the flight recorder as what. poll as
-   hostcoll_wait_peers; it polls even with no timeout, so that a signal is
-   noticed. */
-static inline void comm_wait_request(MPI_Request* req, int poll, const char* what) {
+/* Wait for one request of MPI's own collectives over mc (n ranks) with the
+   watch's timeout (what names it; the peers are not known), recorded in
+   the flight recorder as what, on mc's call counter (a communicator the
+   recorder does not know gets no call number: the world's stays the same
+   on every rank). poll as hostcoll_wait_peers; it polls even with no
+   timeout, so that a signal is noticed. */
+static inline void comm_wait_request_on(MPI_Comm mc, int n, MPI_Request* req, int poll, const char* what) {
     CommWatch* w = &comm_watch;
-    unsigned long long fid = flight_start(MPI_COMM_WORLD, w->world, what, -1, w->step, -1, 0);
+    unsigned long long fid = flight_start(mc, n, what, -1, w->step, -1, 0);
     double t0 = wall_seconds();
     int flag = 0;
     for (unsigned long spins = 0;; spins++) {
         MPI_Test(req, &flag, MPI_STATUS_IGNORE);
         if (flag) { flight_done(fid); return; }
         double now = wall_seconds();
-        if (intr_pending()) comm_notice_signal(MPI_COMM_WORLD, w->world, NULL, what, t0, now);
+        if (intr_pending()) comm_notice_signal(mc, n, NULL, what, t0, now);
         if (w->timeout_s > 0 && now - t0 > w->timeout_s) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
         if (poll || spins > 1000) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     }
+}
+/* The same over MPI_COMM_WORLD (most callers'). */
+static inline void comm_wait_request(MPI_Request* req, int poll, const char* what) {
+    comm_wait_request_on(MPI_COMM_WORLD, comm_watch.world, req, poll, what);
 }
 
 /* --straggler-report, per training step: how long this rank waited per
@@ -502,6 +507,7 @@ static inline int comm_node_indices(int* out) {
    rank naming the first pair that differs, both values, and every rank
    that differs: a mismatch is one error, never a hang in a collective
    whose shapes disagree. what names the kind ("configurations", "flags"). */
+#define COMM_CONFIG_TEXT 32768   /* the longest desc: room for five 4096-byte paths and every flag */
 static inline void comm_agree_config(Comm* c, const char* what, const char* desc) {
     char err[ERRLEN] = "";
     unsigned long long h = 1469598103934665603ULL;
@@ -513,7 +519,7 @@ static inline void comm_agree_config(Comm* c, const char* what, const char* desc
     int differ = 0;
     for (int r = 1; r < c->world_size; r++) differ += all[r] != all[0];
     if (differ) {
-        char ref[4096];
+        char ref[COMM_CONFIG_TEXT];
         snprintf(ref, sizeof(ref), "%s", desc);
         MPI_Ibcast(ref, (int)sizeof(ref), MPI_CHAR, 0, MPI_COMM_WORLD, &rq);
         comm_wait_request(&rq, 0, "the configuration check (rank 0's configuration)");

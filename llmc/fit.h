@@ -148,7 +148,7 @@ static inline int fit_cgroup_limit(FitCgroup* cg, unsigned long long ranks_held)
     if (!self || !self[0]) self = "/proc/self/cgroup";
     FILE* f = fopen(self, "r");
     if (!f) return 0;
-    char line[1024], v1[760] = "", v2[760] = "";
+    char line[1024], v1[760] = "", v2[760] = "", v1ctrl[256] = "";
     int have1 = 0, have2 = 0;
     while (fgets(line, sizeof(line), f)) {
         line[strcspn(line, "\n")] = 0;
@@ -162,14 +162,17 @@ static inline int fit_cgroup_limit(FitCgroup* cg, unsigned long long ranks_held)
         else {
             char cl[256];
             snprintf(cl, sizeof(cl), ",%s,", ctrl);
-            if (strstr(cl, ",memory,")) { snprintf(v1, sizeof(v1), "%s", path); have1 = 1; }
+            if (strstr(cl, ",memory,")) { snprintf(v1, sizeof(v1), "%s", path); snprintf(v1ctrl, sizeof(v1ctrl), "%s", ctrl); have1 = 1; }
         }
     }
     fclose(f);
     char base[600];
     if (have1) {   /* a v1 memory hierarchy that is not mounted here (some containers): try v2 */
         snprintf(base, sizeof(base), "%s/memory", root);
-        if (access(base, R_OK) != 0) have1 = 0;
+        if (access(base, R_OK) != 0) {   /* co-mounted controllers without a memory link: ROOT/cpu,memory */
+            snprintf(base, sizeof(base), "%.300s/%.250s", root, v1ctrl);
+            if (access(base, R_OK) != 0) have1 = 0;
+        }
     }
     if (!have1 && !have2) return 0;
     int ver = have1 ? 1 : 2;

@@ -299,13 +299,13 @@ static inline void fit_measure_links(Comm* c, double* inside, double* across) {
         if (n > 1) {
             for (int r = 0; r < 3; r++) {
                 MPI_Ibarrier(m, &rq);
-                comm_wait_request(&rq, 0, "the link probe of -z auto (a barrier)");
+                comm_wait_request_on(m, n, &rq, 0, "the link probe of -z auto (a barrier)");
                 double t0 = MPI_Wtime();
                 MPI_Iallgather(sbuf, per, MPI_BYTE, rbuf, per, MPI_BYTE, m, &rq);
-                comm_wait_request(&rq, 0, "the link probe of -z auto (an all-gather)");
+                comm_wait_request_on(m, n, &rq, 0, "the link probe of -z auto (an all-gather)");
                 double t = MPI_Wtime() - t0, tmax = t;
                 MPI_Iallreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, m, &rq);
-                comm_wait_request(&rq, 0, "the link probe of -z auto");
+                comm_wait_request_on(m, n, &rq, 0, "the link probe of -z auto");
                 if (tmax < best) best = tmax;
             }
         }
@@ -401,7 +401,9 @@ static inline int gpt2_fit_alternatives(const FitContext* x, const FitCandidate*
 static inline void fit_allreduce(const void* in, void* out, MPI_Datatype t, MPI_Op op, MPI_Comm mc, const char* what) {
     MPI_Request rq;
     MPI_Iallreduce(in, out, 1, t, op, mc, &rq);
-    comm_wait_request(&rq, 0, what);
+    int n = 0;
+    MPI_Comm_size(mc, &n);
+    comm_wait_request_on(mc, n, &rq, 0, what);
 }
 
 /* -z auto: measure the rates the cost model needs (agreed: the slowest over

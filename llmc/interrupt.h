@@ -69,8 +69,8 @@ static inline const char* intr_signame(int s) {
 static void intr_handler(int s) {
     if (!intr_state.sig) { intr_state.first_s = intr_now(); intr_state.sig = s; return; }
     if (intr_now() - intr_state.first_s < INTR_SAME_S) return;
-    for (int i = 0; i < INTR_SLOTS; i++)
-        if (intr_state.tmp_on[i]) unlink(intr_state.tmp[i]);
+    for (int i = 0; i < INTR_SLOTS; i++)   /* only a slot whose path is complete (1; 2: being claimed) */
+        if (__atomic_load_n(&intr_state.tmp_on[i], __ATOMIC_ACQUIRE) == 1) unlink(intr_state.tmp[i]);
     if (intr_state.rank == 0) {
         static const char msg[] = "interrupted again: exiting now without a checkpoint (a file being written was removed; "
                                   "resume with -y 1 from the last complete one)\n";
@@ -103,19 +103,22 @@ static inline int intr_pending(void) { return intr_state.sig; }
    a second signal unlinks it. Returns the slot for intr_unwatch (-1 when
    every slot is taken: then it is not watched). */
 static inline int intr_watch_tmp(const char* path) {
+    size_t n = strlen(path);
+    if (n >= sizeof(intr_state.tmp[0])) return -1;
     for (int i = 0; i < INTR_SLOTS; i++) {
-        if (intr_state.tmp_on[i]) continue;
-        size_t n = strlen(path);
-        if (n >= sizeof(intr_state.tmp[i])) return -1;
+        /* claim the slot (0 -> 2) atomically: the main and the communication
+           thread both write files; the handler, on any thread, reads only a
+           slot published as 1 after its path is complete */
+        sig_atomic_t free_slot = 0;
+        if (!__atomic_compare_exchange_n(&intr_state.tmp_on[i], &free_slot, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) continue;
         memcpy(intr_state.tmp[i], path, n + 1);
-        __atomic_signal_fence(__ATOMIC_SEQ_CST);   /* the path is complete before the handler may see the slot */
-        intr_state.tmp_on[i] = 1;
+        __atomic_store_n(&intr_state.tmp_on[i], 1, __ATOMIC_RELEASE);
         return i;
     }
     return -1;
 }
 static inline void intr_unwatch(int slot) {
-    if (slot >= 0 && slot < INTR_SLOTS) intr_state.tmp_on[slot] = 0;
+    if (slot >= 0 && slot < INTR_SLOTS) __atomic_store_n(&intr_state.tmp_on[slot], 0, __ATOMIC_RELEASE);
 }
 
 #endif /* LLMC_INTERRUPT_H */

@@ -290,14 +290,17 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     const char* me = getenv("LLMC_STATE_MASTER");
     int has_master = with_master || (me && me[0] == '1');
     long long psi = (long long)P->num_parameters;
-    long long total = STATE_HEADER_BYTES + 4LL * psi * (2 + has_master);
-    /* the data position must agree on every rank (it is global) */
-    long long pos[3] = {train->current_shard, (long long)train->current_position, train->epoch}, lo[3], hi[3];
+    /* the data position must agree on every rank (it is global); whether
+       the masters are stored is agreed (any rank's LLMC_STATE_MASTER=1
+       stores them on every rank: the file's layout is one decision) */
+    long long pos[4] = {train->current_shard, (long long)train->current_position, train->epoch, has_master}, lo[4], hi[4];
     MPI_Request rq[2];
-    MPI_Iallreduce(pos, lo, 3, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &rq[0]);
-    MPI_Iallreduce(pos, hi, 3, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &rq[1]);
+    MPI_Iallreduce(pos, lo, 4, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &rq[0]);
+    MPI_Iallreduce(pos, hi, 4, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &rq[1]);
     comm_wait_request(&rq[0], 0, "the state's data-position check");
     comm_wait_request(&rq[1], 0, "the state's data-position check");
+    has_master = (int)hi[3];
+    long long total = STATE_HEADER_BYTES + 4LL * psi * (2 + has_master);
     if (lo[0] != hi[0] || lo[1] != hi[1] || lo[2] != hi[2])
         set_err(err, ERRLEN, "state %s: the ranks' data positions differ (shard %lld..%lld, token %lld..%lld, epoch %lld..%lld)", path, lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]);
     int64_t h[STATE_HEADER_WORDS];

@@ -156,14 +156,29 @@ static inline unsigned long long ct_submit(const CtOp* op) {
     return f;
 }
 
-/* Block until every operation up to fence f is complete (0: nothing). */
+/* Block until every operation up to fence f is complete (0: nothing). The
+   wait wakes every 100 ms: a signal that finds it waiting writes the flight
+   record (comm_notice_signal), since the thread it waits for may be inside
+   MPI itself (a peer's hang-up is handled there), where no loop of ours
+   polls. */
 static inline void ct_wait(unsigned long long f) {
     CommThread* t = &cpu_ct;
     if (f == 0 || !t->running) return;
     pthread_mutex_lock(&t->mu);
     if (t->done >= f) { pthread_mutex_unlock(&t->mu); return; }
     double t0 = wall_seconds();
-    while (t->done < f) pthread_cond_wait(&t->cv_done, &t->mu);
+    while (t->done < f) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&t->cv_done, &t->mu, &ts);
+        if (t->done < f && intr_pending()) {
+            pthread_mutex_unlock(&t->mu);
+            comm_notice_signal(MPI_COMM_NULL, 0, NULL, "the wait for the communication thread", t0, wall_seconds());
+            pthread_mutex_lock(&t->mu);
+        }
+    }
     double t1 = wall_seconds();
     t->wait_s += t1 - t0;
     pthread_mutex_unlock(&t->mu);

@@ -48,6 +48,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "../interrupt.h"
 #include "attention.h"
 
 #ifndef LLMC_KERNELS_ID
@@ -273,8 +274,9 @@ static inline int cpu_gemm_write_file(const char* path, const CpuGemmChoice* c, 
         if (*p == '/') { *p = 0; mkdir(dir, 0755); *p = '/'; }
     char tmp[4300];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    int slot = intr_watch_tmp(tmp);   /* a second signal removes it (interrupt.h) */
     FILE* f = fopen(tmp, "w");
-    if (!f) { snprintf(err, errlen, "cannot write %.100s (%s)", tmp, strerror(errno)); return -1; }
+    if (!f) { intr_unwatch(slot); snprintf(err, errlen, "cannot write %.100s (%s)", tmp, strerror(errno)); return -1; }
     CpuGemmIdentity id;
     cpu_gemm_identity(&id);
     fprintf(f, "%s (./train_gpt_cpu_bf16 --calibrate-matmul, or a start-up that found none; llmc/cpu/matmul_choice.h)\n", CPU_GEMM_FILE_MAGIC);
@@ -287,8 +289,10 @@ static inline int cpu_gemm_write_file(const char* path, const CpuGemmChoice* c, 
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
         snprintf(err, errlen, "cannot write %.100s (%s)", path, strerror(errno));
         unlink(tmp);
+        intr_unwatch(slot);
         return -1;
     }
+    intr_unwatch(slot);
     return 0;
 }
 
@@ -354,6 +358,11 @@ static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size
     int f = cpu_gemm_choose(err, errlen);   /* (the ranks checked their own value already; rank 0's decides) */
     if (f < 0) return;
     int prim_ok = lowest >= CPU_ISA_AVX512;
+    if (f == 0 && !prim_ok) {   /* rank 0 forces the primitive, a rank runs below avx512 (it checked only its own value) */
+        snprintf(err, errlen, "LLMC_BF16_MATMUL=primitive on rank 0, but a rank runs at level %s: oneDNN's bf16 matmul primitive needs "
+                 "AVX512_CORE on every rank (unset LLMC_BF16_MATMUL, or set it to fp32)", cpu_isa_names[lowest]);
+        return;
+    }
     if (f != 2) {
         c->how = CPU_GEMM_BY_ENV;
         for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = f;

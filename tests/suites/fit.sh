@@ -157,7 +157,7 @@ awk -v a="$F" -v b="$F1" 'BEGIN { exit !(a != "" && b != "" && a > 0 && a < b / 
   || bad "the agreed compute rate: '$F' with one rank scaled by 0.01, '$F1' without"
 # ranks started differently: one line naming what differs and the ranks, exit 1, no hang
 out=$(timeout 120 $MPIRUN -np 1 ./train_gpt_cpu $DATA $ARGS -v 0 -s 0 : -np 1 ./train_gpt_cpu_bf16 $DATA $ARGS -v 0 -s 0 2>&1); rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] && grep -q "^error: the ranks would run different configurations: rank 1 has program = cpu-bf16 where rank 0 has program = cpu-fp32 (the ranks that differ from rank 0: 1 (node " <<<"$out"; then
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] && grep -q "^error: the ranks would run different flags: rank 1 has program = cpu-bf16 where rank 0 has program = cpu-fp32 (the ranks that differ from rank 0: 1 (node " <<<"$out"; then
   ok "the fp32 and the bf16 program in one job: one error naming the program and rank 1"
 else bad "two programs in one job: rc $rc: $(grep -m1 '^error' <<<"$out")"; fi
 out=$(timeout 120 $MPIRUN -np 2 $BIN $DATA $ARGS -v 0 -s 0 -z 1 : -np 1 $BIN $DATA $ARGS -v 0 -s 0 -z 3 2>&1); rc=$?

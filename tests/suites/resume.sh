@@ -170,6 +170,15 @@ sys.exit(0 if ok else 1)
 PY
 then ok "LLMC_STATE_MASTER=1 on 3 ranks at stage 1 writes master weights equal to the model checkpoint's"; else bad "master section written by n3z1"; fi
 
+# whether the state holds the masters is one decision: LLMC_STATE_MASTER=1 on one rank only
+# writes the same file as on every rank (before, rank 0 alone sized the file and set the flag)
+timeout 300 $MPIRUN -np 2 -x LLMC_STATE_MASTER=1 "$TRAIN" $COMMON -b 2 -z 1 -x 2 -n 2 -o "$tmp/wm_all" > /dev/null 2>&1
+timeout 300 $MPIRUN -np 2 bash -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && export LLMC_STATE_MASTER=1 || export LLMC_STATE_MASTER=0; exec "$@"' _ \
+  "$TRAIN" $COMMON -b 2 -z 1 -x 2 -n 2 -o "$tmp/wm_one" > /dev/null 2>&1
+if [ -s "$tmp/wm_all/state_00000002.bin" ] && cmp -s "$tmp/wm_all/state_00000002.bin" "$tmp/wm_one/state_00000002.bin"; then
+  ok "LLMC_STATE_MASTER=1 on rank 1 only: the same state file as on every rank ($(stat -c %s "$tmp/wm_one/state_00000002.bin") bytes, with masters)"
+else bad "LLMC_STATE_MASTER=1 on rank 1 only: $(cmp "$tmp/wm_all/state_00000002.bin" "$tmp/wm_one/state_00000002.bin" 2>&1 | head -1)"; fi
+
 # 4. data positions
 # the in-order reader (--shuffle 0) as well: a reference and a resume on 3 ranks
 if train ord 2 -b 2 -z 3 -x 10 -o "$tmp/ord" --shuffle 0; then

@@ -137,12 +137,16 @@ int main(void) {
     tree("v1unmounted", "5:memory:/job\n0::/mine\n");
     put("fs/mine/memory.max", "800000000\n");
     CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 2 && cg.limit == 800000000ULL, "a v1 line without its hierarchy mounted: v2 is read: v%d %llu", cg.version, cg.limit);
+    tree("comounted", "3:cpu,memory:/job\n0::/\n");   /* v1 controllers mounted together, no ROOT/memory link */
+    put("fs/cpu,memory/job/memory.limit_in_bytes", "650000000\n");
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 1 && cg.limit == 650000000ULL && ends_with(cg.file, "/fs/cpu,memory/job/memory.limit_in_bytes"),
+          "v1 with co-mounted controllers (ROOT/cpu,memory): v%d %llu from %s", cg.version, cg.limit, cg.file);
     tree("noproc", "");
     setenv("LLMC_PROC_SELF_CGROUP", "/nonexistent/llmc/cgroup", 1);
     CHECK(fit_cgroup_limit(&cg, 0) == 0, "no /proc/self/cgroup: no limit");
     b = fit_budget(0, 4, 0);
     CHECK(strstr(b.source, "MemAvailable") && b.bytes == fit_mem_available() / 4, "no cgroup: MemAvailable / 4 ranks (%s)", b.source);
-    check_group_end("hybrid hosts, an unmounted v1 hierarchy, no cgroup file");
+    check_group_end("hybrid hosts, an unmounted v1 hierarchy, co-mounted v1 controllers, no cgroup file");
 
     check_group_begin();
     struct { const char* s; unsigned long long v; } good[] = {
