@@ -331,11 +331,12 @@ SHARD_MAGIC = 20240520
 # every stored activation to bf16: the difference is a mean of per-token
 # rounding errors, so it shrinks as 1/sqrt(tokens); measured relative
 # difference x sqrt(tokens) at most 9.8e-4, rms 5.3e-4 over 18 checkpoint
-# and val-set pairs (64 to 10240 tokens); the bound is BF16_K / sqrt(tokens)
-# with BF16_K = 2e-3 (3.8 x that rms, 2 x the largest): 5.6e-5 at 1280
-# tokens, 2.0e-5 at make train's 10240.
+# and val-set pairs (64 to 10240 tokens), and 1.8e-3 on the check-model
+# suite's d2 after 20 steps over 1280 tokens (5.04e-5 relative); the bound
+# is BF16_K / sqrt(tokens) with BF16_K = 4e-3 (2.2 x the largest seen):
+# 1.1e-4 at 1280 tokens, 4.0e-5 at make train's 10240.
 FP32_RTOL = 1e-5
-BF16_K = 2e-3
+BF16_K = 4e-3
 
 
 def bf16_rtol(ntok):
