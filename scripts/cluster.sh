@@ -193,23 +193,27 @@ cg_parent() {
   if [ -n "$p" ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "v2 /sys/fs/cgroup${p%/}"; return 0; fi
   return 1
 }
-mem_make() { # create the node cgroups (recorded first); sets state cgver, cg<i>
-  local K i par ver base
-  par=$(cg_parent) || die "--mem: no memory cgroup hierarchy here (/sys/fs/cgroup/memory or cgroup v2)"
+node_cgroups_make() { # controller "ver dir" key what: the node cgroups under dir/llmc-NAME (recorded first); sets state <key>ver, <key><i>
+  local ctrl=$1 par=$2 key=$3 what=$4 K i ver base
   ver=${par%% *}; base="${par#* }/llmc-$NAME"
   if [ "$ver" = v2 ]; then
-    grep -qw memory "${par#* }/cgroup.controllers" 2>/dev/null || die "--mem: the memory controller is not available in ${par#* } (cgroup v2)"
-    grep -qw memory "${par#* }/cgroup.subtree_control" 2>/dev/null || echo +memory > "${par#* }/cgroup.subtree_control" 2>/dev/null \
-      || die "--mem: cannot enable the memory controller below ${par#* } (cgroup v2 allows it only in a cgroup without processes of its own)"
+    grep -qw "$ctrl" "${par#* }/cgroup.controllers" 2>/dev/null || die "$what: the $ctrl controller is not available in ${par#* } (cgroup v2)"
+    grep -qw "$ctrl" "${par#* }/cgroup.subtree_control" 2>/dev/null || echo "+$ctrl" > "${par#* }/cgroup.subtree_control" 2>/dev/null \
+      || die "$what: cannot enable the $ctrl controller below ${par#* } (cgroup v2 allows it only in a cgroup without processes of its own)"
   fi
   K=$(st nodes)
-  record cgroup "$base"; mkdir -p "$base" || die "--mem: cannot create the cgroup $base"
-  if [ "$ver" = v2 ]; then echo +memory > "$base/cgroup.subtree_control" 2>/dev/null || die "--mem: cannot enable the memory controller in $base"; fi
+  record cgroup "$base"; mkdir -p "$base" || die "$what: cannot create the cgroup $base"
+  if [ "$ver" = v2 ]; then echo "+$ctrl" > "$base/cgroup.subtree_control" 2>/dev/null || die "$what: cannot enable the $ctrl controller in $base"; fi
   for ((i = 0; i < K; i++)); do
     record cgroup "$base/$NAME-node$i"; mkdir -p "$base/$NAME-node$i"
-    st_set "cg$i" "$base/$NAME-node$i"
+    st_set "$key$i" "$base/$NAME-node$i"
   done
-  st_set cgver "$ver"
+  st_set "${key}ver" "$ver"
+}
+mem_make() { # create the node memory cgroups; sets state cgver, cg<i>
+  local par
+  par=$(cg_parent) || die "--mem: no memory cgroup hierarchy here (/sys/fs/cgroup/memory or cgroup v2)"
+  node_cgroups_make memory "$par" cg --mem
 }
 apply_mem() { # size string
   local b i K cg ver lim
@@ -245,22 +249,10 @@ cpu_cg_parent() {
   if [ -n "$p" ] && [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "v2 /sys/fs/cgroup${p%/}"; return 0; fi
   return 1
 }
-cpu_make() { # create the node cpu cgroups (recorded first); sets state cpucgver, cpucg<i>
-  local K i par ver base
+cpu_make() { # create the node cpu cgroups; sets state cpucgver, cpucg<i>
+  local par
   par=$(cpu_cg_parent) || die "cpu: no cpu cgroup hierarchy here (a v1 cpu controller or cgroup v2)"
-  ver=${par%% *}; base="${par#* }/llmc-$NAME"
-  if [ "$ver" = v2 ]; then
-    grep -qw cpu "${par#* }/cgroup.subtree_control" 2>/dev/null || echo +cpu > "${par#* }/cgroup.subtree_control" 2>/dev/null \
-      || die "cpu: cannot enable the cpu controller below ${par#* } (cgroup v2)"
-  fi
-  K=$(st nodes)
-  record cgroup "$base"; mkdir -p "$base" || die "cpu: cannot create the cgroup $base"
-  if [ "$ver" = v2 ]; then echo +cpu > "$base/cgroup.subtree_control" 2>/dev/null || die "cpu: cannot enable the cpu controller in $base"; fi
-  for ((i = 0; i < K; i++)); do
-    record cgroup "$base/$NAME-node$i"; mkdir -p "$base/$NAME-node$i"
-    st_set "cpucg$i" "$base/$NAME-node$i"
-  done
-  st_set cpucgver "$ver"
+  node_cgroups_make cpu "$par" cpucg cpu
 }
 apply_cpu() { # node index, fraction string
   local i=$1 f=$2 cg ncpu quota period=100000 pid
