@@ -17,6 +17,8 @@
 #     - bf16 program (LLMC_BF16_MATMUL=fp32: its fp32-copy path at every
 #       level): avx512 and avx512_bf16 multiply on fp32 copies with the
 #       same sgemm: bitwise equal;
+#     - from avx512 up, the bf16 test program with LLMC_BF16_MATMUL=primitive
+#       (oneDNN's bf16 primitive, every class) passes the same reference;
 #   errors: LLMC_BF16_MATMUL=primitive at avx2 and a bad LLMC_CPU_ISA end
 #   both ranks with one error line naming the variable, exit 1.
 set -u
@@ -50,6 +52,20 @@ for L in $CPU_ISA_ALL; do
     done
     grep -q "cpu: .*level $L " "$tmp/out" && ok "level $L: $prog's start-up line says level $L" || bad "level $L: $prog does not say level $L: $(grep 'cpu:' "$tmp/out")"
   done
+  # the bf16 program's other path, oneDNN's bf16 primitive for every class,
+  # against the same reference at every level that has it (avx512 and up;
+  # oneDNN 2.6 has no bf16 matmul below avx512_core: tested as an error below)
+  if [ "$L" != avx2 ]; then
+    for run in "1 -z 0" "2 -z 3"; do
+      n=${run%% *}; z=${run#* }
+      if LLMC_BF16_MATMUL=primitive LLMC_CPU_ISA=$L timeout 300 $MPIRUN -np "$n" ./test_gpt_cpu_bf16 $REF $z > "$tmp/out" 2>&1 && grep -q " 0 failed" "$tmp/out" &&
+         grep -q "^ *matmul: oneDNN's bf16 matmul primitive" "$tmp/out"; then
+        ok "level $L: test_gpt_cpu_bf16 N=$n $z with LLMC_BF16_MATMUL=primitive passes the reference ($(tail -1 "$tmp/out"); $(grep -m1 -o 'implementation [^,]*' "$tmp/out"))"
+      else
+        bad "level $L: test_gpt_cpu_bf16 N=$n $z with LLMC_BF16_MATMUL=primitive: $(grep -m3 -E 'FAIL|error|^matmul' "$tmp/out" | tr '\n' ' ')"
+      fi
+    done
+  fi
   # the bf16 program on its fp32-copy path at every level, so that the
   # levels compare (its measured choice of paths per class is tested in
   # tests/suites/matmul_choice.sh)
