@@ -184,6 +184,16 @@ static int flag_quantize_grads(void* p, const char* f, const char* v, char* err,
     return set_err(err, errlen, "flag --quantize-grads: '%s' must be none, int8 or int4", v);
 }
 
+static int flag_keep_logits(void* p, const char* f, const char* v, char* err, size_t errlen) {
+    (void)f;
+    Args* a = (Args*)p;
+    if (!strcmp(v, "auto")) { a->keep_logits = 0; a->keep_logits_given = 0; return 0; }
+    if (strcmp(v, "0") && strcmp(v, "1")) return set_err(err, errlen, "flag --keep-logits: '%s' must be auto, 0 or 1", v);
+    a->keep_logits = v[0] - '0';
+    a->keep_logits_given = 1;
+    return 0;
+}
+
 static int flag_node_size(void* p, const char* f, const char* v, char* err, size_t errlen) {
     (void)f;
     long k = 0;
@@ -372,8 +382,10 @@ static const Flag FLAGS[] = {
        "hops of --quantize-grads (auto: from the hosts' names; give it to try a\n"
        "hierarchy on one machine)"),
     I(NULL, "--vocab-chunk", "<n>", vocab_chunk, 1, 1 << 24, 0, "rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)"),
-    I(NULL, "--keep-logits", "<0|1>", keep_logits, 0, 1, GIVEN(keep_logits_given), "keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
-      "recomputing them in backward (same numbers, less compute, more memory)"),
+    FN(NULL, "--keep-logits", "<auto|0|1>", flag_keep_logits, "auto", "1: keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
+       "0: recomputing them in backward (the same numbers bit for bit; 1 saves 2 C Vp\n"
+       "flops per token, 0 the memory); auto: 1 when the run with them fits every\n"
+       "rank's memory budget (the fit check's prediction, one verdict for all ranks)"),
     I(NULL, "-r", "<0..3>", recompute, 0, 3, GIVEN(recompute_given), "activation recomputation: 0 keep every activation; 1 recompute GELU in\n"
       "backward, 2 + both LayerNorms (llm.c's -r 1, 2); 3 keep only each block's output\n"
       "and rerun the block's forward in its backward (activation checkpointing);\n"
@@ -622,8 +634,11 @@ static int run_estimate(Args* ap, Comm* comm) {
         if (a.B_given && a.T_given) {
             mopt.zero_stage = a.zero_stage;
             info.activation_bytes = (double)(gpt2_activation_bytes(&cfg, &lay, &mopt, a.B, a.T) + gpt2_recompute_bytes(&cfg, &mopt, a.B, a.T));
-            snprintf(asrc, sizeof(asrc), "-e %s, B=%d, T=%d (%d-byte activations of this build, as its memory ledger counts them)",
-                     a.init, a.B, a.T, (int)sizeof(floatX));
+            snprintf(asrc, sizeof(asrc), "-e %s, B=%d, T=%d (%d-byte activations of this build, as its memory ledger counts them; %s)",
+                     a.init, a.B, a.T, (int)sizeof(floatX),
+                     a.keep_logits ? "the B*T*Vp logits kept, --keep-logits 1"
+                     : a.keep_logits_given ? "one chunk of logits, --keep-logits 0"
+                                           : "one chunk of logits, as --keep-logits 0: a run keeps all B*T*Vp where they fit its budget");
             info.activation_source = asrc;
             if (a.est_gpu_mem > 0 && bf16 == (sizeof(floatX) == 2)) {
                 backend_init(comm);   /* the baseline a run measures includes the backend's libraries */
@@ -750,6 +765,8 @@ typedef struct {
     int ledger_bad;
     int ckpt_version_in;         /* the -e checkpoint's version (3, 5), 0 for a random init */
     FitCandidate fit;            /* the configuration run and its predicted peak (fit_or_choose) */
+    int keep_logits_auto;        /* --keep-logits not given: 1 kept (they fit), -1 recomputed (they do not), 0 not decided (FitDecision) */
+    unsigned long long keep_logits_peak; /* the per-rank peak with them kept (bytes) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
     char budget_source[480];
 } Run;
@@ -951,6 +968,8 @@ static void fit_or_choose(Run* r) {
     r->fit = d.run;
     r->budget = d.budget;
     snprintf(r->budget_source, sizeof(r->budget_source), "%s", d.budget_source);
+    r->keep_logits_auto = d.keep_logits_auto; r->keep_logits_peak = d.keep_logits_peak;
+    if (d.keep_logits_auto) a->keep_logits = d.run.opt.keep_logits;
     if (!a->zero_auto) return;
     const FitCandidate* c = &d.run;
     a->zero_stage = c->opt.zero_stage; a->shard_group = c->G; a->reshard_embedding = c->opt.reshard_embedding;
@@ -1201,6 +1220,13 @@ static void print_banner(Run* r) {
                "host %.4g + workspace %.4g) GB; budget %.4g GB (%s)%s\n", f->peak / 1e9, f->ledger / 1e9, f->baseline / 1e9,
                f->staging / 1e9, f->host / 1e9, f->workspace / 1e9, r->budget / 1e9, r->budget_source,
                r->fit.fits ? "" : ": OVER the budget (--fit-check 0)");
+        if (r->keep_logits_auto)
+            printf("logits: %s (--keep-logits not given: the predicted peak with the B*T*Vp logits kept is %.4g GB per rank, %s the budget; "
+                   "--keep-logits %d %s)\n",
+                   r->keep_logits_auto > 0 ? "kept from forward to backward" : "recomputed in backward, chunk by chunk",
+                   r->keep_logits_peak / 1e9, r->keep_logits_auto > 0 ? "within" : "over",
+                   r->keep_logits_auto > 0 ? 0 : 1,
+                   r->keep_logits_auto > 0 ? "recomputes them: the same numbers, less memory, 2 C Vp more flops per token" : "keeps them anyway");
         printf("matmul: %s\n", backend_matmul_desc());
         char cpu[1024];
         backend_cpu_desc(cpu, sizeof(cpu));

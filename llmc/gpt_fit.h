@@ -336,6 +336,8 @@ typedef struct {
    budget it was measured against. */
 typedef struct {
     FitCandidate run;
+    int keep_logits_auto;        /* --keep-logits not given, a training run that fits: 1 keeps the logits (they fit too), -1 recomputes them (they do not), 0 not decided here */
+    unsigned long long keep_logits_peak; /* the per-rank peak with the logits kept (bytes; 0 unless keep_logits_auto != 0) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
     char budget_source[480];     /* where rank 0's budget comes from */
 } FitDecision;
@@ -548,6 +550,22 @@ static inline void gpt2_fit_decide(Comm* comm, FitContext* x, const FitRequest* 
     int fits = mine->fits, all = fits;
     fit_allreduce(&fits, &all, MPI_INT, MPI_MIN, MPI_COMM_WORLD, "the fit check's verdict (every rank's)");
     mine->fits = all;
+    /* --keep-logits not given (a training run): keep the B*T*Vp logits from
+       forward to backward when the run with them fits every rank's budget
+       (the same numbers bit for bit, without the LM head's second forward
+       matmul in backward: 2 C Vp flops per token); else recompute them.
+       One verdict for all ranks (the MIN of every rank's; mine->fits is
+       agreed above, so every rank takes this branch or none). */
+    if (!x->keep_logits_given && !mine->opt.eval_only && !mine->opt.keep_logits && mine->fits) {
+        FitCandidate k = *mine;
+        k.opt.keep_logits = 1;
+        int kf = gpt2_fit_evaluate(x, &k, err, ERRLEN) == 0 && k.fits, kall = kf;
+        err[0] = 0;
+        fit_allreduce(&kf, &kall, MPI_INT, MPI_MIN, MPI_COMM_WORLD, "the fit check's verdict on keeping the logits (every rank's)");
+        d->keep_logits_auto = kall ? 1 : -1;
+        d->keep_logits_peak = k.mem.peak;
+        if (kall) *mine = k;
+    }
     if (mine->fits || !q->fit_check) {
         if (comm->rank == 0 && !mine->fits)
             printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over this rank's budget of %.4g GB (%s): running anyway\n",

@@ -154,14 +154,14 @@ check "stage 3 of the tiny model is not the paper's 3 Psi (the root is gathered 
 echo "activations: added to the fit check when -e, -b and -t are given"
 est $TINY --estimate -b 2 -t 16 --ranks 1 --gpu-mem 1
 ACT=$(sed -n 's/^activations: \([0-9]*\) bytes.*/\1/p' <<<"$OUT")
-LEDGER=$(cd "$REPO" && OMP_NUM_THREADS=1 timeout 120 "$BIN" $TINY -b 2 -t 16 -x 1 -v 0 -s 0 2>&1 | awk '$1 == "activations" {print $2; exit}')
+LEDGER=$(cd "$REPO" && OMP_NUM_THREADS=1 timeout 120 "$BIN" $TINY -b 2 -t 16 -x 1 -v 0 -s 0 --keep-logits 0 2>&1 | awk '$1 == "activations" {print $2; exit}')
 check "activation bytes $ACT == the run's ledger ($LEDGER)" test -n "$ACT" -a "$ACT" = "$LEDGER"
 check "says the fit check adds them" grep -q "^fit check: a lower bound: model states + activations" <<<"$OUT"
 check "--dtype bf16 on the fp32 build: says the full peak needs the bf16 program" grep -q "^note: --dtype bf16 is not this build's precision" <<<"$OUT"
 echo "the full per-rank peak when --dtype is this build's precision (llmc/gpt_fit.h, the run's own fit check)"
 est $TINY --estimate -b 2 -t 16 --ranks 1 --gpu-mem 1 --dtype fp32
 EP=$(sed -n 's/^fit check: the full per-rank peak.*peaks at N = 1: 0: \([0-9.e+-]*\) GB.*/\1/p' <<<"$OUT")
-RUNP=$(cd "$REPO" && OMP_NUM_THREADS=1 timeout 120 "$BIN" $TINY -b 2 -t 16 -x 1 -v 0 -s 0 -z 0 2>&1 | sed -n 's/^memory: predicted peak \([0-9.e+-]*\) GB.*/\1/p')
+RUNP=$(cd "$REPO" && OMP_NUM_THREADS=1 timeout 120 "$BIN" $TINY -b 2 -t 16 -x 1 -v 0 -s 0 -z 0 --keep-logits 0 2>&1 | sed -n 's/^memory: predicted peak \([0-9.e+-]*\) GB.*/\1/p')
 check "stage-0 peak $EP GB == the run's predicted peak $RUNP GB within 5% (the run adds its data loaders, baselines differ by process)" \
     awk -v a="$EP" -v b="$RUNP" 'BEGIN { exit !(a > 0 && b > 0 && a / b > 0.95 && a / b < 1.05) }'
 check "at N = 1 the stage-3 peak is not below the stage-0 peak (one rank shards nothing; stage 3 adds its gathered units)" \

@@ -9,6 +9,10 @@
 #     allocated: one "error: zero_stage S needs X GB per rank" line naming
 #     the budget and what fits, exit 1, no output files; --fit-check 0 runs
 #     it with a warning;
+#  2b. --keep-logits auto (the default): kept in a roomy budget (the ledger of
+#     --keep-logits 1, activations B*T*(Vp-Vc)*4 bytes more), recomputed in a
+#     budget between the two peaks (the ledger of --keep-logits 0), bitwise
+#     the same checkpoints; --keep-logits 2 is one error line;
 #  3. -z auto in three budgets taken from its own table: roomy -> stage 0,
 #     between the best stage-3 peak and the best stage 0-2 peak -> stage 3,
 #     below every peak without offload -> the offloaded optimizer (with
@@ -71,17 +75,18 @@ accuracy train_gpt_cpu_bf16 2 -e d12 -b 1 -t 64 -x 1 -z 3
 # --- 2. refusal below the budget, --fit-check 0
 BIN=./train_gpt_cpu
 ARGS="-e d2 -b 2 -t 64 -x 2"
-out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 2>&1)
+# (--keep-logits 0: the refusal of one fixed configuration; 2b has the default, auto)
+out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --keep-logits 0 2>&1)
 P0=$(sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$out")
 LIM=$(awk -v p="$P0" 'BEGIN { printf "%.0f", p * 1e9 * 0.9 }')   # 10% below the stage-0 peak
-out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --memory-limit $LIM -o "$tmp/refused/ck" 2>&1); rc=$?
+out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --keep-logits 0 --memory-limit $LIM -o "$tmp/refused/ck" 2>&1); rc=$?
 n_err=$(grep -c "^error: " <<<"$out")
 if [ $rc -ne 0 ] && [ "$n_err" = 1 ] && grep -q "^error: -e d2 (L=2 C=128, [0-9.e+]* parameters) at zero_stage 0 needs [0-9.]* GB per rank (model states [0-9.]* GB = (p+g+k) Psi = 16 Psi, .*this rank's budget is [0-9.]* GB (--memory-limit: .*Fits: -z [123]" <<<"$out"; then
   ok "-z 0 --memory-limit $LIM (90% of its peak $P0 GB): refused, exit $rc, one error line naming the budget and what fits"
 else bad "-z 0 --memory-limit $LIM: rc $rc, $n_err error lines: $(grep -m1 '^error' <<<"$out")"; fi
 if grep -q "^step\|^memory ledger" <<<"$out"; then bad "the refused run allocated or trained"; else ok "the refused run printed no ledger and no step (refused before allocating)"; fi
 if [ -e "$tmp/refused/ck" ] || ls "$tmp"/refused/* >/dev/null 2>&1; then bad "the refused run wrote files under -o"; else ok "the refused run wrote no output file"; fi
-out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --memory-limit $LIM --fit-check 0 2>&1); rc=$?
+out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --keep-logits 0 --memory-limit $LIM --fit-check 0 2>&1); rc=$?
 if [ $rc = 0 ] && grep -q "^warning: --fit-check 0: zero_stage 0 needs" <<<"$out" && grep -q "^step    2/2" <<<"$out"; then ok "--fit-check 0: runs anyway, with one warning"
 else bad "--fit-check 0: rc $rc"; echo "$out" | tail -3; fi
 out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 3 --memory-limit 1000000 2>&1); rc=$?
@@ -89,6 +94,43 @@ if [ $rc -ne 0 ] && grep -q "^error: -e d2 .* at zero_stage 3 needs .*No stage f
 else bad "--memory-limit 1000000: rc $rc: $(grep -m1 '^error' <<<"$out")"; fi
 out=$($BIN -e d2 --memory-limit 12X 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -q "^error: flag --memory-limit: '12X'" <<<"$out"; then ok "--memory-limit 12X: one error naming the flag"; else bad "--memory-limit 12X: rc $rc: $out"; fi
+
+# --- 2b. --keep-logits auto (the default): kept where the run with them fits
+# every rank's budget, else recomputed; the same numbers either way (peaks
+# are compared through the ledger's exact total: the baseline, VmRSS, moves
+# by a few hundred kB from process to process)
+peak_of() { sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$1"; }
+total_of() { awk '/^  = total/ {print $3; exit}' <<<"$1"; }
+act_of() { awk '$1 == "activations" {print $2; exit}' <<<"$1"; }
+KL="-e d2 -b 2 -t 64 -x 2 -z 1"
+oa=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $KL -o "$tmp/kla" 2>&1); ra=$?
+o1=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $KL --keep-logits 1 -o "$tmp/kl1" 2>&1); r1=$?
+o0=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $KL --keep-logits 0 -o "$tmp/kl0" 2>&1); r0=$?
+PA=$(peak_of "$oa"); P1=$(peak_of "$o1"); PK0=$(peak_of "$o0")
+# the logits buffer: B*T*Vp floats kept, B*T*Vc (one chunk) recomputed; d2: Vp 50304 in
+# K = ceil(50304 / 8192) = 7 equal chunks of Vc = ceil(50304 / 7) = 7187 rows (llmc/gpt_shard.h:
+# gpt2_layout_init; at C = 128 on 2 ranks any row count is a whole number of shard granules)
+want=$((2 * 64 * (50304 - 7187) * 4))
+got=$(( $(act_of "$o1") - $(act_of "$o0") ))
+if [ $ra = 0 ] && [ $r1 = 0 ] && [ $r0 = 0 ] && [ "$(total_of "$oa")" = "$(total_of "$o1")" ] &&
+   grep -q "^logits: kept from forward to backward (--keep-logits not given: the predicted peak with the B\*T\*Vp logits kept is [0-9.]* GB per rank, within the budget" <<<"$oa"; then
+  ok "--keep-logits not given, a roomy budget: kept (the 'logits:' line: $PA GB per rank, within the budget), the ledger ($(total_of "$oa") B) equals --keep-logits 1's"
+else bad "--keep-logits auto, roomy: rc $ra/$r1/$r0, peaks $PA / $P1, $(grep -m1 '^logits:' <<<"$oa")"; fi
+[ "$got" = "$want" ] && ok "kept logits: the ledger's activations grow by B*T*(Vp - Vc)*4 = 2*64*(50304-7187)*4 = $want bytes" ||
+  bad "kept logits: activations grew by $got bytes, expected $want"
+if cmp -s "$tmp/kla/model_00000002.bin" "$tmp/kl0/model_00000002.bin" && cmp -s "$tmp/kl1/model_00000002.bin" "$tmp/kl0/model_00000002.bin"; then
+  ok "--keep-logits auto, 1 and 0: bitwise equal checkpoints after 2 steps"
+else bad "--keep-logits auto / 1 / 0: checkpoints differ"; fi
+LIM=$(awk -v a="$PK0" -v b="$P1" 'BEGIN { printf "%.0f", (a + b) / 2 * 1e9 }')   # between the two peaks
+ob=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $KL --memory-limit $LIM -o "$tmp/klb" 2>&1); rb=$?
+if [ $rb = 0 ] && [ "$(total_of "$ob")" = "$(total_of "$o0")" ] &&
+   grep -q "^logits: recomputed in backward, chunk by chunk (--keep-logits not given: the predicted peak with the B\*T\*Vp logits kept is [0-9.]* GB per rank, over the budget" <<<"$ob" &&
+   cmp -s "$tmp/klb/model_00000002.bin" "$tmp/kl0/model_00000002.bin"; then
+  ok "--memory-limit $LIM (between $PK0 and $P1 GB): recomputed, the ledger ($(total_of "$ob") B) and the checkpoint of --keep-logits 0"
+else bad "--keep-logits auto in $LIM B: rc $rb, ledger $(total_of "$ob") (want $(total_of "$o0")), $(grep -m1 -E '^(logits|error):' <<<"$ob")"; fi
+out=$($BIN -e d2 --keep-logits 2 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] && grep -q "^error: flag --keep-logits: '2' must be auto, 0 or 1" <<<"$out"; then ok "--keep-logits 2: one error naming the flag and its values"
+else bad "--keep-logits 2: rc $rc: $out"; fi
 
 # --- 3. -z auto
 mkdir -p "$tmp/odir"
@@ -181,10 +223,10 @@ if [ $rc = 0 ] && [ "$z" = 3 ] && grep -q "^  ledger: OK" <<<"$out" && grep -q "
   ok "-x 0: grads, adam m, adam v are 0 predicted and 0 allocated, the ledger OK, evaluated"
 else bad "-x 0 ledger: rc $rc, $z empty optimizer rows"; echo "$out" | grep -E "^  (grads|adam|master)" ; fi
 PE=$(sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$out")
-PT=$(sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$($MPIRUN -np 2 $BIN $DATA $ARGS -x 1 -v 0 -s 0 -z 1 2>&1)")
+PT=$(sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$($MPIRUN -np 2 $BIN $DATA $ARGS -x 1 -v 0 -s 0 -z 1 --keep-logits 0 2>&1)")
 BUD=$(awk -v a="$PE" -v b="$PT" 'BEGIN { printf "%.0f", (a + b) / 2 * 1e9 }')
 out=$($MPIRUN -np 2 $BIN $DATA $ARGS -x 0 -s 0 -z 1 --memory-limit $BUD 2>&1); rc=$?
-out2=$($MPIRUN -np 2 $BIN $DATA $ARGS -x 1 -v 0 -s 0 -z 1 --memory-limit $BUD 2>&1); rc2=$?
+out2=$($MPIRUN -np 2 $BIN $DATA $ARGS -x 1 -v 0 -s 0 -z 1 --keep-logits 0 --memory-limit $BUD 2>&1); rc2=$?
 if [ $rc = 0 ] && [ $rc2 != 0 ] && awk -v a="$PE" -v b="$PT" 'BEGIN { exit !(a > 0 && a < 0.7 * b) }'; then
   ok "-x 0 predicts $PE GB against training's $PT GB: in $BUD B it evaluates, training is refused"
 else bad "-x 0 ($PE GB) against training ($PT GB) in $BUD B: rc $rc / $rc2"; fi
