@@ -382,8 +382,8 @@ static const Flag FLAGS[] = {
        "hops of --quantize-grads (auto: from the hosts' names; give it to try a\n"
        "hierarchy on one machine)"),
     I(NULL, "--vocab-chunk", "<n>", vocab_chunk, 1, 1 << 24, 0, "rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)"),
-    FN(NULL, "--keep-logits", "<auto|0|1>", flag_keep_logits, "auto", "1: keep every chunk's logits from forward to backward (B*T*Vp) instead of\n"
-       "0: recomputing them in backward (the same numbers bit for bit; 1 saves 2 C Vp\n"
+    FN(NULL, "--keep-logits", "<auto|0|1>", flag_keep_logits, "auto", "1: keep every chunk's logits from forward to backward (B*T*Vp); 0: recompute\n"
+       "them in backward, chunk by chunk (the same numbers bit for bit; 1 saves 2 C Vp\n"
        "flops per token, 0 the memory); auto: 1 when the run with them fits every\n"
        "rank's memory budget (the fit check's prediction, one verdict for all ranks)"),
     I(NULL, "-r", "<0..3>", recompute, 0, 3, GIVEN(recompute_given), "activation recomputation: 0 keep every activation; 1 recompute GELU in\n"
