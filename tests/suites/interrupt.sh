@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A run stopped by a signal keeps its steps, and a hung run says where every
 # rank stopped (llmc/interrupt.h, llmc/flight.h, dev/flight.py):
-#  1. SIGTERM to every rank after step 3 of a 6-step run: every rank agrees
+#  1. SIGTERM to every rank after step 3 of a 12-step run: every rank agrees
 #     at the next step boundary K, writes model_K.bin and state_K.bin and
 #     exits 143 ("interrupted at step K: wrote checkpoint K; resume with
-#     -y 1"); -y 1 resumes to step 6 bitwise equal (model and state) to the
+#     -y 1"); -y 1 resumes to step 12 bitwise equal (model and state) to the
 #     uninterrupted run;
 #  2. a second SIGTERM while the state is being written (a test hook pauses
 #     the write) exits at once: no .tmp, no partial state_K.bin;
@@ -57,22 +57,23 @@ finish() { # seconds: wait for JOB at most that long; rc in RC
   JOB=""
 }
 
-# --- 1. SIGTERM to every rank, resume, bitwise
-timeout 120 $MPIRUN -np 2 ./train_gpt_cpu "${DATA[@]}" "${M[@]}" -x 6 -o "$tmp/ref" > "$tmp/ref.out" 2>&1 || bad "the uninterrupted run (exit $?)"
-start "$tmp/int.out" -np 2 -- -x 6 -o "$tmp/int"
+# --- 1. SIGTERM to every rank, resume, bitwise (12 steps: at ~70 ms a step, a 6-step
+# run could end before the signal was seen at a boundary)
+timeout 120 $MPIRUN -np 2 ./train_gpt_cpu "${DATA[@]}" "${M[@]}" -x 12 -o "$tmp/ref" > "$tmp/ref.out" 2>&1 || bad "the uninterrupted run (exit $?)"
+start "$tmp/int.out" -np 2 -- -x 12 -o "$tmp/int"
 if wait_for "$tmp/int.out" "^step +3/" 60; then
   kill -TERM $(ranks_of $JOB)
   finish 60
   K=$(sed -n 's/^interrupted at step \([0-9]*\): wrote checkpoint \1; resume with -y 1 (SIGTERM)$/\1/p' "$tmp/int.out")
   k8=$(printf %08d "${K:-0}")
-  if [ "$RC" = 143 ] && [ -n "$K" ] && [ "$K" -ge 3 ] && [ "$K" -lt 6 ] && [ -s "$tmp/int/model_$k8.bin" ] && [ -s "$tmp/int/state_$k8.bin" ] \
+  if [ "$RC" = 143 ] && [ -n "$K" ] && [ "$K" -ge 3 ] && [ "$K" -lt 12 ] && [ -s "$tmp/int/model_$k8.bin" ] && [ -s "$tmp/int/state_$k8.bin" ] \
      && ! ls "$tmp/int"/*.tmp >/dev/null 2>&1 && [ -s "$tmp/int/flight/rank_0.json" ] && [ -s "$tmp/int/flight/rank_1.json" ]; then
     ok "SIGTERM to both ranks after step 3: exit 143, $(grep "^interrupted" "$tmp/int.out"); model and state of step $K written, no .tmp, both flight records"
   else bad "SIGTERM to both ranks: exit $RC, K '$K'"; tail -5 "$tmp/int.out"; ls "$tmp/int"; fi
-  timeout 120 $MPIRUN -np 2 ./train_gpt_cpu "${DATA[@]}" "${M[@]}" -x 6 -o "$tmp/int" -y 1 > "$tmp/res.out" 2>&1; rc=$?
-  if [ $rc = 0 ] && grep -q "^resumed from step $K:" "$tmp/res.out" && cmp -s "$tmp/int/model_00000006.bin" "$tmp/ref/model_00000006.bin" \
-     && cmp -s "$tmp/int/state_00000006.bin" "$tmp/ref/state_00000006.bin"; then
-    ok "-y 1 resumed from step $K to 6: model and state bitwise the uninterrupted run's (cmp)"
+  timeout 120 $MPIRUN -np 2 ./train_gpt_cpu "${DATA[@]}" "${M[@]}" -x 12 -o "$tmp/int" -y 1 > "$tmp/res.out" 2>&1; rc=$?
+  if [ $rc = 0 ] && grep -q "^resumed from step $K:" "$tmp/res.out" && cmp -s "$tmp/int/model_00000012.bin" "$tmp/ref/model_00000012.bin" \
+     && cmp -s "$tmp/int/state_00000012.bin" "$tmp/ref/state_00000012.bin"; then
+    ok "-y 1 resumed from step $K to 12: model and state bitwise the uninterrupted run's (cmp)"
   else bad "the resume: exit $rc; $(grep -m1 -E '^resumed|^error' "$tmp/res.out")"; fi
 else bad "never reached step 3"; tail -3 "$tmp/int.out"; finish 1; fi
 
@@ -105,7 +106,8 @@ if wait_for "$tmp/noo.out" "^step +2/" 60; then
 else bad "never reached step 2 (no -o)"; finish 1; fi
 
 # --- 4. SIGTERM to mpirun: the ranks hear of it odls_base_sigkill_timeout later
-start "$tmp/mpi.out" -np 2 --mca odls_base_sigkill_timeout 3 -- -x 40 -o "$tmp/mpi"
+# (-x 400: at ~70 ms a step 40 steps ended before the 3 s had passed; the ranks stop at the signal)
+start "$tmp/mpi.out" -np 2 --mca odls_base_sigkill_timeout 3 -- -x 400 -o "$tmp/mpi"
 if wait_for "$tmp/mpi.out" "^step +2/" 60; then
   t0=$(date +%s.%N); kill -TERM $JOB; finish 30
   dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
