@@ -708,8 +708,14 @@ static int run_calibration(Comm* comm) {
     snprintf(dir, sizeof(dir), "%s", path);
     char* slash = strrchr(dir, '/');
     if (slash) { *slash = 0; state_mkdir_p(dir); }
-    FILE* f = fopen(path, "w");
-    if (!f || fprintf(f, "%lld\n", extra) < 0 || fclose(f) != 0) set_err(err, ERRLEN, "--calibrate-workspace: cannot write %s (%s)", path, strerror(errno));
+    char tmp[4300];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    int slot = intr_watch_tmp(tmp);   /* written whole or not at all: a signal's exit removes the .tmp (interrupt.h) */
+    FILE* f = fopen(tmp, "w");
+    int bad_w = !f;
+    if (f) { bad_w = fprintf(f, "%lld\n", extra) < 0; bad_w |= fclose(f) != 0; }
+    if (bad_w || rename(tmp, path) != 0) { set_err(err, ERRLEN, "--calibrate-workspace: cannot write %s (%s)", path, strerror(errno)); unlink(tmp); }
+    intr_unwatch(slot);
     comm_check_all(comm, err);
     printf("calibrated: training workspace %.2f MB beyond the ledger (d6, B=%d, T=%d, 1 rank, 3 steps, %s): wrote %s\n", extra / 1e6, B, T,
            backend_matmul_desc(), path);
@@ -753,6 +759,7 @@ typedef struct {
     int have_tok;
     FILE* logf;
     int start_step;
+    int saved_step;              /* the step of the last checkpoint this process wrote (-1: none) */
     TrainState saved;            /* -y 1: the header of the state resumed from (saved.step -1: none) */
     char resumed[2048];          /* -y 1: what was loaded, printed with the banner */
     char resume_model[4096];     /* -y 1: the checkpoint it continues from ("" if none) */
@@ -781,12 +788,17 @@ typedef struct {
    sequence count, summed in double and over the ranks in rank order
    (comm_allreduce_sum_host), divided by nseq. A read error does not stop
    the loop (the others would wait at the next gather): it is reported
-   collectively after it. */
-static float evaluate(GPT2* m, DataLoader* val, long nseq, Comm* comm) {
+   collectively after it. A signal (interrupt.h) stops it at the next
+   forward: before each, the ranks agree (comm_agree_interrupt: a signal to
+   any one rank stops all at the same forward); then *stop is the signal
+   and the loss is not computed (0). */
+static float evaluate(GPT2* m, DataLoader* val, long nseq, Comm* comm, int* stop) {
     char err[ERRLEN] = "";
     long NB = (long)comm->world_size * m->B, batches = (nseq + NB - 1) / NB;
     double s = 0.0;
+    intr_test_slow("evaluation", comm->rank);
     for (long j = 0; j < batches; j++) {
+        if ((*stop = comm_agree_interrupt(comm)) != 0) { zero_release_all(&m->engine); return 0.0f; }
         long first = j * NB + (long)comm->rank * m->B, n = nseq - first;
         if (n > m->B) n = m->B;
         if (n > 0 && !err[0] && dataloader_read_seqs(val, (size_t)first, (int)n, err, ERRLEN) == 0) {
@@ -804,8 +816,10 @@ static float evaluate(GPT2* m, DataLoader* val, long nseq, Comm* comm) {
 }
 
 /* Sample gen tokens after <|endoftext|>, every rank in lockstep (stage 3
-   needs all ranks for the gathers); rank 0 prints. */
-static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long long seed, int step) {
+   needs all ranks for the gathers); rank 0 prints. A signal stops it at
+   the next forward, as evaluate: returns the signal (0: complete). */
+static int sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long long seed, int step) {
+    int stop = 0;
     int T = m->T;
     int eot = have_tok ? (int)tok->eot_token : 50256;
     if (eot >= m->config.vocab_size) eot = 0;
@@ -819,7 +833,9 @@ static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long
     if (m->comm->rank == 0) printf("sample at step %d: ", step);
     Utf8Stream utf8; /* whole UTF-8 characters only: a token may end inside one */
     utf8_stream_init(&utf8);
+    intr_test_slow("sample", m->comm->rank);
     for (int t = 1; t <= gen; t++) {
+        if ((stop = comm_agree_interrupt(m->comm)) != 0) break;
         gpt2_forward(m, toks, NULL, 1, t, 0.0f);
         backend_floatX_to_floats(probs, m->last_logits, (size_t)V);
         float mx = probs[0];
@@ -835,9 +851,10 @@ static void sample(GPT2* m, Tokenizer* tok, int have_tok, int gen, unsigned long
             else printf("%d ", next);
         }
     }
-    if (m->comm->rank == 0) { utf8_stream_finish(&utf8, stdout); printf("\n"); fflush(stdout); }
+    if (m->comm->rank == 0) { utf8_stream_finish(&utf8, stdout); printf("%s\n", stop ? " [stopped]" : ""); fflush(stdout); }
     zero_release_all(&m->engine);
     free(toks); free(probs);
+    return stop;
 }
 
 /* Collective: rank 0 prints text (n bytes) of every rank (all = 1) in rank
@@ -1139,7 +1156,9 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     char err[ERRLEN] = "";
     memset(r, 0, sizeof(*r));
     r->a = *args; r->comm = comm;
+    r->saved_step = -1;
     Args* a = &r->a;
+    intr_test_slow("start-up", comm->rank);
     check_args(a, comm->world_size, err, ERRLEN);
     comm_check_all(comm, err);
     resume_init(r);
@@ -1152,13 +1171,17 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     setup_node_size(r);
     r->val_B = a->B;
     setup_data(r, a->B);
+    intr_phase(INTR_EXIT, "start-up (the matmul paths)", 0, -1);
     backend_agree_kernels(comm);   /* the kernel paths, decided by rank 0 for every rank, before any matmul (-z auto measures one) */
+    intr_phase(INTR_EXIT, "start-up (the fit check, -z auto's choice)", 0, -1);
     fit_or_choose(r);
+    intr_phase(INTR_EXIT, "start-up", 0, -1);
     char conf[COMM_CONFIG_TEXT];
     run_config_text(r, conf, sizeof(conf));
     comm_agree_config(comm, "configurations", conf);   /* taken once, run by all: a mismatch is one error, never a hang */
     if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
     setup_groups_backend(r);
+    intr_phase(INTR_EXIT, "start-up (the model)", 0, -1);
     setup_model(r);
     if (a->output_dir) {
         if (comm->rank == 0) {
@@ -1170,6 +1193,8 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
         comm_check_all(comm, err);
     }
     r->saved.step = -1;
+    intr_phase(INTR_EXIT, a->resume ? "start-up (loading -y 1's state)" : "start-up", 0, -1);
+    if (a->resume) intr_test_slow("load", comm->rank);
     r->start_step = a->resume ? state_resume(&r->model, &r->train, a->output_dir, a->max_steps, &r->saved, r->resumed, sizeof(r->resumed)) : 0;
     AdamWConfig opt = {a->lr, 0.9f, 0.95f, 1e-8f, a->weight_decay, a->grad_clip};
     r->opt = opt;
@@ -1273,23 +1298,33 @@ static void print_banner(Run* r) {
 static void save_checkpoint(Run* r, int step) {
     const Args* a = &r->a;
     char p[4096];
+    intr_phase(INTR_WRITE, "the checkpoint write", step, step);
     snprintf(p, sizeof(p), "%s/model_%08d.bin", a->output_dir, step);
+    int pair = intr_watch_tmp(p);   /* an exit now before the state is complete removes the model too: only whole pairs stay */
     gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
     if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
     StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
     state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
+    intr_unwatch(pair);
+    r->saved_step = step;
     if (r->comm->rank == 0) printf("wrote state %s\n", p);
     fflush(stdout);
 }
 
 /* Before step `step` (and after the last): evaluation, a sample, a
-   checkpoint with its training state, as their flags say. */
-static void periodic(Run* r, int step, int last) {
+   checkpoint with its training state, as their flags say. Returns the
+   signal that stopped it (the ranks agreed: at a forward of the
+   evaluation or the sample, or after the checkpoint), 0 when none. */
+static int periodic(Run* r, int step, int last) {
     const Args* a = &r->a;
+    int ckpt = a->output_dir && step > r->start_step ? step : -1, ran = 0, stop = 0;
     r->comm->phase = PHASE_OTHER;
     if (r->have_val && (step % a->val_every == 0 || last)) {
-        float vl = evaluate(&r->model, &r->val, r->val_seqs, r->comm);
+        intr_phase(INTR_FORWARD, "evaluation", step, ckpt);
+        ran = 1;
+        float vl = evaluate(&r->model, &r->val, r->val_seqs, r->comm, &stop);
+        if (stop) return stop;
         long ntok = r->val_seqs * a->T;
         if (r->comm->rank == 0 && a->max_steps == 0)
             printf("val loss %.6f of the model %s (%ld tokens; -x 0: evaluated, not trained)\n", vl, r->from_ckpt ? a->init : "as initialised", ntok);
@@ -1297,9 +1332,13 @@ static void periodic(Run* r, int step, int last) {
         fflush(stdout);
         if (r->logf) { fprintf(r->logf, "step %d val_loss %.6f val_tokens %ld\n", step, vl, ntok); fflush(r->logf); }
     }
-    if (a->sample_every > 0 && ((step > 0 && step % a->sample_every == 0) || last))
-        sample(&r->model, &r->tok, r->have_tok, a->gen_tokens, a->seed, step);
-    if (a->output_dir && step > r->start_step && ((a->ckpt_every > 0 && step % a->ckpt_every == 0) || last)) save_checkpoint(r, step);
+    if (a->sample_every > 0 && ((step > 0 && step % a->sample_every == 0) || last)) {
+        intr_phase(INTR_FORWARD, "the sample", step, ckpt);
+        ran = 1;
+        if ((stop = sample(&r->model, &r->tok, r->have_tok, a->gen_tokens, a->seed, step)) != 0) return stop;
+    }
+    if (a->output_dir && step > r->start_step && ((a->ckpt_every > 0 && step % a->ckpt_every == 0) || last)) { save_checkpoint(r, step); ran = 1; }
+    return ran ? comm_agree_interrupt(r->comm) : 0;   /* a signal during the checkpoint write (or after the last forward) */
 }
 
 typedef struct { double loss, norm, ms, opt_ms, comm_ms, wait_ms; float lr; } StepStats;
@@ -1415,20 +1454,29 @@ static void log_step(Run* r, int step, const StepStats* s) {
 }
 
 /* A signal stopped the run (interrupt.h; every rank agreed at the end of
-   step `step`): the checkpoint and state of that step in -o (none without
-   -o), the flight record, one line from rank 0, then every rank finalizes
-   MPI and exits with 128 + the signal's number (130 SIGINT, 143 SIGTERM,
-   138 SIGUSR1: a shell's code for a process that signal ended, distinct
-   from 1, an error, and 2, a ledger mismatch). */
+   step `step`, or at a forward of the evaluation or sample before step
+   `step`, or after its checkpoint): the checkpoint and state of that step
+   in -o (none without -o; none when no step ran since the start; not again
+   when written), the flight record, one line from rank 0 with how long
+   after the signal it exits, then every rank finalizes MPI and exits with
+   128 + the signal's number (130 SIGINT, 143 SIGTERM, 138 SIGUSR1: a
+   shell's code for a process that signal ended, distinct from 1, an
+   error, and 2, a ledger mismatch). */
 static void interrupted(Run* r, int step, int sig) {
     const Args* a = &r->a;
     Comm* c = r->comm;
     c->phase = PHASE_OTHER;
-    if (a->output_dir) save_checkpoint(r, step);
-    char line[512];
-    if (a->output_dir) snprintf(line, sizeof(line), "interrupted at step %d: wrote checkpoint %d; resume with -y 1", step, step);
+    int fresh = step > r->start_step;
+    if (a->output_dir && fresh && r->saved_step != step) save_checkpoint(r, step);
+    char line[512], when[96];
+    if (a->output_dir && fresh) snprintf(line, sizeof(line), "interrupted at step %d: wrote checkpoint %d; resume with -y 1", step, step);
+    else if (!fresh && a->max_steps == 0) snprintf(line, sizeof(line), "interrupted at step %d: -x 0, nothing to write", step);
+    else if (!fresh && step > 0 && a->output_dir) snprintf(line, sizeof(line), "interrupted at step %d: no step since the resume, checkpoint %d is the latest; resume with -y 1", step, step);
+    else if (!fresh) snprintf(line, sizeof(line), "interrupted at step %d: no step completed, nothing written", step);
     else snprintf(line, sizeof(line), "interrupted at step %d: no -o, so nothing was written (the steps are lost: give -o DIR to keep them)", step);
-    if (c->rank == 0) { printf("%s (%s)\n", line, intr_signame(sig)); fflush(stdout); }
+    if (intr_pending()) snprintf(when, sizeof(when), "%s, exiting %.1f s after it", intr_signame(sig), intr_since_s());
+    else snprintf(when, sizeof(when), "%s to another rank", intr_signame(sig));
+    if (c->rank == 0) { printf("%s (%s)\n", line, when); fflush(stdout); }
     if (r->logf) { fprintf(r->logf, "step %d interrupted %s\n", step, intr_signame(sig)); fclose(r->logf); r->logf = NULL; }
     flight_dump("interrupted", line, comm_my_node(), step);
     backend_finalize(c);
@@ -1547,23 +1595,26 @@ int main(int argc, char** argv) {
         comm_finalize(&comm);
         return 0;
     }
-    if (a.estimate) return run_estimate(&a, &comm);
-    if (a.calibrate_workspace) return run_calibration(&comm);
-    if (a.calibrate_matmul) return run_matmul_calibration(&comm);
+    if (a.estimate) { intr_phase(INTR_EXIT, "--estimate", 0, -1); return run_estimate(&a, &comm); }
+    if (a.calibrate_workspace) { intr_phase(INTR_EXIT, "--calibrate-workspace", 0, -1); return run_calibration(&comm); }
+    if (a.calibrate_matmul) { intr_phase(INTR_EXIT, "--calibrate-matmul", 0, -1); return run_matmul_calibration(&comm); }
 
     Run r;
     setup_run(&r, &a, &comm);
     print_banner(&r);
     for (int step = r.start_step; step <= r.a.max_steps; step++) {
         int last = step == r.a.max_steps;
-        periodic(&r, step, last);             /* eval, sample, checkpoint */
+        int sig = periodic(&r, step, last);   /* eval, sample, checkpoint; a signal stops them at the next forward */
+        if (sig) interrupted(&r, step, sig);
         if (last) break;
+        intr_phase(INTR_STEP, "step", step + 1, r.a.output_dir ? step + 1 : -1);
         comm_watch_step_begin();              /* --straggler-report: this step's waits */
         StepStats s = train_step(&r, step);   /* forward + backward per micro-step, reduce, AdamW */
         comm_watch_step_end(step > r.start_step);   /* a process's first step waits for the others' start-up */
         log_step(&r, step, &s);
-        int sig = comm_agree_interrupt(&comm);   /* a signal on any rank: every rank stops here */
+        sig = comm_agree_interrupt(&comm);   /* a signal on any rank: every rank stops here */
         if (sig) interrupted(&r, step + 1, sig);
     }
+    intr_phase(INTR_FINISH, "writing the trace and the tables", r.a.max_steps, -1);
     return finish(&r);
 }

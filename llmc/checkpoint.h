@@ -149,8 +149,8 @@ static inline int pwrite_all(int fd, const void* p, size_t n, long long off) {
    error is recorded, not fatal), cfile_commit (fsync, all ranks agree, rank 0
    renames PATH.tmp to PATH and fsyncs the directory). Any failure on any rank
    removes the .tmp, leaves an earlier PATH untouched, and ends every rank
-   with one message (comm_check_all); so does a second signal
-   (interrupt.h), which unlinks the .tmp before the rank exits. All calls
+   with one message (comm_check_all); a second Ctrl-C (SIGINT after a first
+   signal, interrupt.h) unlinks the .tmp before the rank exits. All calls
    are collective. */
 typedef struct {
     Comm* c;
@@ -158,7 +158,7 @@ typedef struct {
     const char* path;
     char tmp[4096];
     int fd;
-    int watch;             /* interrupt.h's slot: a second signal unlinks tmp */
+    int watch;             /* interrupt.h's slot: an exit now (a second SIGINT) unlinks tmp */
     char err[ERRLEN];
 } CollectiveFile;
 
@@ -169,7 +169,7 @@ static inline void cfile_begin(CollectiveFile* f, Comm* c, const char* what, con
     if (pre_err && pre_err[0]) snprintf(f->err, ERRLEN, "%s", pre_err);
     if (!f->err[0] && snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path) >= (int)sizeof(f->tmp))
         set_err(f->err, ERRLEN, "%s path %s is too long", what, path);
-    if (!f->err[0]) f->watch = intr_watch_tmp(f->tmp);   /* before it exists: a second signal removes it */
+    if (!f->err[0]) f->watch = intr_watch_tmp(f->tmp);   /* before it exists: an exit now removes it */
     if (c->rank == 0 && !f->err[0]) {
         int fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0) set_err(f->err, ERRLEN, "cannot write %s %s (%s)", what, f->tmp, strerror(errno));
@@ -183,6 +183,7 @@ static inline void cfile_begin(CollectiveFile* f, Comm* c, const char* what, con
     comm_check_all(c, f->err);
     f->fd = open(f->tmp, O_WRONLY);
     if (f->fd < 0) set_err(f->err, ERRLEN, "cannot open %s %s on rank %d (%s)", what, f->tmp, c->rank, strerror(errno));
+    intr_test_slow(what, c->rank);   /* test hook LLMC_TEST_SLOW=checkpoint:S / state:S (interrupt.h): the .tmp exists */
 }
 
 /* 1 while this rank can still write (no error so far). */

@@ -182,7 +182,7 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
 static inline void comm_notice_signal(MPI_Comm mc, int n, const char* miss, const char* what, double t0, double now) {
     CommWatch* w = &comm_watch;
     int s = intr_pending();
-    if (!s || w->signal_reported || now - t0 < 1.0 || now - intr_state.first_s < 1.0) return;
+    if (!s || w->signal_reported || now - t0 < 1.0 || now - intr_first_s() < 1.0) return;
     if (__sync_lock_test_and_set(&w->signal_reported, 1)) return;
     char list[1024] = "", others[512] = "", unit[32] = "", step[32] = "", line[3072];
     int nmiss = 0;

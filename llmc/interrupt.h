@@ -1,84 +1,234 @@
 /*
- interrupt.h: SIGINT, SIGTERM and SIGUSR1 end a training run at a step
- boundary with a checkpoint, instead of at once with nothing written.
+ interrupt.h: SIGINT, SIGTERM and SIGUSR1 end a run where its work is
+ kept: a training run at a step boundary with the checkpoint of the last
+ completed step, anything else (start-up, an evaluation, a sample, the
+ calibrations, --estimate) within about a second with nothing written.
 
- What sends them: Ctrl-C (SIGINT, to the terminal's foreground process:
- mpirun, which passes it on as SIGTERM, below); `kill`; Slurm's time
- limit, preemption and `scancel` (SIGTERM to every task, then SIGKILL
- after KillWait, slurm.conf(5)); `sbatch --signal=B:USR1@120` (SIGUSR1 to
- the batch shell only: scripts/run_slurm.sbatch forwards it to the step).
- mpirun (Open MPI 4.1) forwards SIGUSR1 and SIGUSR2 to every rank at once
+ What sends them: Ctrl-C (SIGINT, to the terminal's foreground process
+ group: a process run without mpirun; mpirun puts its ranks in a process
+ group of their own and passes it on as SIGTERM, below); `kill`; Slurm's
+ time limit, preemption and `scancel` (SIGTERM to every task, then SIGKILL
+ after KillWait, slurm.conf(5); srun forwards the SIGTERM it gets too, so
+ a task may get two); `sbatch --signal=B:USR1@120` (SIGUSR1 to the batch
+ shell only: scripts/run_slurm.sbatch forwards it to the step). mpirun
+ (Open MPI 4.1) forwards SIGUSR1 and SIGUSR2 to every rank at once
  (ess_base_forward_signals); on SIGINT or SIGTERM it sends the ranks
  SIGCONT, then SIGTERM odls_base_sigkill_timeout seconds later, then
  SIGKILL as long again (measured: docs/faults.md), so that parameter is
- the time a rank has to finish its step and write (the launch scripts and
- make's MPIRUN set it).
+ the time a rank has to finish its step and write.
 
- The handler (async-signal-safe: it only sets flags, unlink(2)s and
- write(2)s, as signal-safety(7) allows):
-   - the first signal sets intr_state.sig; nothing else happens in the
-     handler. At every step boundary the ranks agree on it
-     (comm_agree_interrupt in comm_host.h: one int exchanged with every
-     peer, not counted in the traffic table, like comm_check_all's), and if
-     any rank was signalled every rank writes the checkpoint and state of
-     the step just completed and
-     exits with 128 + the signal's number (the code a shell gives a process
-     the signal ended: 130 SIGINT, 143 SIGTERM, 138 SIGUSR1), after rank 0
-     printed "interrupted at step K: wrote checkpoint K; resume with -y 1".
-     The wait loops of comm.h poll the flag, so that a rank stuck in a
-     collective when it comes writes its flight record (flight.h);
-   - a second signal, more than INTR_SAME_S after the first (a launcher
-     and the batch system may both deliver one stop: srun forwards the
-     SIGTERM that slurmstepd also sends), exits at once with 128 + its
-     number; a checkpoint or state <path>.tmp being written (intr_watch_tmp)
-     is unlinked first, so no partial file remains. SIGKILL cannot be
-     caught: a rank killed while writing leaves <path>.tmp, which a resume
-     never reads and the next write of that step replaces.
+ What a signal does (docs/faults.md has the table):
+   - the first one is recorded (intr_state.sig) and rank 0 prints at once
+     one line saying what will happen, from the phase the main thread
+     declared (intr_phase):
+       INTR_EXIT (start-up: flags, -y 1's load, -z auto's probes and
+         enumeration, the matmul measurement; --calibrate-*, --estimate):
+         exit now with 128 + the signal (nothing of a run is written yet;
+         a file being written, as the matmul calibration file, is a
+         watched .tmp and removed first);
+       INTR_STEP (a training step): the ranks agree at the end of the step
+         (comm_agree_interrupt, comm_host.h), write the checkpoint and
+         state of that step and exit 128 + the signal;
+       INTR_FORWARD (an evaluation, a sample): the ranks agree before each
+         forward and stop at the next one; a training run then writes the
+         checkpoint of the last completed step (if not yet written);
+       INTR_WRITE (a checkpoint or state being written): the write ends,
+         then the run stops as after a step;
+       INTR_FINISH (after the last checkpoint: the tables): the run ends
+         as it would have, exit 0;
+   - a repeat of SIGTERM or SIGUSR1, however late, is the same stop (a
+     launcher and the batch system both deliver it; Slurm's
+     --signal=B:USR1 comes before the time limit's SIGTERM): one line on
+     rank 0, nothing else;
+   - SIGINT after a first signal is a person pressing Ctrl-C again: exit
+     now with 130. A checkpoint or state .tmp being written
+     (intr_watch_tmp) is unlinked first, and a model file written for a
+     pair whose state is not yet complete (intr_watch_tmp too), so -o
+     holds complete model+state pairs only. SIGKILL cannot be caught: a
+     rank killed while writing leaves <path>.tmp, which a resume never
+     reads and the next write of that step replaces.
+
+ Exit codes: 128 + the signal's number (the code a shell gives a process
+ that signal ended: 130 SIGINT, 143 SIGTERM, 138 SIGUSR1); where the ranks
+ agree (INTR_STEP, INTR_FORWARD, INTR_WRITE) it is the largest signal
+ number any rank got, on every rank.
+
+ Ordering: sig, first_ns, phase and step are shared between the signal
+ thread (or a handler on a thread that existed before intr_install) and
+ the main, OpenMP and communication threads; they are accessed with the
+ C11 memory model's atomics (GCC's __atomic builtins, which the CUDA
+ build's C++ compiler takes too): first_ns is stored before sig is
+ published with release, and read after an acquire load of sig saw it.
+ Every function the handler calls is async-signal-safe (signal-safety(7):
+ clock_gettime, write, unlink, _exit; lock-free atomics).
 */
 #ifndef LLMC_INTERRUPT_H
 #define LLMC_INTERRUPT_H
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#define INTR_SLOTS 4           /* files that can be in progress at once (checkpoint/state, trace, flight record) */
-#define INTR_SAME_S 0.5        /* a second signal this soon after the first is the same stop delivered twice */
+#define INTR_SLOTS 6           /* files that can be in progress at once (checkpoint/state, the pair's model, trace, flight record) */
+
+enum { INTR_EXIT = 0, INTR_STEP = 1, INTR_FORWARD = 2, INTR_WRITE = 3, INTR_FINISH = 4 };
 
 typedef struct {
-    volatile sig_atomic_t sig;          /* the first signal (0: none) */
-    volatile sig_atomic_t installed;
-    volatile sig_atomic_t rank;         /* who prints the second signal's line: rank 0 */
-    double first_s;                     /* CLOCK_MONOTONIC of the first (written in the handler, read after sig) */
-    volatile sig_atomic_t tmp_on[INTR_SLOTS];
+    int sig;                            /* atomic: the first signal (0: none) */
+    long long first_ns;                 /* atomic: CLOCK_MONOTONIC of the first, ns (stored before sig) */
+    int repeats;                        /* atomic: signals after the first (the same stop) */
+    int installed;
+    int rank;                           /* who prints: rank 0 */
+    int phase;                          /* atomic: INTR_* */
+    int step;                           /* atomic: INTR_STEP: the step running (1-based); else the steps completed */
+    int ckpt;                           /* atomic: the step whose checkpoint a stop now writes, -1: none (no -o, or nothing new) */
+    const char* what;                   /* atomic: the phase in words (a string literal) */
+    int tmp_on[INTR_SLOTS];             /* atomic: 0 free, 2 being claimed, 1 path complete */
     char tmp[INTR_SLOTS][4096];
 } IntrState;
 static IntrState intr_state;
 
-static inline double intr_now(void) {
+static inline long long intr_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);   /* async-signal-safe (signal-safety(7)) */
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static inline const char* intr_signame(int s) {
     return s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : s == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
 
-static void intr_handler(int s) {
-    if (!intr_state.sig) { intr_state.first_s = intr_now(); intr_state.sig = s; return; }
-    if (intr_now() - intr_state.first_s < INTR_SAME_S) return;
+/* The first signal's number, or 0. Acquire: a non-zero value makes
+   intr_first_s() valid. The wait loops poll it. */
+static inline int intr_pending(void) { return __atomic_load_n(&intr_state.sig, __ATOMIC_ACQUIRE); }
+
+/* CLOCK_MONOTONIC seconds of the first signal (valid once intr_pending() != 0). */
+static inline double intr_first_s(void) { return 1e-9 * (double)__atomic_load_n(&intr_state.first_ns, __ATOMIC_RELAXED); }
+
+/* Seconds since the first signal (0 when none came). */
+static inline double intr_since_s(void) {
+    return intr_pending() ? 1e-9 * (double)(intr_now_ns() - __atomic_load_n(&intr_state.first_ns, __ATOMIC_RELAXED)) : 0.0;
+}
+
+/* Declare what the main thread does now, for what a signal does (above):
+   phase INTR_*, what (a string literal: "start-up", "evaluation", ...),
+   step (INTR_STEP: the step being run, 1-based; else the steps completed),
+   ckpt (the step whose checkpoint a stop now would write; -1 none).
+   Release: a signal that sees the phase sees its words. */
+static inline void intr_phase(int phase, const char* what, int step, int ckpt) {
+    __atomic_store_n(&intr_state.what, what, __ATOMIC_RELAXED);
+    __atomic_store_n(&intr_state.step, step, __ATOMIC_RELAXED);
+    __atomic_store_n(&intr_state.ckpt, ckpt, __ATOMIC_RELAXED);
+    __atomic_store_n(&intr_state.phase, phase, __ATOMIC_RELEASE);
+}
+
+/* Async-signal-safe line building: append s / a non-negative integer. */
+static inline void intr_cat(char* b, size_t* k, size_t cap, const char* s) {
+    while (s && *s && *k + 1 < cap) b[(*k)++] = *s++;
+    b[*k] = 0;
+}
+static inline void intr_cat_int(char* b, size_t* k, size_t cap, long long v) {
+    char d[24];
+    int n = 0;
+    if (v < 0) { intr_cat(b, k, cap, "-"); v = -v; }
+    do { d[n++] = (char)('0' + v % 10); v /= 10; } while (v && n < 23);
+    while (n && *k + 1 < cap) b[(*k)++] = d[--n];
+    b[*k] = 0;
+}
+
+/* The rest of the line about the checkpoint a stop writes and the exit code. */
+static inline void intr_cat_then(char* b, size_t* k, size_t cap, int ckpt, int s) {
+    if (ckpt >= 0) { intr_cat(b, k, cap, "checkpoint "); intr_cat_int(b, k, cap, ckpt); intr_cat(b, k, cap, ", then exit "); }
+    else intr_cat(b, k, cap, "nothing new to write; exit ");
+    intr_cat_int(b, k, cap, 128 + s);
+}
+
+/* Remove every watched file (a .tmp being written; a pair's model whose
+   state is not complete). */
+static inline void intr_unlink_watched(void) {
     for (int i = 0; i < INTR_SLOTS; i++)   /* only a slot whose path is complete (1; 2: being claimed) */
         if (__atomic_load_n(&intr_state.tmp_on[i], __ATOMIC_ACQUIRE) == 1) unlink(intr_state.tmp[i]);
-    if (intr_state.rank == 0) {
-        static const char msg[] = "interrupted again: exiting now without a checkpoint (a file being written was removed; "
-                                  "resume with -y 1 from the last complete one)\n";
-        ssize_t w = write(2, msg, sizeof(msg) - 1);
-        (void)w;
+}
+
+static void intr_handler(int s) {
+    char line[512];
+    size_t k = 0;
+    int first = 0;
+    if (__atomic_load_n(&intr_state.sig, __ATOMIC_ACQUIRE) == 0) {
+        /* claim the first: sigwait and a handler on an older thread may both run */
+        static int claimed = 0;
+        if (!__atomic_exchange_n(&claimed, 1, __ATOMIC_ACQ_REL)) {
+            __atomic_store_n(&intr_state.first_ns, intr_now_ns(), __ATOMIC_RELAXED);
+            __atomic_store_n(&intr_state.sig, s, __ATOMIC_RELEASE);
+            first = 1;
+        }
     }
-    _exit(128 + s);
+    int phase = __atomic_load_n(&intr_state.phase, __ATOMIC_ACQUIRE);
+    const char* what = __atomic_load_n(&intr_state.what, __ATOMIC_RELAXED);
+    int step = __atomic_load_n(&intr_state.step, __ATOMIC_RELAXED), ckpt = __atomic_load_n(&intr_state.ckpt, __ATOMIC_RELAXED);
+    int now = first ? phase == INTR_EXIT : s == SIGINT;   /* start-up work; Ctrl-C twice */
+    if (!first && !now) {   /* SIGTERM, SIGUSR1 again: the same stop */
+        if (__atomic_fetch_add(&intr_state.repeats, 1, __ATOMIC_RELAXED) == 0 && intr_state.rank == 0) {
+            intr_cat(line, &k, sizeof(line), intr_signame(s));
+            intr_cat(line, &k, sizeof(line), " again: the same stop as the first ");
+            intr_cat(line, &k, sizeof(line), intr_signame(__atomic_load_n(&intr_state.sig, __ATOMIC_ACQUIRE)));
+            intr_cat(line, &k, sizeof(line), " (only a second Ctrl-C, SIGINT, exits at once)\n");
+            ssize_t w = write(2, line, k);
+            (void)w;
+        }
+        return;
+    }
+    if (now) {
+        intr_unlink_watched();
+        if (intr_state.rank == 0) {
+            intr_cat(line, &k, sizeof(line), intr_signame(s));
+            if (first) {
+                intr_cat(line, &k, sizeof(line), " during ");
+                intr_cat(line, &k, sizeof(line), what ? what : "start-up");
+                intr_cat(line, &k, sizeof(line), ": exiting now with ");
+                intr_cat_int(line, &k, sizeof(line), 128 + s);
+                intr_cat(line, &k, sizeof(line), " (no step has run: no checkpoint to write)\n");
+            } else {
+                intr_cat(line, &k, sizeof(line), " again: exiting now with ");
+                intr_cat_int(line, &k, sizeof(line), 128 + s);
+                intr_cat(line, &k, sizeof(line), ", without a checkpoint (a file being written was removed; resume with -y 1 from the last complete one)\n");
+            }
+            ssize_t w = write(2, line, k);
+            (void)w;
+        }
+        _exit(128 + s);
+    }
+    if (intr_state.rank != 0) return;
+    intr_cat(line, &k, sizeof(line), intr_signame(s));
+    if (phase == INTR_STEP) {
+        intr_cat(line, &k, sizeof(line), ": stopping at the end of step ");
+        intr_cat_int(line, &k, sizeof(line), step);
+        intr_cat(line, &k, sizeof(line), " (");
+        intr_cat_then(line, &k, sizeof(line), ckpt, s);
+    } else if (phase == INTR_FORWARD) {
+        intr_cat(line, &k, sizeof(line), " during ");
+        intr_cat(line, &k, sizeof(line), what);
+        intr_cat(line, &k, sizeof(line), ": stopping after this forward (");
+        intr_cat_then(line, &k, sizeof(line), ckpt, s);
+    } else if (phase == INTR_WRITE) {
+        intr_cat(line, &k, sizeof(line), " during ");
+        intr_cat(line, &k, sizeof(line), what);
+        intr_cat(line, &k, sizeof(line), " of step ");
+        intr_cat_int(line, &k, sizeof(line), step);
+        intr_cat(line, &k, sizeof(line), ": stopping when it is complete (then exit ");
+        intr_cat_int(line, &k, sizeof(line), 128 + s);
+    } else {
+        intr_cat(line, &k, sizeof(line), " after the last step: ");
+        intr_cat(line, &k, sizeof(line), what);
+        intr_cat(line, &k, sizeof(line), " (the run is complete: exit 0");
+    }
+    intr_cat(line, &k, sizeof(line), ")\n");
+    ssize_t w = write(2, line, k);
+    (void)w;
 }
 
 /* The thread that takes the three signals (intr_install): sigwait, then
@@ -94,14 +244,15 @@ static void* intr_thread(void* arg) {
 }
 
 /* Install the handler for SIGINT, SIGTERM and SIGUSR1 (after MPI_Init: the
-   library's own handlers are for faults, not these). SA_RESTART: a read or
-   write the signal interrupts is restarted, not failed. Then block the
-   three in this thread, so in every thread it starts later (OpenMP's, the
-   communication thread), and take them on a thread of their own with
-   sigwait: a handler run on a compute thread interrupted oneDNN's JIT
-   kernels, and 4 of 12 SIGTERMed runs on an AVX-512 Xeon then died of heap
-   corruption inside dnnl_sgemm (tests/suites/interrupt.sh). Threads that
-   existed before (MPI's) keep the handler. */
+   library's own handlers are for faults, not these), in phase INTR_EXIT
+   ("start-up"). SA_RESTART: a read or write the signal interrupts is
+   restarted, not failed. Then block the three in this thread, so in every
+   thread it starts later (OpenMP's, the communication thread), and take
+   them on a thread of their own with sigwait: a handler run on a compute
+   thread interrupted oneDNN's JIT kernels, and 4 of 12 SIGTERMed runs on
+   an AVX-512 Xeon then died of heap corruption inside dnnl_sgemm
+   (tests/suites/interrupt.sh). Threads that existed before (MPI's) keep
+   the handler. */
 static inline void intr_install(int rank) {
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
@@ -109,6 +260,7 @@ static inline void intr_install(int rank) {
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     intr_state.rank = rank;
+    intr_phase(INTR_EXIT, "start-up", 0, -1);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
@@ -122,12 +274,11 @@ static inline void intr_install(int rank) {
     intr_state.installed = 1;
 }
 
-/* The first signal's number, or 0 (a plain read: the wait loops poll it). */
-static inline int intr_pending(void) { return intr_state.sig; }
-
-/* A file about to be created as path (a .tmp renamed when complete):
-   a second signal unlinks it. Returns the slot for intr_unwatch (-1 when
-   every slot is taken: then it is not watched). */
+/* A file about to be created as path (a .tmp renamed when complete; a
+   pair's model until its state is complete): a SIGINT after a first
+   signal, or a first in phase INTR_EXIT, unlinks it before the exit.
+   Returns the slot for intr_unwatch (-1 when every slot is taken: then it
+   is not watched). */
 static inline int intr_watch_tmp(const char* path) {
     size_t n = strlen(path);
     if (n >= sizeof(intr_state.tmp[0])) return -1;
@@ -135,7 +286,7 @@ static inline int intr_watch_tmp(const char* path) {
         /* claim the slot (0 -> 2) atomically: the main and the communication
            thread both write files; the handler, on any thread, reads only a
            slot published as 1 after its path is complete */
-        sig_atomic_t free_slot = 0;
+        int free_slot = 0;
         if (!__atomic_compare_exchange_n(&intr_state.tmp_on[i], &free_slot, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) continue;
         memcpy(intr_state.tmp[i], path, n + 1);
         __atomic_store_n(&intr_state.tmp_on[i], 1, __ATOMIC_RELEASE);
@@ -145,6 +296,29 @@ static inline int intr_watch_tmp(const char* path) {
 }
 static inline void intr_unwatch(int slot) {
     if (slot >= 0 && slot < INTR_SLOTS) __atomic_store_n(&intr_state.tmp_on[slot], 0, __ATOMIC_RELEASE);
+}
+
+/* Test hook (LLMC_TEST_SLOW=WHAT:S[,WHAT:S...]; tests/suites/kill.sh,
+   dev/kill_fuzz.sh): the phase named WHAT ("start-up", "evaluation",
+   "sample", "checkpoint", "state", "load") announces itself on stderr
+   ("test hook LLMC_TEST_SLOW: rank R in WHAT") and sleeps S seconds in
+   0.05 s naps, so that a test can land a signal in it. Not for use
+   outside tests. */
+static inline void intr_test_slow(const char* what, int rank) {
+    const char* e = getenv("LLMC_TEST_SLOW");
+    if (!e || !*e) return;
+    size_t n = strlen(what);
+    for (const char* p = e; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+        if (strncmp(p, what, n) != 0 || p[n] != ':') continue;
+        double sec = atof(p + n + 1);
+        fprintf(stderr, "test hook LLMC_TEST_SLOW: rank %d in %s\n", rank, what);
+        fflush(stderr);
+        for (double t = 0; t < sec; t += 0.05) {
+            struct timespec ts = {0, 50000000};
+            nanosleep(&ts, NULL);
+        }
+        return;
+    }
 }
 
 #endif /* LLMC_INTERRUPT_H */

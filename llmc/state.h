@@ -81,7 +81,7 @@
  Test hooks (environment): LLMC_TEST_DIE_IN_SAVE=S makes rank 1 (rank 0 on
  one rank) _exit(3) in the middle of writing state_S.bin.tmp (m written, v
  not); LLMC_TEST_PAUSE_IN_SAVE=SECONDS makes every rank pause that long at
- the same point of every state write (a second signal then finds the .tmp
+ the same point of every state write (a second Ctrl-C then finds the .tmp
  in progress, interrupt.h); LLMC_LOG_POSITIONS=1 makes rank 0 print the data position of every
  training micro-step (state_log_position).
 */

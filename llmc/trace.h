@@ -235,7 +235,7 @@ static inline int trace_write(const char* path, int rank, int nranks, const char
     if (rank == 0) {
         char tmp[4096];
         snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        int slot = intr_watch_tmp(tmp);   /* a second signal removes it */
+        int slot = intr_watch_tmp(tmp);   /* an exit now (interrupt.h) removes it */
         FILE* f = fopen(tmp, "w");
         if (!f) rc = set_err(err, errlen, "--trace %s: cannot write %s (%s)", path, tmp, strerror(errno));
         else {

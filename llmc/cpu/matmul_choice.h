@@ -274,7 +274,7 @@ static inline int cpu_gemm_write_file(const char* path, const CpuGemmChoice* c, 
         if (*p == '/') { *p = 0; mkdir(dir, 0755); *p = '/'; }
     char tmp[4300];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
-    int slot = intr_watch_tmp(tmp);   /* a second signal removes it (interrupt.h) */
+    int slot = intr_watch_tmp(tmp);   /* an exit now (a signal during the measurement, interrupt.h) removes it */
     FILE* f = fopen(tmp, "w");
     if (!f) { intr_unwatch(slot); snprintf(err, errlen, "cannot write %.100s (%s)", tmp, strerror(errno)); return -1; }
     CpuGemmIdentity id;
