@@ -1398,6 +1398,7 @@ static StepStats train_step(Run* r, int step) {
     gpt2_begin_step(m);
     double loss = 0.0;
     test_hang(r->comm, step + 1);
+    intr_test_slow("step", r->comm->rank);   /* test hook LLMC_TEST_SLOW=step:S (interrupt.h) */
     for (int micro = 0; micro < r->accum; micro++) {
         flight.micro = micro;
         state_log_position(&r->train, step + 1, micro);

@@ -300,7 +300,7 @@ static inline void intr_unwatch(int slot) {
 
 /* Test hook (LLMC_TEST_SLOW=WHAT:S[,WHAT:S...]; tests/suites/kill.sh,
    dev/kill_fuzz.sh): the phase named WHAT ("start-up", "evaluation",
-   "sample", "checkpoint", "state", "load") announces itself on stderr
+   "sample", "checkpoint", "state", "load", "step") announces itself on stderr
    ("test hook LLMC_TEST_SLOW: rank R in WHAT") and sleeps S seconds in
    0.05 s naps, so that a test can land a signal in it. Not for use
    outside tests. */
