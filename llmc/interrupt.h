@@ -302,8 +302,9 @@ static inline void intr_unwatch(int slot) {
    dev/kill_fuzz.sh): the phase named WHAT ("start-up", "evaluation",
    "sample", "checkpoint", "state", "load", "step") announces itself on stderr
    ("test hook LLMC_TEST_SLOW: rank R in WHAT") and sleeps S seconds in
-   0.05 s naps, so that a test can land a signal in it. Not for use
-   outside tests. */
+   0.05 s naps, so that a test can land a signal in it; in an evaluation
+   or a sample (phase INTR_FORWARD) the sleep ends at a signal, as a long
+   forward would. Not for use outside tests. */
 static inline void intr_test_slow(const char* what, int rank) {
     const char* e = getenv("LLMC_TEST_SLOW");
     if (!e || !*e) return;
@@ -313,7 +314,7 @@ static inline void intr_test_slow(const char* what, int rank) {
         double sec = atof(p + n + 1);
         fprintf(stderr, "test hook LLMC_TEST_SLOW: rank %d in %s\n", rank, what);
         fflush(stderr);
-        for (double t = 0; t < sec; t += 0.05) {
+        for (double t = 0; t < sec && !(intr_pending() && __atomic_load_n(&intr_state.phase, __ATOMIC_ACQUIRE) == INTR_FORWARD); t += 0.05) {
             struct timespec ts = {0, 50000000};
             nanosleep(&ts, NULL);
         }
