@@ -1300,13 +1300,16 @@ static void save_checkpoint(Run* r, int step) {
     char p[4096];
     intr_phase(INTR_WRITE, "the checkpoint write", step, step);
     snprintf(p, sizeof(p), "%s/model_%08d.bin", a->output_dir, step);
-    int pair = intr_watch_tmp(p);   /* an exit now before the state is complete removes the model too: only whole pairs stay */
+    /* an exit now before the state is complete removes the model too, so
+       that only whole pairs stay (rank 0, which renames; the state's rename
+       releases it, cfile_commit) */
+    if (r->comm->rank == 0) intr_state.pair = 1 + intr_watch_tmp(p);
     gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
     if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
     StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
     state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
-    intr_unwatch(pair);
+    if (intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }   /* the state failed: comm_check_all ended the run before */
     r->saved_step = step;
     if (r->comm->rank == 0) printf("wrote state %s\n", p);
     fflush(stdout);

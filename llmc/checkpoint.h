@@ -169,7 +169,10 @@ static inline void cfile_begin(CollectiveFile* f, Comm* c, const char* what, con
     if (pre_err && pre_err[0]) snprintf(f->err, ERRLEN, "%s", pre_err);
     if (!f->err[0] && snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path) >= (int)sizeof(f->tmp))
         set_err(f->err, ERRLEN, "%s path %s is too long", what, path);
-    if (!f->err[0]) f->watch = intr_watch_tmp(f->tmp);   /* before it exists: an exit now removes it */
+    /* before it exists: an exit now removes it; rank 0 only, which creates
+       and renames it (another rank's exit now could remove it after rank 0
+       renamed the state, leaving its model's pair incomplete) */
+    if (!f->err[0] && c->rank == 0) f->watch = intr_watch_tmp(f->tmp);
     if (c->rank == 0 && !f->err[0]) {
         int fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0) set_err(f->err, ERRLEN, "cannot write %s %s (%s)", what, f->tmp, strerror(errno));
@@ -213,7 +216,17 @@ static inline void cfile_commit(CollectiveFile* f) {
         comm_check_all(c, f->err); /* some rank has a message: every rank exits here */
     }
     if (c->rank == 0) {
-        if (rename(f->tmp, f->path) != 0) {
+        /* the rename and the release of the watches as one, against an exit
+           now (interrupt.h): a state renamed into place completes its pair,
+           so the model's watch (intr_state.pair) goes with it */
+        intr_critical_begin();
+        int rn = rename(f->tmp, f->path);
+        if (rn == 0) {
+            intr_unwatch(f->watch); f->watch = -1;
+            if (!strcmp(f->what, "state") && intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }
+        }
+        intr_critical_end();
+        if (rn != 0) {
             set_err(f->err, ERRLEN, "cannot rename %s to %s (%s)", f->tmp, f->path, strerror(errno));
             unlink(f->tmp);
         } else {

@@ -87,6 +87,9 @@ typedef struct {
     int step;                           /* atomic: INTR_STEP: the step running (1-based); else the steps completed */
     int ckpt;                           /* atomic: the step whose checkpoint a stop now writes, -1: none (no -o, or nothing new) */
     const char* what;                   /* atomic: the phase in words (a string literal) */
+    int crit;                           /* atomic: 1 while the main thread renames a file into place (intr_critical_begin) */
+    int exiting;                        /* atomic: 1 once an exit now has begun */
+    int pair;                           /* 1 + the slot of the model file whose state is being written (0: none; rank 0) */
     int tmp_on[INTR_SLOTS];             /* atomic: 0 free, 2 being claimed, 1 path complete */
     char tmp[INTR_SLOTS][4096];
 } IntrState;
@@ -183,6 +186,16 @@ static void intr_handler(int s) {
         return;
     }
     if (now) {
+        /* a rename into place under way (intr_critical_begin) ends first, so
+           that the files it completes (a state, and with it its model's pair)
+           are not taken for partial ones; the main thread then waits (Dekker:
+           both flags sequentially consistent). At most 2 s: on the main
+           thread itself (no signal thread) it would never end. */
+        __atomic_store_n(&intr_state.exiting, 1, __ATOMIC_SEQ_CST);
+        for (int i = 0; i < 200 && __atomic_load_n(&intr_state.crit, __ATOMIC_SEQ_CST); i++) {
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);   /* async-signal-safe */
+        }
         intr_unlink_watched();
         if (intr_state.rank == 0) {
             intr_cat(line, &k, sizeof(line), intr_signame(s));
@@ -297,6 +310,19 @@ static inline int intr_watch_tmp(const char* path) {
 static inline void intr_unwatch(int slot) {
     if (slot >= 0 && slot < INTR_SLOTS) __atomic_store_n(&intr_state.tmp_on[slot], 0, __ATOMIC_RELEASE);
 }
+
+/* Around a rename that puts a complete file into place (and the release of
+   its watch): an exit now (above) waits for the end of it, or, when it
+   began first, this waits for the exit. */
+static inline void intr_critical_begin(void) {
+    __atomic_store_n(&intr_state.crit, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&intr_state.exiting, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&intr_state.crit, 0, __ATOMIC_SEQ_CST);   /* let the exit go on */
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+}
+static inline void intr_critical_end(void) { __atomic_store_n(&intr_state.crit, 0, __ATOMIC_SEQ_CST); }
 
 /* Test hook (LLMC_TEST_SLOW=WHAT:S[,WHAT:S...]; tests/suites/kill.sh,
    dev/kill_fuzz.sh): the phase named WHAT ("start-up", "evaluation",
