@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# A stop at any moment keeps what was done (llmc/interrupt.h): the short
+# version of dev/kill_fuzz.sh. Seven trials, one in each phase of a 2-rank
+# d2 run (start-up, a step, an evaluation, a sample, a checkpoint write, a
+# state write, a -y 1 load; the test hook LLMC_TEST_SLOW holds the phase so
+# that the signal lands in it), the kinds taken in turn (once to both ranks,
+# once to one, twice to both and to one 0.1..3 s apart, SIGKILL to one) and
+# the signals (SIGTERM, SIGUSR1, SIGINT); after each: no .tmp, complete
+# model+state pairs (bitwise the uninterrupted run's), the ranks' exit codes
+# agreed, and -y 1 ends bitwise equal to the uninterrupted run. Each trial
+# is one check; the table of trials per phase and kind is printed.
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+out=$(PLAN=cover GAP_MAX=3 MPIRUN="$MPIRUN" timeout 1200 bash dev/kill_fuzz.sh "${KILL_TRIALS:-7}" 1 2>&1); rc=$?
+echo "$out" | grep -vE "^(ok|FAIL) " | sed 's/^/    /'
+while IFS= read -r l; do
+  case "$l" in
+    "ok   "*) ok "${l#ok   }" ;;
+    "FAIL "*) bad "${l#FAIL }" ;;
+  esac
+done <<< "$out"
+[ "$(grep -cE "^(ok|FAIL) " <<< "$out")" = "${KILL_TRIALS:-7}" ] || bad "kill_fuzz.sh ran $(grep -cE "^(ok|FAIL) " <<< "$out") of ${KILL_TRIALS:-7} trials (exit $rc)"
+[ $rc = 0 ] || [ "$(grep -c "^FAIL " <<< "$out")" != 0 ] || bad "kill_fuzz.sh exit $rc with no failed trial"
+summary
