@@ -41,19 +41,28 @@
      --signal=B:USR1 comes before the time limit's SIGTERM): one line on
      rank 0, nothing else;
    - SIGINT after a first signal is a person pressing Ctrl-C again: exit
-     now with 130. A checkpoint or state .tmp being written
-     (intr_watch_tmp) is unlinked first, and a model file written for a
-     pair whose state is not yet complete (intr_watch_tmp too), so -o
-     holds complete model+state pairs only. SIGKILL cannot be caught: a
-     rank killed while writing leaves <path>.tmp, which a resume never
-     reads and the next write of that step replaces.
+     now with 130. Rank 0, which creates and renames a checkpoint's files,
+     first unlinks the .tmp being written (intr_watch_tmp) and a model
+     file whose state is not yet complete (intr_state.pair), so -o holds
+     complete model+state pairs only; a rename into place and the release
+     of its watches are one against this (intr_critical_begin). Per-rank
+     files (a trace, a flight record) are unlinked by their own rank.
+     SIGKILL cannot be caught: a rank killed while writing leaves
+     <path>.tmp, which a resume never reads and the next write of that
+     step replaces, or a model without its state (a resume takes the
+     latest complete pair).
+   A signal to one rank only: where the ranks agree (below) all stop
+   together; in start-up (INTR_EXIT) that rank exits alone and the
+   launcher ends the others (mpirun: SIGTERM after its kill delay, so
+   143; srun --kill-on-bad-exit). mpirun never passes on a Ctrl-C at once
+   (docs/faults.md): the ranks hear of it as SIGTERM after the kill delay.
 
  Exit codes: 128 + the signal's number (the code a shell gives a process
  that signal ended: 130 SIGINT, 143 SIGTERM, 138 SIGUSR1); where the ranks
  agree (INTR_STEP, INTR_FORWARD, INTR_WRITE) it is the largest signal
  number any rank got, on every rank.
 
- Ordering: sig, first_ns, phase and step are shared between the signal
+ Ordering: sig, first_ns, phase, step, crit and exiting are shared between the signal
  thread (or a handler on a thread that existed before intr_install) and
  the main, OpenMP and communication threads; they are accessed with the
  C11 memory model's atomics (GCC's __atomic builtins, which the CUDA
