@@ -49,7 +49,8 @@ export OMP_NUM_THREADS=1
 make -s train_gpt_cpu >/dev/null 2>&1 || { echo "error: kill_fuzz.sh: make train_gpt_cpu failed"; exit 1; }
 W=$(mktemp -d -p /var/tmp llmc-kill-fuzz.XXXXXX)
 JOB=""
-cleanup() { [ -n "$JOB" ] && kill "$JOB" 2>/dev/null; [ "${KEEP:-0}" = 1 ] && echo "kept $W" || rm -rf "$W"; }
+nfail=0
+cleanup() { [ -n "$JOB" ] && kill "$JOB" 2>/dev/null; if [ "${KEEP:-0}" = 1 ] || [ $nfail != 0 ]; then echo "kept $W (the failed trials' -o, output and resume output)"; else rm -rf "$W"; fi; }
 trap cleanup EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
 RANDOM=$SEED
@@ -157,7 +158,7 @@ for ((i = 0; i < TRIALS; i++)); do
   # 4. -y 1 ends bitwise the reference
   timeout 300 $MPIRUN -np 2 ./train_gpt_cpu "${ARGS[@]}" -o "$o" -y 1 > "$W/t$i.res" 2>&1; rrc=$?
   if [ $rrc != 0 ] || ! cmp -s "$o/model_00000008.bin" "$W/ref/model_00000008.bin" || ! cmp -s "$o/state_00000008.bin" "$W/ref/state_00000008.bin"; then
-    problems+=("-y 1 (exit $rrc, $(grep -m1 -E '^resumed|^error' "$W/t$i.res")) does not end bitwise the reference")
+    problems+=("-y 1 (exit $rrc: $(grep -m1 -E '^error' "$W/t$i.res" || grep -m1 -E '^resumed' "$W/t$i.res")) does not end bitwise the reference")
   fi
   key="$ph $kind"; N[$key]=$(( ${N[$key]:-0} + 1 ))
   if [ ${#problems[@]} = 0 ]; then
@@ -166,6 +167,7 @@ for ((i = 0; i < TRIALS; i++)); do
   else
     echo "FAIL $desc: exit $r0/$r1 (mpirun $RC): $(IFS=';'; echo "${problems[*]}")"
     grep -E "^(SIG|interrupted|error|test hook)" "$W/t$i.out" | tail -4 | sed 's/^/     /'
+    grep -E "^error" "$W/t$i.res" 2>/dev/null | head -2 | sed 's/^/     resume: /'
     nfail=$((nfail + 1)); FAILS[$key]=$(( ${FAILS[$key]:-0} + 1 ))
   fi
 done
@@ -176,5 +178,4 @@ for ph in "${PHASES[@]}"; do
   for k in "${KINDS[@]}"; do c=${N["$ph $k"]:-0}; f=${FAILS["$ph $k"]:-0}; printf ' %10s' "$c$([ "$f" != 0 ] && echo "[$f]")"; done; echo
 done
 echo "kill_fuzz: $TRIALS trials, $nfail failed; SIGKILL left a .tmp in $ntmp"
-[ "${KEEP:-0}" = 1 ] || [ $nfail != 0 ] || rm -rf "$W"
 [ $nfail = 0 ]
