@@ -198,8 +198,8 @@ if wait_for "$tmp/ev2.out" "ledger: OK" 60; then
     ok "SIGTERM to one of 2 ranks during a -x 0 evaluation: both stopped at the same forward, exit 143 after $dt s"
   else bad "SIGTERM to one rank during an evaluation: exit $RC after $dt s"; tail -3 "$tmp/ev2.out"; fi
 else bad "the 2-rank evaluation never started"; tail -3 "$tmp/ev2.out"; finish 1; fi
-# a sample at step 2 of a training run (the hook holds each rank 5 s, as a long forward, or until its own signal), SIGTERM to rank 1 only
-start "$tmp/smp.out" -np 2 -x LLMC_TEST_SLOW=sample:5 -- -x 10 -s 2 -g 8 -o "$tmp/smp"
+# a sample at step 2 of a training run (the hook holds each rank 3 s, as a long forward, or until its own signal), SIGTERM to rank 1 only
+start "$tmp/smp.out" -np 2 -x LLMC_TEST_SLOW=sample:3 -- -x 10 -s 2 -g 8 -o "$tmp/smp"
 if wait_for "$tmp/smp.out" "^test hook LLMC_TEST_SLOW: rank 0 in the sample|^test hook LLMC_TEST_SLOW: rank 0 in sample" 60; then
   R=($(ranks_of $JOB)); t0=$(date +%s.%N); kill -TERM "${R[1]}"; finish 60
   dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
