@@ -77,7 +77,8 @@ uni() { awk -v s="$RANDOM$RANDOM" -v a="$1" -v b="$2" 'BEGIN { srand(s); printf 
 loguni() { awk -v s="$RANDOM$RANDOM" -v a="$1" -v b="$2" 'BEGIN { srand(s); printf "%.2f", exp(log(a) + (log(b) - log(a)) * rand()) }'; }
 wait_n() { # file regex count seconds: until the regex matched count lines
   local i
-  for ((i = 0; i < $4 * 20; i++)); do [ "$(grep -cE "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0; kill -0 "$JOB" 2>/dev/null || return 1; sleep 0.05; done
+  local c
+  for ((i = 0; i < $4 * 20; i++)); do c=$(grep -cE "$2" "$1" 2>/dev/null); [ "${c:-0}" -ge "$3" ] && return 0; kill -0 "$JOB" 2>/dev/null || return 1; sleep 0.05; done
   return 1
 }
 finish() { # seconds: wait for JOB; RC
