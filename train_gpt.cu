@@ -1301,9 +1301,9 @@ static void save_checkpoint(Run* r, int step) {
     intr_phase(INTR_WRITE, "the checkpoint write", step, step);
     snprintf(p, sizeof(p), "%s/model_%08d.bin", a->output_dir, step);
     /* an exit now before the state is complete removes the model too, so
-       that only whole pairs stay (rank 0, which renames; the state's rename
-       releases it, cfile_commit) */
-    if (r->comm->rank == 0) intr_state.pair = 1 + intr_watch_tmp(p);
+       that only whole pairs stay (released by the state's rename on rank 0,
+       by its completion check on the others: cfile_commit) */
+    intr_state.pair = 1 + intr_watch_tmp(p);
     gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
     if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);

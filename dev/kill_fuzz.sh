@@ -32,8 +32,10 @@
 #      equal, 0 or 128 + the signal (0: the signal came when the run had
 #      ended or was past its last checkpoint); but a signal to one rank in
 #      start-up or a -y 1 load exits that rank at once (no collective to
-#      agree in): it has 128 + the signal and the other is ended by mpirun
-#      (SIGTERM: 143, or SIGKILL: no code); kill-one: the killed rank 137;
+#      agree in), and so does SIGINT twice to one rank (exit now, alone): it
+#      has 128 + the signal and the other stopped with it or was ended by
+#      mpirun (SIGTERM: 143, or SIGKILL: no code); kill-one: the killed
+#      rank 137;
 #      after SIGKILL a .tmp or a model without its state may stay (SIGKILL
 #      cannot be caught; mpirun SIGKILLs the survivors as well): counted, and
 #      the resume below must still hold;
@@ -144,7 +146,7 @@ for ((i = 0; i < TRIALS; i++)); do
   if [ $kind = kill-one ]; then
     rk=$(cat "$rcd/rc_$who" 2>/dev/null)
     [ "$rk" = 137 ] || problems+=("the killed rank's code '$rk'")
-  elif [ "${kind%one}" != "$kind" ] && { [ $ph = start-up ] || [ $ph = load ]; }; then
+  elif [ "${kind%one}" != "$kind" ] && { [ $ph = start-up ] || [ $ph = load ] || [ "$kind $sig" = "twice-one INT" ]; }; then
     want=$((128 + ${SIGNUM[$sig]})); ro=$(cat "$rcd/rc_$((1 - who))" 2>/dev/null); rw=$(cat "$rcd/rc_$who" 2>/dev/null)
     if [ "$rw" != $want ] || { [ -n "$ro" ] && [ "$ro" != 143 ] && [ "$ro" != "$want" ]; }; then
       problems+=("exit codes: the signalled rank '$rw' (want $want), the other '$ro' (want 143 from mpirun's SIGTERM, $want, or none: SIGKILLed)")

@@ -169,10 +169,11 @@ static inline void cfile_begin(CollectiveFile* f, Comm* c, const char* what, con
     if (pre_err && pre_err[0]) snprintf(f->err, ERRLEN, "%s", pre_err);
     if (!f->err[0] && snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path) >= (int)sizeof(f->tmp))
         set_err(f->err, ERRLEN, "%s path %s is too long", what, path);
-    /* before it exists: an exit now removes it; rank 0 only, which creates
-       and renames it (another rank's exit now could remove it after rank 0
-       renamed the state, leaving its model's pair incomplete) */
-    if (!f->err[0] && c->rank == 0) f->watch = intr_watch_tmp(f->tmp);
+    /* before it exists: an exit now (interrupt.h) on any rank removes it,
+       so that a rank that exits alone does not leave rank 0 a write it can
+       never complete; the others release it when the completion check
+       below is done, rank 0 when it renames */
+    if (!f->err[0]) f->watch = intr_watch_tmp(f->tmp);
     if (c->rank == 0 && !f->err[0]) {
         int fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0) set_err(f->err, ERRLEN, "cannot write %s %s (%s)", what, f->tmp, strerror(errno));
@@ -210,6 +211,12 @@ static inline void cfile_commit(CollectiveFile* f) {
     MPI_Request rq;
     MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &rq);
     comm_wait_request(&rq, 0, "the checkpoint write's completion check (raise --collective-timeout above the slowest rank's write)");
+    if (c->rank != 0 && !any) {
+        /* every rank wrote: rank 0 renames now, and this rank's exit now
+           must no longer remove the file or, for a state, its model */
+        intr_unwatch(f->watch); f->watch = -1;
+        if (!strcmp(f->what, "state") && intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }
+    }
     if (any) {
         if (c->rank == 0) unlink(f->tmp);
         intr_unwatch(f->watch);

@@ -41,11 +41,15 @@
      --signal=B:USR1 comes before the time limit's SIGTERM): one line on
      rank 0, nothing else;
    - SIGINT after a first signal is a person pressing Ctrl-C again: exit
-     now with 130. Rank 0, which creates and renames a checkpoint's files,
-     first unlinks the .tmp being written (intr_watch_tmp) and a model
-     file whose state is not yet complete (intr_state.pair), so -o holds
-     complete model+state pairs only; a rename into place and the release
-     of its watches are one against this (intr_critical_begin). Per-rank
+     now with 130. The rank first unlinks the .tmp being written
+     (intr_watch_tmp) and a model file whose state is not yet complete
+     (intr_state.pair), so -o holds complete model+state pairs only: rank
+     0 releases them when it renames the state (a rename into place and
+     the release of its watches are one against an exit now:
+     intr_critical_begin), the others when the write's completion check
+     is done (a rank stopped by the scheduler between rank 0's rename and
+     that moment, then exiting now, would remove the model of a complete
+     pair: a state without its model, which a resume skips). Per-rank
      files (a trace, a flight record) are unlinked by their own rank.
      SIGKILL cannot be caught: a rank killed while writing leaves
      <path>.tmp, which a resume never reads and the next write of that
