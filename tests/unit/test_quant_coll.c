@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
             MPI_Comm_split(MPI_COMM_WORLD, r % L, r, &inter);
             for (int rep = 0; rep < 2; rep++) {
                 for (size_t i = 0; i < padded; i++) g[i] = value(r, i, 2);
-                hostcoll_reduce_scatter_quantized(intra, inter, L, M, g, &Q, nbmax, 4, scratch, rep ? acc2 : acc, 0, 0);
+                hostcoll_reduce_scatter_quantized(intra, inter, L, M, NULL, g, &Q, nbmax, 4, scratch, rep ? acc2 : acc, 0, 0);
             }
             CHECK(!memcmp(acc, acc2, shard * 4), "the same reduce-scatter twice differs");
             int guard = 1;
