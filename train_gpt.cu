@@ -368,7 +368,8 @@ static const Flag FLAGS[] = {
     I(NULL, "--quantize-weights-block", "<n>", quant_weights_block, 1, 1 << 20, GIVEN(quant_block_given),
       "elements per scale (blocks never straddle a tensor)"),
     FN(NULL, "--secondary-shard", "<none|node|K>", flag_secondary, "none",
-       "stage 3: ZeRO++'s hpZ: the K ranks of a node (node) or K consecutive ranks\n"
+       "stage 3: ZeRO++'s hpZ: the ranks of a node (node; any placement, equal\n"
+       "numbers per node) or K consecutive ranks\n"
        "keep 1/K of every unit gathered more than once per step after its first\n"
        "all-gather; the later all-gathers of the step run among those K only\n"
        "(the same numbers as --reshard-after-forward 0, bit for bit; memory p Psi/K)"),
@@ -379,8 +380,8 @@ static const Flag FLAGS[] = {
     I(NULL, "--quantize-grads-block", "<n>", quant_grads_block, 1, 1 << 20, GIVEN(quant_grads_block_given),
       "elements per scale of --quantize-grads"),
     FN(NULL, "--node-size", "<auto|L>", flag_node_size, "auto", "ranks per node of the shard group for --secondary-shard node and the two\n"
-       "hops of --quantize-grads (auto: from the hosts' names; give it to try a\n"
-       "hierarchy on one machine)"),
+       "hops of --quantize-grads (auto: from the hosts' names, in any placement;\n"
+       "L: runs of L consecutive ranks, to try a hierarchy on one machine)"),
     I(NULL, "--vocab-chunk", "<n>", vocab_chunk, 1, 1 << 24, 0, "rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)"),
     FN(NULL, "--keep-logits", "<auto|0|1>", flag_keep_logits, "auto", "1: keep every chunk's logits from forward to backward (B*T*Vp); 0: recompute\n"
        "them in backward, chunk by chunk (the same numbers bit for bit; 1 saves 2 C Vp\n"
@@ -403,8 +404,9 @@ static const Flag FLAGS[] = {
        ";\nhost keeps them in page-locked host memory and runs AdamW on the CPU"
 #endif
        "\n(the same numbers as without offload, bit for bit)"),
-    ID(NULL, "--shard-group", "<G>", shard_group, 1, 1 << 20, "N (all ranks)", "HSDP: shard over groups of G consecutive ranks (one node when G = ranks\n"
-      "per node), replicate across the N/G groups (stages 1-3; G must divide N)"),
+    ID(NULL, "--shard-group", "<G>", shard_group, 1, 1 << 20, "N (all ranks)", "HSDP: shard over groups of G ranks, runs of G in node-major order (one\n"
+      "node when G = ranks per node, in any placement), replicate across the N/G\n"
+      "groups (stages 1-3; G must divide N)"),
     I(NULL, "--overlap", "<0|1>", overlap, 0, 1, 0, "run collectives beside computation (CPU: a communication thread)"),
     FN("memory (docs/estimator.md)", "--memory-limit", "<size>", flag_memory_limit, "cgroup or MemAvailable",
        "this rank's budget (e.g. 450M, 1.5G); else its cgroup's limit / ranks of the node,\n"
