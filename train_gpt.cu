@@ -1296,16 +1296,16 @@ static void print_banner(Run* r) {
     comm_print_placement(comm, stdout); /* node, local rank, threads, cores of every rank */
     if (comm->rank == 0 && comm->replica_size > 1) {   /* the groups as comm_group_members made them from the nodes */
         char groups[512] = "";
-        int* mem = (int*)malloc_or_die((size_t)comm->world_size * sizeof(int), "HSDP groups");
+        int W = comm->world_size, G = comm->group_size, shown = 0;
+        int* pos = (int*)malloc_or_die((size_t)W * sizeof(int), "HSDP groups");
+        comm_node_major(pos, W);   /* the groups are its runs of G (comm_group_members), each in rank order */
         size_t at = 0;
-        for (int q = 0, shown = 0; q < comm->world_size && at + 24 < sizeof(groups); q++) {
-            comm_group_members(q, comm->group_size, comm->world_size, mem);
-            if (mem[0] != q) continue;   /* each group once, at its lowest rank */
-            if (shown++ == 8) { at += (size_t)snprintf(groups + at, sizeof(groups) - at, " ..."); break; }
-            for (int k = 0; k < comm->group_size && at + 24 < sizeof(groups); k++)
-                at += (size_t)snprintf(groups + at, sizeof(groups) - at, "%s%d", k ? "," : (shown > 1 ? "; ranks " : "ranks "), mem[k]);
+        for (int g = 0; g < W / G && at + 24 < sizeof(groups); g++) {
+            if (shown++ == 8) { at += (size_t)snprintf(groups + at, sizeof(groups) - at, "; ..."); break; }
+            for (int q = 0, k = 0; q < W && at + 24 < sizeof(groups); q++)
+                if (pos[q] / G == g) at += (size_t)snprintf(groups + at, sizeof(groups) - at, "%s%d", k++ ? "," : (g ? "; ranks " : "ranks "), q);
         }
-        free(mem);
+        free(pos);
         printf("HSDP: %d shard groups of %d ranks (%s): shards inside a group, replicas across groups\n",
                comm->replica_size, comm->group_size, groups);
     }

@@ -121,6 +121,20 @@ static inline void comm_reset_counters(Comm* c) {
 
 static inline int comm_node_indices(int* out);
 
+/* pos[q] (world entries): world rank q's place in node-major order (the
+   ranks ordered by their node, nodes in order of their lowest rank, then
+   by rank), from the node names of comm_watch.host. */
+static inline void comm_node_major(int* pos, int world) {
+    int* node = (int*)malloc_or_die((size_t)world * 2 * sizeof(int), "node-major order");
+    int* count = node + world;
+    int nodes = comm_node_indices(node);
+    for (int m = 0; m < nodes; m++) count[m] = 0;
+    for (int q = 0; q < world; q++) count[node[q]]++;
+    for (int m = 0, at = 0; m < nodes; m++) { int n = count[m]; count[m] = at; at += n; }   /* each node's first place */
+    for (int q = 0; q < world; q++) pos[q] = count[node[q]]++;
+    free(node);
+}
+
 /* The shard group of world rank r for groups of G ranks (G divides the
    world size): out[0..G) = its members, the world ranks in rank order;
    returns r's index among them (its group rank). The groups are the runs
@@ -136,16 +150,12 @@ static inline int comm_group_members(int r, int G, int world, int* out) {
         for (int q = 0; q < G; q++) out[q] = (r - r % G) + q;
         return r % G;
     }
-    int* node = (int*)malloc_or_die((size_t)world * 2 * sizeof(int), "shard groups");
-    int* pos = node + world;
-    comm_node_indices(node);
-    int p = 0;   /* pos[q]: rank q's place in node-major order */
-    for (int m = 0; p < world; m++)
-        for (int q = 0; q < world; q++) if (node[q] == m) pos[q] = p++;
+    int* pos = (int*)malloc_or_die((size_t)world * sizeof(int), "shard groups");
+    comm_node_major(pos, world);
     int k = 0, me = 0, g = pos[r] / G;
     for (int q = 0; q < world; q++)
         if (pos[q] / G == g) { if (q == r) me = k; out[k++] = q; }
-    free(node);
+    free(pos);
     return me;
 }
 

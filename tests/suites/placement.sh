@@ -16,7 +16,8 @@
 #     the node partial sums are over {0,2} and {1,3}, not {0,1} and {2,3}:
 #     not the block run's bits (docs/zeropp.md);
 #  3. uneven (3 ranks on node 0, 1 on node 1): --secondary-shard node is
-#     refused, one line naming the ranks of each node;
+#     refused, one line naming the ranks of each node; qgZ alone runs one
+#     hop with a warning naming them;
 #  4. HSDP --shard-group 2 under cyclic: the shard groups are the nodes
 #     (ranks 0,2 and 1,3), srun == mpirun --map-by node bitwise;
 #  5. the straggler report names each rank's own node under cyclic.
@@ -115,6 +116,13 @@ n=$(grep -c "^error" "$tmp/unv.out")
 want="error: --secondary-shard node: the nodes hold unequal numbers of the shard group's ranks ($N0: ranks 0,1,2; $N1: rank 3);"
 if [ $rc != 0 ] && [ "$n" = 1 ] && grep -qF "$want" "$tmp/unv.out" && [ ! -e "$(ck unv)" ]; then ok "uneven (3 + 1): refused, exit $rc: $(grep '^error' "$tmp/unv.out")"
 else bad "uneven: exit $rc, $n error lines: $(grep '^error' "$tmp/unv.out")"; fi
+
+# qgZ alone on them: one hop over the whole group, said in one warning naming the nodes
+mpi unq "--host $N0:3,$N1:1" -z 3 --quantize-grads int4; rc=$?
+want="warning: --quantize-grads: the nodes hold unequal numbers of the shard group's ranks ($N0: ranks 0,1,2; $N1: rank 3): its reduce-scatter runs as one hop"
+if ran unq $rc && grep -qF "$want" "$tmp/unq.out" && grep -qE "^ +reduce-scatter nodes \(qgZ\) +[1-9][0-9]* " "$tmp/unq.out" && grep -qE "^ +reduce-scatter node \(qgZ\) +0 +0 " "$tmp/unq.out"; then
+  ok "uneven, qgZ alone: one hop across (the traffic table: 0 calls of the node hop, $(grep -E '^ +reduce-scatter nodes \(qgZ\)' "$tmp/unq.out" | awk '{print $4}') of the hop across), with the warning naming each node's ranks"
+else bad "uneven, qgZ alone: $(grep -m1 'quantize-grads' "$tmp/unq.out"); $(grep -E 'reduce-scatter nodes? \(qgZ\)' "$tmp/unq.out" | tr -s ' ')"; fi
 
 # --- 4. HSDP --shard-group 2 under cyclic: the shard groups are the nodes
 sr hcy cyclic -z 3 --shard-group 2; r1=$?
