@@ -1034,8 +1034,9 @@ static void setup_node_size(Run* r) {
             set_err(err, ERRLEN, "--secondary-shard node: every node holds one rank of the shard group%s%s%s; there are no ranks to share a secondary shard",
                     nodes[0] ? " (" : "", nodes, nodes[0] ? ")" : "");
         else if (a->node_size >= Gs)
-            set_err(err, ERRLEN, "--secondary-shard node: all %d ranks of the shard group are on one node (%s); a secondary group must be smaller "
-                    "than the shard group: give --secondary-shard K or --node-size L", Gs, a->node_size_given ? "--node-size" : nodes);
+            set_err(err, ERRLEN, "--secondary-shard node: all %d ranks of the shard group are on one node (%s%s); a secondary group must be smaller "
+                    "than the shard group: give --secondary-shard K or --node-size L", Gs, a->node_size_given ? "--node-size" : "from the hosts' names: ",
+                    a->node_size_given ? "" : nodes);
         a->secondary = a->node_size;
         r->secondary_by_node = 1;
     }
