@@ -368,7 +368,8 @@ static const Flag FLAGS[] = {
     I(NULL, "--quantize-weights-block", "<n>", quant_weights_block, 1, 1 << 20, GIVEN(quant_block_given),
       "elements per scale (blocks never straddle a tensor)"),
     FN(NULL, "--secondary-shard", "<none|node|K>", flag_secondary, "none",
-       "stage 3: ZeRO++'s hpZ: the K ranks of a node (node) or K consecutive ranks\n"
+       "stage 3: ZeRO++'s hpZ: the ranks of a node (node; any placement, equal\n"
+       "numbers per node) or K consecutive ranks\n"
        "keep 1/K of every unit gathered more than once per step after its first\n"
        "all-gather; the later all-gathers of the step run among those K only\n"
        "(the same numbers as --reshard-after-forward 0, bit for bit; memory p Psi/K)"),
@@ -379,8 +380,8 @@ static const Flag FLAGS[] = {
     I(NULL, "--quantize-grads-block", "<n>", quant_grads_block, 1, 1 << 20, GIVEN(quant_grads_block_given),
       "elements per scale of --quantize-grads"),
     FN(NULL, "--node-size", "<auto|L>", flag_node_size, "auto", "ranks per node of the shard group for --secondary-shard node and the two\n"
-       "hops of --quantize-grads (auto: from the hosts' names; give it to try a\n"
-       "hierarchy on one machine)"),
+       "hops of --quantize-grads (auto: from the hosts' names, in any placement;\n"
+       "L: runs of L consecutive ranks, to try a hierarchy on one machine)"),
     I(NULL, "--vocab-chunk", "<n>", vocab_chunk, 1, 1 << 24, 0, "rows of wte per vocabulary chunk (the LM head and stage 3 work chunk by chunk)"),
     FN(NULL, "--keep-logits", "<auto|0|1>", flag_keep_logits, "auto", "1: keep every chunk's logits from forward to backward (B*T*Vp); 0: recompute\n"
        "them in backward, chunk by chunk (the same numbers bit for bit; 1 saves 2 C Vp\n"
@@ -403,8 +404,9 @@ static const Flag FLAGS[] = {
        ";\nhost keeps them in page-locked host memory and runs AdamW on the CPU"
 #endif
        "\n(the same numbers as without offload, bit for bit)"),
-    ID(NULL, "--shard-group", "<G>", shard_group, 1, 1 << 20, "N (all ranks)", "HSDP: shard over groups of G consecutive ranks (one node when G = ranks\n"
-      "per node), replicate across the N/G groups (stages 1-3; G must divide N)"),
+    ID(NULL, "--shard-group", "<G>", shard_group, 1, 1 << 20, "N (all ranks)", "HSDP: shard over groups of G ranks, runs of G in node-major order (one\n"
+      "node when G = ranks per node, in any placement), replicate across the N/G\n"
+      "groups (stages 1-3; G must divide N)"),
     I(NULL, "--overlap", "<0|1>", overlap, 0, 1, 0, "run collectives beside computation (CPU: a communication thread)"),
     FN("memory (docs/estimator.md)", "--memory-limit", "<size>", flag_memory_limit, "cgroup or MemAvailable",
        "this rank's budget (e.g. 450M, 1.5G); else its cgroup's limit / ranks of the node,\n"
@@ -772,6 +774,8 @@ typedef struct {
     int ledger_bad;
     int ckpt_version_in;         /* the -e checkpoint's version (3, 5), 0 for a random init */
     FitCandidate fit;            /* the configuration run and its predicted peak (fit_or_choose) */
+    int secondary_by_node;       /* --secondary-shard node: hpZ's secondary groups are the nodes (comm_group_node_layout) */
+    char group_nodes_text[1024]; /* the shard group's nodes and their ranks (comm_group_node_layout), for the start-up line */
     int keep_logits_auto;        /* --keep-logits not given: 1 kept (they fit), -1 recomputed (they do not), 0 not decided (FitDecision) */
     unsigned long long keep_logits_peak; /* the per-rank peak with them kept (bytes) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
@@ -954,6 +958,8 @@ static void run_config_text(const Run* r, char* out, size_t n) {
              r->have_train ? (size_t)r->train.num_tokens : (size_t)0, r->val_seqs, kernels);
 }
 
+static int cmp_int(const void* p, const void* q) { int a = *(const int*)p, b = *(const int*)q; return (a > b) - (a < b); }
+
 /* The fit check and -z auto (llmc/gpt_fit.h: gpt2_fit_decide), before
    anything of the model is allocated; -z auto's choice becomes the run's
    flags (and the data loaders again when it changes -b). */
@@ -965,6 +971,7 @@ static void fit_or_choose(Run* r) {
     x.cfg = &r->cfg; x.base = model_options(a, r->accum);
     int* node_of = (int*)malloc_or_die((size_t)r->N * sizeof(int), "placement");
     comm_node_indices(node_of);
+    qsort(node_of, (size_t)r->N, sizeof(int), cmp_int);   /* node-major order: the shard groups are its runs (comm_group_members) */
     x.N = r->N; x.node_of = node_of;
     x.B = a->B; x.T = a->T; x.total_batch = a->total_batch; x.batch_given = a->total_batch_given;
     x.B_given = a->B_given; x.keep_logits_given = a->keep_logits_given; x.reshard_emb_given = a->reshard_emb_given;
@@ -1012,27 +1019,43 @@ static void setup_batch(Run* r) {
     r->accum = (int)(a->total_batch / r->tokens_per_micro);
 }
 
-/* ZeRO++'s ranks per node (--node-size, or read off the hosts' names) and
-   hpZ's `node` resolved to a group size, checked against the shard group. */
+/* ZeRO++'s ranks per node (--node-size, or read off the hosts' names in
+   any placement: comm_group_node_layout) and hpZ's `node` resolved to a
+   group size, checked against the shard group. Every rank of the job
+   decides alike from the same table of node names. */
 static void setup_node_size(Run* r) {
     Args* a = &r->a;
     Comm* comm = r->comm;
-    char err[ERRLEN] = "";
+    char err[ERRLEN] = "", nodes[1024] = "";
     int N = r->N;
-    if ((a->secondary == -1 || a->quant_grads) && a->node_size == 0) {   /* the ranks of the shard group on this node */
-        a->node_size = comm_group_ranks_per_node(comm, a->shard_group > 0 ? a->shard_group : N, err, ERRLEN);
-        if (!a->node_size && a->secondary != -1) { err[0] = 0; a->node_size = 1; }   /* qgZ alone: one hop over the group */
+    int Gs = a->shard_group > 0 ? a->shard_group : N, uses_node = a->secondary == -1 || a->quant_grads;
+    if (uses_node && a->node_size == 0) {   /* the ranks of the shard group on each node, wherever the launcher put them */
+        a->node_size = comm_group_node_layout(comm, Gs, nodes, sizeof(nodes));
+        snprintf(r->group_nodes_text, sizeof(r->group_nodes_text), "%s", nodes);
+        if (!a->node_size && a->secondary == -1)
+            set_err(err, ERRLEN, "--secondary-shard node: the nodes hold unequal numbers of the shard group's ranks (%s); hpZ keeps one "
+                    "secondary shard per node, split equally among its ranks: place equal numbers of ranks on each node, or give --secondary-shard K "
+                    "(K consecutive ranks, any node)", nodes);
+        else if (!a->node_size) {   /* qgZ alone: one hop over the group */
+            a->node_size = 1;
+            if (comm->rank == 0)
+                fprintf(stderr, "warning: --quantize-grads: the nodes hold unequal numbers of the shard group's ranks (%s): its reduce-scatter "
+                        "runs as one hop over the whole shard group (no node hop)\n", nodes);
+        }
     }
     comm_check_all(comm, err);
-    int Gs = a->shard_group > 0 ? a->shard_group : N, uses_node = a->secondary == -1 || a->quant_grads;
     if (uses_node && a->node_size > 0 && Gs % a->node_size)
         set_err(err, ERRLEN, "--node-size %d: must divide the %d ranks of the shard group", a->node_size, Gs);
     if (!err[0] && a->secondary == -1) {   /* --secondary-shard node */
-        if (a->node_size == 1) set_err(err, ERRLEN, "--secondary-shard node: every node holds one rank of the shard group; there are no ranks to share a secondary shard");
+        if (a->node_size == 1)
+            set_err(err, ERRLEN, "--secondary-shard node: every node holds one rank of the shard group%s%s%s; there are no ranks to share a secondary shard",
+                    nodes[0] ? " (" : "", nodes, nodes[0] ? ")" : "");
         else if (a->node_size >= Gs)
-            set_err(err, ERRLEN, "--secondary-shard node: all %d ranks of the shard group are on one node (%s); a secondary group must be smaller "
-                    "than the shard group: give --secondary-shard K or --node-size L", Gs, a->node_size_given ? "--node-size" : "from the hosts' names");
+            set_err(err, ERRLEN, "--secondary-shard node: all %d ranks of the shard group are on one node (%s%s); a secondary group must be smaller "
+                    "than the shard group: give --secondary-shard K or --node-size L", Gs, a->node_size_given ? "--node-size" : "from the hosts' names: ",
+                    a->node_size_given ? "" : nodes);
         a->secondary = a->node_size;
+        r->secondary_by_node = 1;
     }
     if (comm->rank == 0 && a->node_size_given && !uses_node)
         fprintf(stderr, "warning: --node-size %d has no effect without --secondary-shard node or --quantize-grads\n", a->node_size);
@@ -1047,11 +1070,14 @@ static void setup_groups_backend(Run* r) {
     Comm* comm = r->comm;
     int G = a->shard_group > 0 ? a->shard_group : comm->world_size;
     if (G != comm->world_size) comm_set_groups(comm, G);
-    if (a->secondary > 1) comm_set_secondary(comm, a->secondary);
+    if (a->secondary > 1) comm_set_secondary(comm, a->secondary, r->secondary_by_node);
     if (a->quant_grads) comm_set_qg_groups(comm, a->node_size);
     comm->overlap = a->overlap;
     backend_init(comm); /* GPU + NCCL (CUDA build); -h and --estimate need no device */
     if (comm->rank != 0) return;
+    if (comm->group_nodes && (r->secondary_by_node || (a->quant_grads && comm->group_size > 1)))
+        printf("ZeRO++ nodes: %s (of rank 0's shard group, from the hosts' names:%s%s)\n", r->group_nodes_text,
+               r->secondary_by_node ? " hpZ's secondary groups" : "", a->quant_grads ? (r->secondary_by_node ? ", qgZ's first hop" : " qgZ's first hop") : "");
     if (a->zero_stage < 3) { /* stage-3 flags do nothing at stages 0-2: say so, once */
         if (a->reshard_given) fprintf(stderr, "warning: --reshard-after-forward %d has no effect at zero_stage %d (stage 3 only)\n", a->reshard_after_forward, a->zero_stage);
         if (a->prefetch_given) fprintf(stderr, "warning: --prefetch %d has no effect at zero_stage %d (stage 3 only)\n", a->prefetch, a->zero_stage);
@@ -1093,7 +1119,21 @@ static void setup_model(Run* r) {
    (what -z auto chose; the state itself does not depend on the stage). */
 static void write_runs_txt(const Run* r) {
     const Args* a = &r->a;
-    if (!a->output_dir || r->comm->rank != 0) return;
+    if (!a->output_dir) return;
+    /* every rank's OpenMP threads: the numbers depend on them (docs/cluster.md: a job under Slurm's --cpus-per-task
+       and the same job under mpirun agree bit for bit only at equal thread counts) */
+    int mine = 1, N = r->comm->world_size;
+#ifdef _OPENMP
+    mine = omp_get_max_threads();
+#endif
+    int* th = r->comm->rank == 0 ? (int*)malloc_or_die((size_t)N * sizeof(int), "thread counts") : NULL;
+    MPI_Gather(&mine, 1, MPI_INT, th, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (r->comm->rank != 0) return;
+    char threads[300] = "";
+    size_t at = 0;
+    for (int q = 0; q < N && at + 16 < sizeof(threads); q++) at += (size_t)snprintf(threads + at, sizeof(threads) - at, "%s%d", q ? "," : "", th[q]);
+    if (at + 16 >= sizeof(threads)) snprintf(threads + at, sizeof(threads) - at, ",...");
+    free(th);
     char p[4096];
     snprintf(p, sizeof(p), "%s/runs.txt", a->output_dir);
     FILE* f = fopen(p, "a");
@@ -1105,10 +1145,10 @@ static void write_runs_txt(const Run* r) {
     char kernels[600];
     backend_kernels_text(kernels, sizeof(kernels));
     fprintf(f, "start step %d: ranks %d zero_stage %d shard_group %d reshard_after_forward %d reshard_embedding %d keep_logits %d "
-            "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d %s%s\n", r->start_step, r->N,
+            "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d %s threads %s%s\n", r->start_step, r->N,
             a->zero_stage, r->comm->group_size, a->reshard_after_forward, a->reshard_embedding, a->keep_logits, a->recompute, a->B, a->T, r->accum,
             a->offload == OFFLOAD_DISK ? "disk:" : a->offload == OFFLOAD_HOST ? "host" : "none",
-            a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, kernels,
+            a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, kernels, threads,
             a->zero_auto ? " (chosen by -z auto)" : "");
     fclose(f);
 }
@@ -1280,9 +1320,21 @@ static void print_banner(Run* r) {
         if (a->resume) print_resume_notes(r);
     }
     comm_print_placement(comm, stdout); /* node, local rank, threads, cores of every rank */
-    if (comm->rank == 0 && comm->replica_size > 1)
-        printf("HSDP: %d shard groups of %d ranks (ranks %d..%d, ...): shards inside a group, replicas across groups\n",
-               comm->replica_size, comm->group_size, 0, comm->group_size - 1);
+    if (comm->rank == 0 && comm->replica_size > 1) {   /* the groups as comm_group_members made them from the nodes */
+        char groups[512] = "";
+        int W = comm->world_size, G = comm->group_size, shown = 0;
+        int* pos = (int*)malloc_or_die((size_t)W * sizeof(int), "HSDP groups");
+        comm_node_major(pos, W);   /* the groups are its runs of G (comm_group_members), each in rank order */
+        size_t at = 0;
+        for (int g = 0; g < W / G && at + 24 < sizeof(groups); g++) {
+            if (shown++ == 8) { at += (size_t)snprintf(groups + at, sizeof(groups) - at, "; ..."); break; }
+            for (int q = 0, k = 0; q < W && at + 24 < sizeof(groups); q++)
+                if (pos[q] / G == g) at += (size_t)snprintf(groups + at, sizeof(groups) - at, "%s%d", k++ ? "," : (g ? "; ranks " : "ranks "), q);
+        }
+        free(pos);
+        printf("HSDP: %d shard groups of %d ranks (%s): shards inside a group, replicas across groups\n",
+               comm->replica_size, comm->group_size, groups);
+    }
     if (comm->rank == 0 && a->overlap && !comm->thread_multiple)
         printf("note: MPI does not provide MPI_THREAD_MULTIPLE: collectives run without overlap\n");
     if (a->trace_path) {

@@ -96,6 +96,12 @@ typedef struct {
        (comm_set_qg_groups; a hop of one rank is skipped, not called) */
     MPI_Comm qg_intra, qg_inter;
     int qg_L, qg_M;
+    /* the nodes of the shard group as the hosts' names place them (any
+       order: block, cyclic, plane), for hpZ's `node` and qgZ's two hops:
+       group_nodes[m * L + l] = the group rank of the l-th rank (in rank
+       order) of the group's m-th node (nodes in order of their lowest
+       rank); NULL: runs of L consecutive group ranks (--node-size L) */
+    int* group_nodes;
 } Comm;
 
 /* Record one collective of `bytes` (full-buffer bytes, see traffic.h) over
@@ -113,21 +119,68 @@ static inline void comm_reset_counters(Comm* c) {
     memset(c->calls, 0, sizeof(c->calls));
 }
 
-/* The shard group of G ranks (see Comm); G must divide the world size
-   (the caller checks and reports). Collective over MPI_COMM_WORLD; may be
-   called again (the previous groups are freed). */
+static inline int comm_node_indices(int* out);
+
+/* pos[q] (world entries): world rank q's place in node-major order (the
+   ranks ordered by their node, nodes in order of their lowest rank, then
+   by rank), from the node names of comm_watch.host. */
+static inline void comm_node_major(int* pos, int world) {
+    int* node = (int*)malloc_or_die((size_t)world * 2 * sizeof(int), "node-major order");
+    int* count = node + world;
+    int nodes = comm_node_indices(node);
+    for (int m = 0; m < nodes; m++) count[m] = 0;
+    for (int q = 0; q < world; q++) count[node[q]]++;
+    for (int m = 0, at = 0; m < nodes; m++) { int n = count[m]; count[m] = at; at += n; }   /* each node's first place */
+    for (int q = 0; q < world; q++) pos[q] = count[node[q]]++;
+    free(node);
+}
+
+/* The shard group of world rank r for groups of G ranks (G divides the
+   world size): out[0..G) = its members, the world ranks in rank order;
+   returns r's index among them (its group rank). The groups are the runs
+   of G ranks in node-major order (the ranks ordered by their node, nodes
+   in order of their lowest rank, then by rank: the node names of
+   comm_watch.host), so a group of the ranks per node is one node however
+   the launcher placed the ranks (block: ranks 0..G-1, G..2G-1, ...;
+   cyclic on 2 nodes: 0,2,... and 1,3,...). Under block placement this is
+   ranks G*(r/G) .. G*(r/G)+G-1, whatever the nodes. G = world: every
+   rank. The same on every rank (no communication). */
+static inline int comm_group_members(int r, int G, int world, int* out) {
+    if (G >= world || !comm_watch.host) {
+        for (int q = 0; q < G; q++) out[q] = (r - r % G) + q;
+        return r % G;
+    }
+    int* pos = (int*)malloc_or_die((size_t)world * sizeof(int), "shard groups");
+    comm_node_major(pos, world);
+    int k = 0, me = 0, g = pos[r] / G;
+    for (int q = 0; q < world; q++)
+        if (pos[q] / G == g) { if (q == r) me = k; out[k++] = q; }
+    free(pos);
+    return me;
+}
+
+/* The shard group of G ranks (see Comm and comm_group_members: the runs
+   of G ranks in node-major order, in rank order inside each) and the
+   replica groups (the ranks of one group rank, in the order of their
+   groups' lowest ranks); G must
+   divide the world size (the caller checks and reports). Collective over
+   MPI_COMM_WORLD; may be called again (the previous groups are freed). */
 static inline void comm_set_groups(Comm* c, int G) {
     if (c->group_comm != MPI_COMM_NULL) {
         flight_forget_comm(c->group_comm); flight_forget_comm(c->replica_comm); flight_forget_comm(c->group_host);
         MPI_Comm_free(&c->group_comm); MPI_Comm_free(&c->replica_comm); MPI_Comm_free(&c->group_host);
     }
-    MPI_Comm_split(MPI_COMM_WORLD, c->rank / G, c->rank, &c->group_comm);
-    MPI_Comm_split(MPI_COMM_WORLD, c->rank % G, c->rank, &c->replica_comm);
+    int* mem = (int*)malloc_or_die((size_t)G * sizeof(int), "shard groups");
+    comm_group_members(c->rank, G, c->world_size, mem);
+    int lowest = mem[0];   /* names the group; the replicas are in the order of their groups' lowest ranks */
+    MPI_Comm_split(MPI_COMM_WORLD, lowest, c->rank, &c->group_comm);
     MPI_Comm_dup(c->group_comm, &c->group_host);
     MPI_Comm_size(c->group_comm, &c->group_size);
     MPI_Comm_rank(c->group_comm, &c->group_rank);
+    MPI_Comm_split(MPI_COMM_WORLD, c->group_rank, lowest, &c->replica_comm);
     MPI_Comm_size(c->replica_comm, &c->replica_size);
     MPI_Comm_rank(c->replica_comm, &c->replica_rank);
+    free(mem);
     flight_register_comm(c->group_comm, "shard group");
     flight_register_comm(c->replica_comm, "replica group");
     flight_register_comm(c->group_host, "shard group (main thread)");
@@ -172,49 +225,88 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     flight.nodes = w->host;
 }
 
-/* hpZ: the secondary groups, K consecutive ranks of the shard group each
-   (K divides the group's size; the caller checks). Collective over the
-   shard group. */
-static inline void comm_set_secondary(Comm* c, int K) {
+/* hpZ: the secondary groups, K ranks of the shard group each (K divides
+   the group's size; the caller checks): with c->group_nodes (hpZ's
+   `node`, K = its L) the ranks of one node, else K consecutive group
+   ranks; the secondary rank is the place in the group's rank order. Any
+   K ranks of equal count compute the same: a secondary all-gather only
+   copies the K parts of a unit back together. Collective over the shard
+   group. */
+static inline void comm_set_secondary(Comm* c, int K, int by_node) {
     if (c->secondary_comm != MPI_COMM_NULL) { flight_forget_comm(c->secondary_comm); MPI_Comm_free(&c->secondary_comm); }
-    MPI_Comm_split(c->group_comm, c->group_rank / K, c->group_rank, &c->secondary_comm);
+    int color = c->group_rank / K;
+    if (by_node && c->group_nodes)
+        for (int i = 0; i < c->group_size; i++) if (c->group_nodes[i] == c->group_rank) color = i / K;
+    MPI_Comm_split(c->group_comm, color, c->group_rank, &c->secondary_comm);
     MPI_Comm_size(c->secondary_comm, &c->secondary_size);
     MPI_Comm_rank(c->secondary_comm, &c->secondary_rank);
     flight_register_comm(c->secondary_comm, "secondary group (hpZ)");
 }
 
 /* qgZ: the two hops' communicators for L ranks per node (L divides the
-   shard group's size; the caller checks). Collective over the group. */
+   shard group's size; the caller checks): intra, the L ranks of this
+   rank's node in rank order (its local index l); inter, the M = G / L
+   ranks of local index l, one per node, in node order (c->group_nodes'
+   order, else runs of L consecutive group ranks). Collective over the
+   group. */
 static inline void comm_set_qg_groups(Comm* c, int L) {
     if (c->qg_intra != MPI_COMM_NULL) { flight_forget_comm(c->qg_intra); MPI_Comm_free(&c->qg_intra); }
     if (c->qg_inter != MPI_COMM_NULL) { flight_forget_comm(c->qg_inter); MPI_Comm_free(&c->qg_inter); }
     c->qg_L = L; c->qg_M = c->group_size / L;
-    MPI_Comm_split(c->group_comm, c->group_rank / L, c->group_rank, &c->qg_intra);
-    MPI_Comm_split(c->group_comm, c->group_rank % L, c->group_rank, &c->qg_inter);
+    int m = c->group_rank / L, l = c->group_rank % L;
+    if (c->group_nodes)
+        for (int i = 0; i < c->group_size; i++) if (c->group_nodes[i] == c->group_rank) { m = i / L; l = i % L; }
+    MPI_Comm_split(c->group_comm, m, c->group_rank, &c->qg_intra);
+    MPI_Comm_split(c->group_comm, l, m, &c->qg_inter);
     flight_register_comm(c->qg_intra, "node (qgZ)");
     flight_register_comm(c->qg_inter, "nodes (qgZ)");
 }
 
-/* hpZ's "node": the ranks of this rank's shard group (G consecutive world
-   ranks) that run on its node (the node names of the watch), when every
-   node of the group holds the same number of consecutive group ranks; else
-   0 with a message. All ranks decide alike from the same table. */
-static inline int comm_group_ranks_per_node(const Comm* c, int G, char* err, size_t errlen) {
-    int base = c->rank - c->rank % G, L = 0;
-    while (L < G && !strcmp(comm_watch.host[base + L], comm_watch.host[base])) L++;
-    int ok = G % L == 0;
-    for (int j = 0; ok && j < G; j++) {
-        int start = j - j % L;
-        if (strcmp(comm_watch.host[base + j], comm_watch.host[base + start])) ok = 0;
-        if (start > 0 && !strcmp(comm_watch.host[base + start], comm_watch.host[base + start - 1])) ok = 0;
+/* The nodes of this rank's shard group of G ranks (comm_group_members),
+   from the node names of the watch, in any placement: when every node
+   holds the same number L of the group's ranks, returns L and sets
+   c->group_nodes (see Comm; the same table on every rank of the group);
+   else 0 and c->group_nodes NULL. text (when not NULL): the group's nodes
+   and their ranks for messages, "NODE: ranks 0,2; NODE: ranks 1,3" (world
+   ranks, in rank order; nodes in order of their lowest rank). */
+static inline int comm_group_node_layout(Comm* c, int G, char* text, size_t textlen) {
+    int* mem = (int*)malloc_or_die((size_t)G * 3 * sizeof(int), "node layout");
+    int* nodeof = mem + G;   /* per member: its node's place in the group (in order of the node's lowest member) */
+    int* order = mem + 2 * G;
+    comm_group_members(c->rank, G, c->world_size, mem);
+    int nodes = 0;
+    for (int i = 0; i < G; i++) {
+        nodeof[i] = -1;
+        for (int j = 0; j < i && nodeof[i] < 0; j++) if (!strcmp(comm_watch.host[mem[j]], comm_watch.host[mem[i]])) nodeof[i] = nodeof[j];
+        if (nodeof[i] < 0) nodeof[i] = nodes++;
     }
-    if (!ok) { set_err(err, errlen, "--secondary-shard node: the nodes of the shard group must hold equal runs of consecutive ranks (rank %d's node %s holds %d of them first)", base, comm_watch.host[base], L); return 0; }
-    return L;
+    int k = 0, L = 0, even = 1;
+    size_t at = 0;
+    if (text && textlen) text[0] = 0;
+    for (int m = 0; m < nodes; m++) {
+        int n = 0, first = k;
+        for (int i = 0; i < G; i++) if (nodeof[i] == m) { order[k++] = i; n++; }
+        if (m == 0) L = n; else if (n != L) even = 0;
+        for (int i = first; text && i < k && at + 16 < textlen; i++) {
+            if (i == first) at += (size_t)snprintf(text + at, textlen - at, "%s%s: rank%s", m ? "; " : "", comm_watch.host[mem[order[i]]], n > 1 ? "s " : " ");
+            if (at + 16 < textlen) at += (size_t)snprintf(text + at, textlen - at, "%s%d", i > first ? "," : "", mem[order[i]]);
+        }
+    }
+    if (text && at + 16 >= textlen && textlen > 4) snprintf(text + textlen - 4, 4, "...");
+    free(c->group_nodes);
+    c->group_nodes = NULL;
+    if (even) {
+        c->group_nodes = (int*)malloc_or_die((size_t)G * sizeof(int), "node layout");
+        memcpy(c->group_nodes, order, (size_t)G * sizeof(int));
+    }
+    free(mem);
+    return even ? L : 0;
 }
 
 static inline void comm_finalize(Comm* c) {
     for (int i = 0; i < flight.ncomms; i++) if (flight.comms[i].mc != MPI_COMM_WORLD) flight_forget_comm(flight.comms[i].mc);
     if (c->secondary_comm != MPI_COMM_NULL) MPI_Comm_free(&c->secondary_comm);
+    free(c->group_nodes); c->group_nodes = NULL;
     if (c->qg_intra != MPI_COMM_NULL) MPI_Comm_free(&c->qg_intra);
     if (c->qg_inter != MPI_COMM_NULL) MPI_Comm_free(&c->qg_inter);
     if (c->group_comm != MPI_COMM_NULL) {

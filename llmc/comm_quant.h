@@ -26,18 +26,23 @@ static inline void quant_refuse_nonfinite(const QuantLayout* Q, int q, size_t ba
 }
 
 /* qgZ's reduce-scatter (ZeRO++ section 3.3: a hierarchical all-to-all of
-   quantized blocks), over the shard group of N = L x M ranks, rank
-   r = m L + l (node m, local index l), on buf: the full unit's grads (N
-   shards of Q->shard elements of eb bytes; Q->bits 8 or 4):
+   quantized blocks), over the shard group of N = L x M ranks, the group
+   rank j(m, l) at node m, local index l: nodes[m L + l] (Comm's
+   group_nodes: the nodes as the hosts place them), or m L + l when nodes
+   is NULL (runs of L consecutive ranks); on buf: the full unit's grads (N
+   shards of Q->shard elements of eb bytes; Q->bits 8 or 4; shard j is
+   group rank j's):
      1. quantize every shard j of buf (quant_encode, shard j's layout) and
         all-to-all inside the node (intra, L ranks): local rank l' gets the M
-        shards j = m' L + l' from each of the L ranks of its node;
+        shards j = j(m', l') from each of the L ranks of its node;
      2. dequantize and sum them in fp32 in local rank order: the node's
         partial sum of each of those M shards; quantize each;
      3. all-to-all across the nodes (inter: the M ranks of local index l):
-        node m' gets the partial of shard m' L + l; dequantize and sum in
+        node m' gets the partial of shard j(m', l); dequantize and sum in
         fp32 in node order: s_i; then acc[i] = round(s_i + acc[i]).
-   Deterministic: the same order of sums on every run and rank. L = 1: no
+   Deterministic: the same order of sums on every run and rank, wherever
+   the ranks run; the sums' sets are the nodes', so a placement with other
+   nodes (cyclic: {0,2} and {1,3}) sums other partials. L = 1: no
    first hop (the partials are this rank's own values, unquantized); M = 1:
    no second hop (the partial is the sum, not quantized again); intra or
    inter is then unused. So each value is quantized once per hop it takes.
@@ -45,29 +50,29 @@ static inline void quant_refuse_nonfinite(const QuantLayout* Q, int q, size_t ba
    gradient ends the run (quant_refuse_nonfinite). */
 /* (the scratch layout: send1, recv1: N records each; part: M x s fp32;
    send2, recv2: M records each; tmp: s fp32) */
-static inline void hostcoll_reduce_scatter_quantized(MPI_Comm intra, MPI_Comm inter, int L, int M, void* buf, const QuantLayout* Q,
+static inline void hostcoll_reduce_scatter_quantized(MPI_Comm intra, MPI_Comm inter, int L, int M, const int* nodes, void* buf, const QuantLayout* Q,
                                                      size_t nbmax, int eb, void* scratch, void* acc, int unit, int poll) {
     int l = 0, m = 0;
     if (L > 1) MPI_Comm_rank(intra, &l);
     if (M > 1) MPI_Comm_rank(inter, &m);
     size_t s = Q->shard, rec = quant_record_bytes(nbmax, s, Q->bits), N = (size_t)L * M;
-    char* send1 = (char*)scratch;               /* N records: [l'][m'] = shard m' L + l' */
-    char* recv1 = send1 + N * rec;               /* N records: [p][m'] = local rank p's shard m' L + l */
+    char* send1 = (char*)scratch;               /* N records: [l'][m'] = shard j(m', l') */
+    char* recv1 = send1 + N * rec;               /* N records: [p][m'] = local rank p's shard j(m', l) */
     float* part = (float*)(recv1 + N * rec);     /* M x s fp32 partial sums */
-    char* send2 = (char*)(part + (size_t)M * s); /* M records: [m'] = partial of shard m' L + l */
-    char* recv2 = send2 + (size_t)M * rec;       /* M records: [p] = node p's partial of shard m L + l */
+    char* send2 = (char*)(part + (size_t)M * s); /* M records: [m'] = partial of shard j(m', l) */
+    char* recv2 = send2 + (size_t)M * rec;       /* M records: [p] = node p's partial of shard j(m, l) */
     float* tmp = (float*)(recv2 + (size_t)M * rec);   /* one shard of fp32 */
     if (L > 1) {
         for (int lp = 0; lp < L; lp++)
             for (int mp = 0; mp < M; mp++) {
-                int j = mp * L + lp;
+                int j = nodes ? nodes[mp * L + lp] : mp * L + lp;
                 size_t bad = quant_encode(Q, j, nbmax, (const char*)buf + (size_t)j * s * (size_t)eb, eb, send1 + ((size_t)lp * M + mp) * rec);
                 if (bad) quant_refuse_nonfinite(Q, j, bad, unit, "--quantize-grads", "gradient of");
             }
         hostcoll_exchange(intra, L, l, send1, recv1, (size_t)M * rec / 4, 4, 1, poll, comm_ctx_what ? comm_ctx_what : "reduce-scatter node (qgZ)");
     }
     for (int mp = 0; mp < M; mp++) {
-        int j = mp * L + l;
+        int j = nodes ? nodes[mp * L + l] : mp * L + l;
         float* ps = part + (size_t)mp * s;
         if (L == 1) for (size_t i = 0; i < s; i++) ps[i] = quant_load((const char*)buf + (size_t)j * s * (size_t)eb, eb, i);
         for (int p = 0; p < L && L > 1; p++) {
@@ -82,7 +87,7 @@ static inline void hostcoll_reduce_scatter_quantized(MPI_Comm intra, MPI_Comm in
     float* sum = part;   /* M = 1: the node's partial is the sum; else the partials are sent and part[0..s) is reused */
     if (M > 1) {
         hostcoll_exchange(inter, M, m, send2, recv2, rec / 4, 4, 1, poll, comm_ctx_what ? comm_ctx_what : "reduce-scatter nodes (qgZ)");
-        int me = m * L + l;
+        int me = nodes ? nodes[m * L + l] : m * L + l;
         for (int p = 0; p < M; p++) {
             quant_decode(Q, me, nbmax, recv2 + (size_t)p * rec, p == 0 ? sum : tmp, 4);
             if (p > 0) for (size_t i = 0; i < s; i++) sum[i] += tmp[i];

@@ -73,6 +73,7 @@ suite "network faults" bash tests/suites/net_faults.sh
 suite "interrupts and flight records" bash tests/suites/interrupt.sh
 suite "kill at any moment" bash tests/suites/kill.sh
 suite "slurm" bash tests/suites/slurm.sh
+suite "placement" bash tests/suites/placement.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh
 suite "resume" bash tests/suites/resume.sh

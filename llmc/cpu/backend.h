@@ -300,7 +300,7 @@ static inline unsigned long long backend_reduce_scatter_quantized_start(Comm* c,
     if (c->qg_M > 1) comm_count(c, COLL_QG_ACROSS, across, c->qg_M);
     CtOp op = {.kind = CT_REDUCE_SCATTER_QUANTIZED, .mc = c->qg_intra, .buf = buf, .count = Q->shard, .acc = acc,
                .eb = FLOATX_BYTES, .trace_kind = COLL_QG_ACROSS, .trace_unit = u, .trace_bytes = inside + across, .ql = Q,
-               .qblocks = qblocks, .mc2 = c->qg_inter, .L = c->qg_L, .M = c->qg_M};
+               .qblocks = qblocks, .mc2 = c->qg_inter, .L = c->qg_L, .M = c->qg_M, .nodes = c->group_nodes};
     return ct_submit(&op);
 }
 

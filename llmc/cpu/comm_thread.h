@@ -54,6 +54,7 @@ typedef struct {
     size_t keep_off, keep_count;
     MPI_Comm mc2;          /* CT_REDUCE_SCATTER_QUANTIZED: mc = the node's ranks, mc2 = the nodes' (qgZ) */
     int L, M;
+    const int* nodes;      /* CT_REDUCE_SCATTER_QUANTIZED: Comm's group_nodes (NULL: runs of L consecutive ranks) */
     unsigned long long flight_id;  /* its flight record (flight.h), made at issue; 0: none */
 } CtOp;
 
@@ -81,7 +82,7 @@ static inline void ct_execute(const CtOp* op, int on_thread, void* scratch) {
         case CT_ALL_GATHER: hostcoll_all_gather(op->mc, op->buf, op->count, op->eb, on_thread); break;
         case CT_ALL_GATHER_QUANTIZED: hostcoll_all_gather_quantized(op->mc, op->buf, op->ql, op->qblocks, op->eb, scratch, op->trace_unit, on_thread); break;
         case CT_REDUCE_SCATTER_QUANTIZED:
-            hostcoll_reduce_scatter_quantized(op->mc, op->mc2, op->L, op->M, op->buf, op->ql, op->qblocks, op->eb, scratch, op->acc,
+            hostcoll_reduce_scatter_quantized(op->mc, op->mc2, op->L, op->M, op->nodes, op->buf, op->ql, op->qblocks, op->eb, scratch, op->acc,
                                               op->trace_unit, on_thread);
             break;
         case CT_SECONDARY_GATHER: {

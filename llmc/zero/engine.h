@@ -280,7 +280,7 @@ static inline unsigned long long zero_gather_into(ZeroEngine* E, int u, floatX* 
         if (E->sec_valid[u]) return backend_all_gather_secondary_start(E->comm, dst, part, sec);
         E->sec_valid[u] = 1;   /* this gather keeps this rank's part once it has arrived (in issue order) */
         E->comm->keep = sec;
-        E->comm->keep_off = (size_t)(P->rank % P->secondary) * part;
+        E->comm->keep_off = (size_t)E->comm->secondary_rank * part;   /* its place in the secondary group (one node's ranks, or K consecutive) */
         E->comm->keep_count = part;
     }
     if (mine != own_shard) backend_memcpy(mine, own_shard, U->shard * sizeof(floatX));

@@ -7,7 +7,9 @@
      rounding), every rank holding the same bytes afterwards;
    - qgZ's reduce-scatter (hostcoll_reduce_scatter_quantized), int8 and int4,
      with L x M = 2 x 2 (two hops), 1 x 4 (across only), 4 x 1 (inside
-     only): each element of this rank's shard within the bound of its
+     only), and 2 x 2 on cyclic nodes (nodes {0,2} and {1,3}: the group_nodes
+     table of llmc/comm.h, as srun --distribution=cyclic places 4 ranks on 2
+     nodes): each element of this rank's shard within the bound of its
      quantizations, sum over the ranks of amax_r / (2 Qmax) for the first
      hop plus sum over the nodes of (the node partial's amax bound) /
      (2 Qmax) for the second, of the exact float64 sum; and bitwise equal
@@ -82,10 +84,13 @@ int main(int argc, char** argv) {
         free(buf); free(scratch);
         check_group_end(eb == 4 ? "qwZ all-gather, fp32: within scale/2, the same on every rank" : "qwZ all-gather, bf16: within scale/2 + bf16 rounding, the same on every rank");
     }
-    int shapes[3][2] = {{2, 2}, {1, 4}, {4, 1}}, shapes_run = 0;
+    int shapes[4][2] = {{2, 2}, {1, 4}, {4, 1}, {2, 2}}, shapes_run = 0;
     for (int bits = 8; bits >= 4; bits -= 4)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             int L = shapes[k][0], M = shapes[k][1];
+            /* k = 3: cyclic nodes, node m = {m, m + M}: nodes[m L + l] = m + l M (group rank of node m's l-th rank) */
+            int cyc = k == 3, nodes[64];
+            for (int m = 0; m < M; m++) for (int l = 0; l < L; l++) nodes[m * L + l] = cyc ? m + l * M : m * L + l;
             if (L * M != N) continue;
             check_group_begin();
             double qmax = bits == 8 ? 127.0 : 7.0;
@@ -97,11 +102,13 @@ int main(int argc, char** argv) {
             memset(scratch + sb, 0x5A, 64);
             float* acc = calloc(shard, 4), *acc2 = calloc(shard, 4);
             MPI_Comm intra, inter;
-            MPI_Comm_split(MPI_COMM_WORLD, r / L, r, &intra);
-            MPI_Comm_split(MPI_COMM_WORLD, r % L, r, &inter);
+            int my_m = 0, my_l = 0;
+            for (int i = 0; i < N; i++) if (nodes[i] == r) { my_m = i / L; my_l = i % L; }
+            MPI_Comm_split(MPI_COMM_WORLD, my_m, r, &intra);   /* as comm_set_qg_groups */
+            MPI_Comm_split(MPI_COMM_WORLD, my_l, my_m, &inter);
             for (int rep = 0; rep < 2; rep++) {
                 for (size_t i = 0; i < padded; i++) g[i] = value(r, i, 2);
-                hostcoll_reduce_scatter_quantized(intra, inter, L, M, g, &Q, nbmax, 4, scratch, rep ? acc2 : acc, 0, 0);
+                hostcoll_reduce_scatter_quantized(intra, inter, L, M, cyc ? nodes : NULL, g, &Q, nbmax, 4, scratch, rep ? acc2 : acc, 0, 0);
             }
             CHECK(!memcmp(acc, acc2, shard * 4), "the same reduce-scatter twice differs");
             int guard = 1;
@@ -118,7 +125,7 @@ int main(int argc, char** argv) {
                     double node_amax = 0;
                     for (int l = 0; l < L; l++) {
                         double amax = 0;
-                        for (size_t i = st[b]; i < st[b + 1]; i++) amax = fmax(amax, fabs(value(m * L + l, r * shard + i, 2)));
+                        for (size_t i = st[b]; i < st[b + 1]; i++) amax = fmax(amax, fabs(value(nodes[m * L + l], r * shard + i, 2)));
                         if (L > 1) hop1 += amax / (2 * qmax);
                         node_amax += amax * (1 + 1e-6);
                     }
@@ -136,10 +143,11 @@ int main(int argc, char** argv) {
             MPI_Comm_free(&intra); MPI_Comm_free(&inter);
             free(g); free(scratch); free(acc); free(acc2);
             char name[96];
-            snprintf(name, sizeof(name), "qgZ reduce-scatter int%d, %d x %d: within the bound, repeatable", bits, L, M);
+            snprintf(name, sizeof(name), "qgZ reduce-scatter int%d, %d x %d%s: within the bound, repeatable", bits, L, M,
+                     cyc ? " on cyclic nodes {0,2} {1,3}" : "");
             check_group_end(name);
         }
-    CHECK(shapes_run == 6, "%d of the 6 reduce-scatter shapes ran (run it on 4 ranks)", shapes_run);
+    CHECK(shapes_run == 8, "%d of the 8 reduce-scatter shapes ran (run it on 4 ranks)", shapes_run);
     double w[2] = {worst_ag, worst_rs}, mx[2];
     MPI_Allreduce(w, mx, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     int rc = 0;
