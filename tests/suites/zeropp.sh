@@ -68,7 +68,7 @@ badflag "needs -z 3" 2 -z 2 --quantize-weights int8
 badflag "needs -z 3" 2 -z 1 --quantize-grads int4
 badflag "needs -z 3" 2 -z auto --secondary-shard 2
 badflag "--secondary-shard 3" 4 -z 3 --secondary-shard 3
-badflag "are on one node (from the hosts. names)" 4 -z 3 --secondary-shard node
+badflag "are on one node (from the hosts. names: .*: ranks 0,1,2,3)" 4 -z 3 --secondary-shard node
 badflag "--node-size 3" 4 -z 3 --quantize-grads int8 --node-size 3
 badflag "--node-size" 2 -z 3 --quantize-grads int8 --node-size x
 
