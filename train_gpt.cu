@@ -887,8 +887,12 @@ static void setup_data(Run* r, int B) {
     r->have_train = a->max_steps > 0 || a->resume; /* -x 0: no training, no train data needed */
     r->have_val = 0;
     r->val_seqs = 0; r->val_capped = 0;
-    if (r->have_train && dataloader_init(&r->train, a->train_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN) == 0)
+    /* shards switch per optimizer step of -d / T sequences (dataloader_set_step):
+       the data order is the same at every rank count and micro-batch with this -d */
+    if (r->have_train && dataloader_init(&r->train, a->train_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN) == 0) {
         dataloader_set_shuffle(&r->train, a->shuffle, a->seed);
+        if (dataloader_set_step(&r->train, (size_t)(a->total_batch / a->T), err, ERRLEN) != 0) dataloader_free(&r->train);
+    }
     comm_check_all(comm, err);
     if (a->val_every > 0) {
         /* every rank reads the val split whole, as one rank would: an
