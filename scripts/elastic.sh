@@ -89,8 +89,12 @@ elastic_loop() {
       return $rc ;;
     esac
     keep=(); lost=()
+    local -a pids=()
+    for n in "${EL_NODES[@]}"; do el_probe "$n" & pids+=($!); done   # all nodes at once: one timeout, not one per lost node
+    local i=0
     for n in "${EL_NODES[@]}"; do
-      if el_probe "$n"; then keep+=("$n"); else lost+=("$n"); fi
+      if wait "${pids[$i]}"; then keep+=("$n"); else lost+=("$n"); fi
+      i=$((i + 1))
     done
     step=$(elastic_last_step "$EL_LOG")
     if [ ${#lost[@]} = 0 ]; then

@@ -72,6 +72,7 @@ suite "cluster" bash tests/suites/cluster.sh
 suite "network faults" bash tests/suites/net_faults.sh
 suite "interrupts and flight records" bash tests/suites/interrupt.sh
 suite "slurm" bash tests/suites/slurm.sh
+suite "elastic" bash tests/suites/elastic.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh
 suite "resume" bash tests/suites/resume.sh
