@@ -94,7 +94,7 @@ help:
 	@echo "  make deps data ref   Debian and npm packages / Brown corpus shards and tokenizer / PyTorch reference files"
 	@echo "  make compare     compare runs step by step and checkpoint by checkpoint: RUNS=\"A B\" [PLOT=x.png] (dev/compare_runs.py)"
 	@echo "  make check-model a checkpoint's val loss from the trainer (-x 0) and the float64 PyTorch reference, same tokens:"
-	@echo "                   CKPT=FILE [DATA='glob'] [VAL_ARGS='-b 4 -t 128 -m 20'] (dev/check_model.sh, dev/reference.py --eval)"
+	@echo "                   CKPT=FILE [DATA='glob'] [VAL_ARGS='-b 4 -t 128 -m 80'] (dev/check_model.sh, dev/reference.py --eval)"
 	@echo "  make docs        docs/flags.md from the trainer's flag table (./train_gpt_cpu --help-markdown; make test fails when it is stale)"
 	@echo "  make clean       remove the programs and build/san, build/fuzz"
 	@echo "  make help        this list"
@@ -167,7 +167,7 @@ compare:
 	$(PY) dev/compare_runs.py $(RUNS) $(if $(PLOT),-o $(PLOT)) $(COMPARE_ARGS)
 
 # a checkpoint against the PyTorch reference over the same val tokens:
-# CKPT=FILE [DATA='val glob'] [VAL_ARGS="-b 4 -t 128 -m 20"] [NP=2]
+# CKPT=FILE [DATA='val glob'] [VAL_ARGS="-b 4 -t 128 -m 80"] [NP=2]
 CKPT ?=
 DATA ?= data/brown/brown_val_*.bin
 VAL_ARGS ?=

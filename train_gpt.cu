@@ -106,7 +106,7 @@ static void args_defaults(Args* a, int world) {
     a->init = "d2"; a->output_dir = NULL; a->tokenizer_path = "data/gpt2_tokenizer.bin";
     a->B = 4; a->T = 128; a->total_batch = -1;
     a->lr = 2e-3f; a->final_frac = 0.1f; a->weight_decay = 0.1f; a->grad_clip = 1.0f;
-    a->warmup = 20; a->max_steps = 1700; a->val_every = 300; a->val_steps = 20; a->sample_every = 850; a->gen_tokens = 64;
+    a->warmup = 20; a->max_steps = 1700; a->val_every = 300; a->val_steps = 80; a->sample_every = 850; a->gen_tokens = 64;
     a->ckpt_every = 0; a->zero_stage = 1; /* the same as make train's ZERO */ a->reshard_after_forward = 1; a->prefetch = 1;
     a->reshard_embedding = 1; a->vocab_chunk = 8192; a->keep_logits = 0; a->overlap = 1;
     a->shard_group = -1; a->trace_path = NULL; a->trace_first = 2; a->trace_last = 3;
@@ -339,8 +339,8 @@ static const Flag FLAGS[] = {
     I(NULL, "-x", "<n>", max_steps, 0, 1 << 30, 0, "optimizer steps; 0: load (-e) or init, evaluate, sample, print the ledger\n"
       "and exit (no training, no checkpoint, no train data needed)"),
     I("evaluation and output", "-v", "<n>", val_every, 0, 1 << 30, 0, "val loss every n steps (0: never)"),
-    I(NULL, "-m", "<n>", val_steps, 1, 1 << 30, 0, "val batches of B sequences of T tokens per evaluation: the first n*B sequences\n"
-      "of the val split in file order (n*B*T tokens), the same at every rank count;\n"
+    I(NULL, "-m", "<n>", val_steps, 1, 1 << 30, 0, "val sequences of T tokens per evaluation: the first n sequences of the val\n"
+      "split in file order (n*T tokens), the same at every rank count and -b;\n"
       "at most the split's distinct sequences"),
     I(NULL, "-s", "<n>", sample_every, 0, 1 << 30, 0, "sample every n steps (0: never)"),
     I(NULL, "-g", "<n>", gen_tokens, 1, 1 << 20, 0, "tokens to generate per sample (< T)"),
@@ -755,8 +755,7 @@ typedef struct {
     GPT2 model;
     DataLoader train, val;
     int have_train, have_val, val_capped;
-    int val_B;                   /* the -b given (before -z auto): -m counts val batches of val_B sequences */
-    long val_seqs;               /* sequences of T tokens each evaluation reads: -m x val_B, at most the split's */
+    long val_seqs;               /* sequences of T tokens each evaluation reads: -m, at most the split's */
     Tokenizer tok;
     int have_tok;
     FILE* logf;
@@ -908,19 +907,23 @@ static void setup_data(Run* r, int B) {
     r->have_train = a->max_steps > 0 || a->resume; /* -x 0: no training, no train data needed */
     r->have_val = 0;
     r->val_seqs = 0; r->val_capped = 0;
-    if (r->have_train && dataloader_init(&r->train, a->train_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN) == 0)
+    /* shards switch per optimizer step of -d / T sequences (dataloader_set_step):
+       the data order is the same at every rank count and micro-batch with this -d */
+    if (r->have_train && dataloader_init(&r->train, a->train_pattern, B, a->T, comm->rank, r->N, r->cfg.vocab_size, err, ERRLEN) == 0) {
         dataloader_set_shuffle(&r->train, a->shuffle, a->seed);
+        if (dataloader_set_step(&r->train, (size_t)(a->total_batch / a->T), err, ERRLEN) != 0) dataloader_free(&r->train);
+    }
     comm_check_all(comm, err);
     if (a->val_every > 0) {
         /* every rank reads the val split whole, as one rank would: an
-           evaluation is the first -m x B sequences in file order, dealt to
+           evaluation is the first -m sequences in file order, dealt to
            the ranks (evaluate), the same tokens at every rank count; a split
            with fewer distinct sequences is read once, none counted twice */
         dataloader_init(&r->val, a->val_pattern, B, a->T, 0, 1, r->cfg.vocab_size, err, ERRLEN);
         comm_check_all(comm, err);
         r->have_val = 1;
         size_t distinct = dataloader_num_seqs(&r->val);
-        r->val_seqs = (long)a->val_steps * r->val_B;
+        r->val_seqs = (long)a->val_steps;
         if ((size_t)r->val_seqs > distinct) { r->val_seqs = (long)distinct; r->val_capped = 1; }
     }
     if (a->sample_every > 0 && !r->have_tok) {
@@ -1209,7 +1212,6 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     r->N = comm->world_size;
     setup_batch(r);
     setup_node_size(r);
-    r->val_B = a->B;
     setup_data(r, a->B);
     intr_phase(INTR_EXIT, "start-up (the matmul paths)", 0, -1);
     backend_agree_kernels(comm);   /* the kernel paths, decided by rank 0 for every rank, before any matmul (-z auto measures one) */
@@ -1306,13 +1308,13 @@ static void print_banner(Run* r) {
                                   a->shuffle ? "shuffled (--shuffle 1: sequences and shards in a seeded random order, new each epoch)" : "in file order (--shuffle 0)",
                                   a->max_steps, a->total_batch, (double)a->max_steps * (double)a->total_batch / (double)r->train.num_tokens);
         else printf("data: no training (-x 0)");
-        if (r->have_val) printf(", val %zu tokens (%s); each evaluation reads its first %ld sequences of T=%d = %ld tokens (%s%d x B=%d), "
-                                "at every rank count", r->val.num_tokens, a->val_pattern, r->val_seqs, a->T, r->val_seqs * a->T,
-                                r->val_capped ? "all it holds, fewer than -m " : "-m ", a->val_steps, r->val_B);
+        if (r->have_val) printf(", val %zu tokens (%s); each evaluation reads its first %ld sequences of T=%d = %ld tokens (%s%d), "
+                                "at every rank count and -b", r->val.num_tokens, a->val_pattern, r->val_seqs, a->T, r->val_seqs * a->T,
+                                r->val_capped ? "all it holds, fewer than -m " : "-m ", a->val_steps);
         printf("\n");
         if (r->val_capped)
-            printf("note: -m %d x B=%d = %ld sequences: the val split holds only %ld distinct sequence%s of T=%d (%ld tokens); each "
-                   "evaluation reads %s once\n", a->val_steps, r->val_B, (long)a->val_steps * r->val_B, r->val_seqs,
+            printf("note: -m %d sequences: the val split holds only %ld distinct sequence%s of T=%d (%ld tokens); each "
+                   "evaluation reads %s once\n", a->val_steps, r->val_seqs,
                    r->val_seqs > 1 ? "s" : "", a->T, r->val_seqs * a->T, r->val_seqs > 1 ? "those" : "that one");
         if (a->sample_every > 0 && a->gen_tokens > a->T - 1)
             printf("note: -g %d: a sample is at most T-1 = %d tokens (its context is one sequence of -t %d): each sample generates %d\n",

@@ -7,7 +7,7 @@
 # bf16 file, evaluated by ./train_gpt_cpu_bf16, which trained it). Exit 0
 # within the bound, 1 beyond it or on bad input. The flags go to the
 # trainer, and -b -t -m (the trainer's defaults otherwise) to both. `make check-model CKPT=...
-# DATA=... [VAL_ARGS="-b 4 -t 128 -m 20"] [NP=2]` runs it.
+# DATA=... [VAL_ARGS="-b 4 -t 128 -m 80"] [NP=2]` runs it.
 set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: $0 CKPT [VAL_GLOB] [-b B -t T -m M]" >&2; exit 1; }

@@ -6,14 +6,14 @@
 # For each model (d2 as make train trains it, d2 with 64 channels, d6, two
 # seeds, 0 to 200 steps), trained by the bf16 program on 2 ranks with
 # --checkpoint-dtype bf16 and by the fp32 program, it prints per checkpoint
-# and val setting (-b 4 -t 64 -m 10: 2560 tokens, -b 4 -t 128 -m 20:
+# and val setting (-b 4 -t 64 -m 40: 2560 tokens, -b 4 -t 128 -m 80:
 # 10240, -b 1 -t 32 -m 2: 64) the reference's loss, the fp32 program's at
 # 1 and 2 ranks and the bf16 program's at 1 and 2 ranks, and their
 # relative differences from the reference. Last lines: the largest
 # relative difference of each program and file kind, over all val sets and
 # over the 64-token one. About an hour on 2 shared cores (most of it the
 # training). OUT=DIR keeps the runs (default: a temp dir); a checkpoint
-# already in OUT is evaluated again, not retrained. VALS="-b 4 -t 64 -m 5|..."
+# already in OUT is evaluated again, not retrained. VALS="-b 4 -t 64 -m 20|..."
 # replaces the val sets, FILES="bf16" evaluates only the bf16 runs' files.
 set -u
 cd "$(dirname "$0")/.."
@@ -35,7 +35,7 @@ while read -r name steps args; do
     ck="$d/model_$(printf %08d "$steps").bin"
     [ -f "$ck" ] || $MPIRUN -np 2 ./$prog $args -x "$steps" -v 0 -s 0 -l 3e-3 -u 5 --checkpoint-dtype $dt --collective-timeout 0 -o "$d" < /dev/null > "$d.log" 2>&1 ||
       { echo "$name $prog: training failed: $(grep -m1 error "$d.log")"; continue; }
-    IFS='|' read -r -a vals <<< "${VALS:--b 4 -t 64 -m 10|-b 4 -t 128 -m 20|-b 1 -t 32 -m 2}"
+    IFS='|' read -r -a vals <<< "${VALS:--b 4 -t 64 -m 40|-b 4 -t 128 -m 80|-b 1 -t 32 -m 2}"
     for v in "${vals[@]}"; do
       ref=$(/usr/bin/python3 dev/reference.py --eval "$ck" $v < /dev/null | awk '/^val loss/ {print $3}')
       line=$(printf "%-34s %-10s %-16s %-10s" "$name/$steps steps" "$dt" "$(echo $v | tr -d ' ')" "$ref")

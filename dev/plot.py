@@ -913,7 +913,7 @@ def cmd_all(a):
     loss_dir = os.path.join(a.work, "loss_n%d_z%d" % (a.loss_np, a.loss_zero))
     if a.loss_steps > 0:
         _run_or_reuse(mpirun + ["-np", str(a.loss_np), exe] + model + ["-z", str(a.loss_zero), "-x", str(a.loss_steps),
-                                                              "-v", str(a.loss_val_every), "-m", str(a.loss_val_batches),
+                                                              "-v", str(a.loss_val_every), "-m", str(a.loss_val_seqs),
                                                               "-s", "0", "-o", loss_dir],
              loss_dir + ".txt", env)
     print("runs: %.0f s; plotting" % (time.time() - t_start), flush=True)
@@ -923,8 +923,8 @@ def cmd_all(a):
                  "Traffic per rank and optimizer step (%s), beside the ZeRO paper's 2 / 3 Psi" % a.model)
     if a.loss_steps > 0:
         plot_loss([("N=%d, zero_stage %d" % (a.loss_np, a.loss_zero), loss_dir)], os.path.join(a.out, "loss.png"),
-                  "Loss of %s, %d ranks, %d steps (val every %d steps over %d batches)"
-                  % (a.model, a.loss_np, a.loss_steps, a.loss_val_every, a.loss_val_batches))
+                  "Loss of %s, %d ranks, %d steps (val every %d steps over %d sequences)"
+                  % (a.model, a.loss_np, a.loss_steps, a.loss_val_every, a.loss_val_seqs))
     if traces:
         plot_timeline(traces, os.path.join(a.out, "timeline.png"))
     else:
@@ -976,7 +976,7 @@ def main(argv=None):
     p.add_argument("--loss-np", type=int, default=2)
     p.add_argument("--loss-zero", type=int, default=1)
     p.add_argument("--loss-val-every", type=int, default=10)
-    p.add_argument("--loss-val-batches", type=int, default=4)
+    p.add_argument("--loss-val-seqs", type=int, default=16)
     p.add_argument("--cluster", default="build/cluster_bench/results.tsv")
     p.add_argument("--plot-only", action="store_true", help="no runs: plot what an earlier `all` left in --work")
     a = ap.parse_args(argv)

@@ -58,11 +58,12 @@ and out of PyTorch:
       the val loss of the model in CKPT (version 3 fp32 or 5 bf16, any size,
       padded vocab), in float64, over exactly the tokens the trainer's -x 0
       evaluates with the same flags (defaults as the trainer's: -j
-      'data/brown/brown_val_*.bin' -b 4 -t 128 -m 20): the shards matching
+      'data/brown/brown_val_*.bin' -b 4 -t 128 -m 80): the shards matching
       GLOB (llm.c token shards, sorted), read as sequences of T tokens plus
       the target (sequence k of a shard is tokens [k*T, k*T+T]; shards in
-      order), the first M*B of them (at most all the split holds); the loss
-      is the mean cross-entropy over their M*B*T tokens. Prints
+      order), the first M of them (at most all the split holds); the loss
+      is the mean cross-entropy over their M*T tokens (B only sets how many
+      go through the model at once: the result does not depend on it). Prints
       "val loss X of the model CKPT (N tokens; ...)". --expect LOSS (the
       trainer's printed value) also prints the relative difference and exits
       1 if it exceeds --rtol (default: FP32_RTOL = 1e-5 for a version-3
@@ -503,7 +504,7 @@ def evaluate(ckpt, pattern, B, T, M):
     if T > cfg["maxT"]:
         raise InputError("-t %d: sequence length must be in 1..%d (the model's max_seq_len)" % (T, cfg["maxT"]))
     shards = val_shards(pattern, B, T, cfg["V"])
-    x, y = val_sequences(shards, T, M * B)
+    x, y = val_sequences(shards, T, M)
     params = {n: t.to(torch.float64) for n, t in tensors.items()}
     total = 0.0
     with torch.no_grad():
@@ -512,7 +513,7 @@ def evaluate(ckpt, pattern, B, T, M):
             _, loss = forward(params, cfg, xb, yb)
             total += loss.item() * xb.numel()
     ntok = x.numel()
-    return total / ntok, ntok, M * B, x.shape[0], version
+    return total / ntok, ntok, M, x.shape[0], version
 
 
 def export_pt(ckpt, out):
@@ -597,7 +598,7 @@ def main():
     ap.add_argument("-j", default="data/brown/brown_val_*.bin", help="--eval: val token shards (glob), as the trainer's -j")
     ap.add_argument("-b", type=int, default=4, help="--eval: micro-batch B, as the trainer's -b")
     ap.add_argument("-t", type=int, default=128, help="--eval: sequence length T, as the trainer's -t")
-    ap.add_argument("-m", type=int, default=20, help="--eval: val batches of B sequences, as the trainer's -m")
+    ap.add_argument("-m", type=int, default=80, help="--eval: val sequences of T tokens, as the trainer's -m")
     ap.add_argument("--expect", type=float, help="--eval: the trainer's val loss; exit 1 beyond --rtol")
     ap.add_argument("--rtol", type=float, help="--expect's relative bound (default %g for fp32 files, %g/sqrt(tokens) for bf16)" %
                     (FP32_RTOL, BF16_K))
@@ -619,7 +620,7 @@ def main():
             torch.set_num_threads(os.cpu_count() or 1)
         t0 = time.time()
         loss, ntok, asked, nseq, version = evaluate(args.eval, args.j, args.b, args.t, args.m)
-        capped = "" if nseq == asked else ", all the split holds (fewer than -m %d x B=%d)" % (args.m, args.b)
+        capped = "" if nseq == asked else ", all the split holds (fewer than -m %d)" % args.m
         print("val loss %.6f of the model %s (%d tokens: the first %d sequences of T=%d of %s%s; float64, %.1f s)" %
               (loss, args.eval, ntok, nseq, args.t, args.j, capped, time.time() - t0))
         if args.expect is not None:

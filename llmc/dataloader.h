@@ -12,10 +12,22 @@
  * x[pos .. pos+M] of the current shard; rank r takes x[pos + r*B*T ..
  * pos + r*B*T + B*T]: inputs = its first B*T tokens, targets = the same shifted
  * by one (targets[i] = inputs[i+1], the last target being the first token of
- * the next rank's slice). Then pos += M; if the next global micro-batch would
- * not fit (pos + M + 1 > ntok) the loader moves to the next shard, wrapping
- * from the last shard to the first, at pos 0. One epoch is
- * sum over shards of floor((ntok-1)/M) global micro-batches.
+ * the next rank's slice). Then pos += M.
+ *
+ * Shard switches follow the optimizer step, not the micro-batch
+ * (dataloader_set_step: step_seqs = the global batch in sequences, -d / T;
+ * num_ranks*B unless set). A step is step_seqs/(num_ranks*B) global
+ * micro-batches read back to back from one shard. At a step's start (the
+ * sequences consumed in the shard, pos/T, a multiple of step_seqs: shards
+ * start at 0 and a step consumes step_seqs) the loader moves to the next
+ * shard, wrapping from the last to the first, at pos 0, when the whole step
+ * would not fit (pos + step_seqs*T + 1 > ntok); within a step every
+ * micro-batch fits. So where a shard ends depends only on step_seqs and T:
+ * 4 ranks x B=2, 2 ranks x B=2 x 2 micro-steps and 1 rank x B=8 read the
+ * same sequences in every step (before, the switch was decided per
+ * micro-batch, and 2 ranks read a last half step from a shard that 4 ranks
+ * had left). One epoch is sum over shards of floor((ntok-1)/(step_seqs*T))
+ * steps.
  *
  * Shuffling (dataloader_set_shuffle, off unless set; the trainer's --shuffle,
  * as llm.c's loader does): the unit is one sequence of T tokens (plus its
@@ -27,10 +39,11 @@
  * (seed, e, shard)); a global micro-batch takes the next num_ranks*B entries
  * of that permutation, rank r the B entries from r*B. current_position then
  * counts the tokens of the permuted stream consumed in the current shard
- * (sequences consumed * T), and a new shard starts when fewer than
- * num_ranks*B sequences are left. (current_shard, current_position, epoch)
- * is therefore the whole position, the same on every rank and for every
- * rank count with the same global micro-batch: dataloader_resume restores it.
+ * (sequences consumed * T), and a new shard starts, at a step's start, when
+ * fewer than step_seqs sequences are left. (current_shard, current_position,
+ * epoch) is therefore the whole position, the same on every rank and, at a
+ * step boundary, for every rank count and micro-batch with the same global
+ * batch (step_seqs): dataloader_resume restores it.
  *
  * Memory: one shard at a time is held in memory as uint16 (2*ntok bytes of the
  * largest shard), loaded when it becomes current and checked then: every token
@@ -61,6 +74,7 @@ typedef struct DataLoader {
     /* public, read-only for callers */
     int B, T;                 /* micro-batch size (sequences) and sequence length (tokens) of THIS rank */
     int rank, num_ranks;      /* this rank's slice of each global micro-batch of num_ranks*B*T tokens */
+    size_t step_seqs;         /* sequences per optimizer step over all ranks (dataloader_set_step; num_ranks*B by default) */
     int vocab_size;           /* every token id must be < vocab_size */
     size_t num_tokens;        /* tokens summed over all shards */
     int num_shards;
@@ -364,7 +378,34 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     dl->vocab_size = vocab_size;
     dl->current_shard = 0;
     dl->current_position = 0;
+    dl->step_seqs = (size_t)num_ranks * (size_t)B;
     for (int i = 0; i < ns; i++) dl->shard_order[i] = i;
+    return 0;
+}
+
+/* dataloader_set_step: the optimizer step is step_seqs sequences of T tokens
+ * over all ranks (the trainer's -d / T), read as step_seqs / (num_ranks*B)
+ * global micro-batches from one shard: the loader moves to the next shard
+ * only at a step's start, so the data order depends on step_seqs and T only,
+ * not on the rank count, B or the micro-steps (top comment). step_seqs must
+ * be a positive multiple of num_ranks*B, and every shard must hold one step
+ * (ntok >= step_seqs*T + 1; then it also holds step_seqs shuffled
+ * sequences). Call after dataloader_init, before the first batch. 0, or 1
+ * with err naming the shard, its tokens and the step (step unchanged). */
+static inline int dataloader_set_step(DataLoader* dl, size_t step_seqs, char* err, size_t errlen) {
+    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B, T = (size_t)dl->T;
+    if (step_seqs < 1 || step_seqs % NB != 0)
+        return dl_errf_(err, errlen, "dataloader: a step of %zu sequences is not a positive multiple of num_ranks*B = %d*%d = %zu",
+                        step_seqs, dl->num_ranks, dl->B, NB);
+    if (step_seqs > ((size_t)-1) / 4 / T)
+        return dl_errf_(err, errlen, "dataloader: a step of %zu sequences of T=%d overflows", step_seqs, dl->T);
+    for (int i = 0; i < dl->num_shards; i++) {
+        if (dl->shard_ntok[i] < step_seqs * T + 1)
+            return dl_errf_(err, errlen, "dataloader: token shard %s has %zu tokens, fewer than one optimizer step (-d) of %zu sequences "
+                            "of T=%d plus the last target = %zu: every shard must hold a whole step (use a smaller -d or -t, or larger shards)",
+                            dl->shard_paths[i], dl->shard_ntok[i], step_seqs, dl->T, step_seqs * T + 1);
+    }
+    dl->step_seqs = step_seqs;
     return 0;
 }
 
@@ -452,18 +493,24 @@ static inline void dl_next_shard_(DataLoader* dl) {
     dl->current_position = 0;
 }
 
-/* Does the global micro-batch at the current position fit in its shard? */
+/* Does the read at the current position fit in its shard? At a step's
+   start (sequences consumed a multiple of step_seqs) the whole step must
+   fit, else the global micro-batch (a step that fit at its start always
+   does; a position saved mid-step by another layout, or a seek, is checked
+   so). */
 static inline int dl_fits_(const DataLoader* dl) {
-    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B;
-    if (dl->shuffle) return dl->current_position / (size_t)dl->T + NB <= dl_num_seqs_(dl, dl->current_shard);
-    return dl->current_position + NB * (size_t)dl->T + 1 <= dl->shard_ntok[dl->current_shard];
+    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B, T = (size_t)dl->T;
+    size_t step = dl->step_seqs > 0 ? dl->step_seqs : NB;
+    size_t need = dl->current_position % T == 0 && (dl->current_position / T) % step == 0 ? step : NB;
+    if (dl->shuffle) return dl->current_position / T + need <= dl_num_seqs_(dl, dl->current_shard);
+    return dl->current_position + need * T + 1 <= dl->shard_ntok[dl->current_shard];
 }
 
 /* dataloader_next_batch: fills inputs and targets (B, T) with this rank's
  * slice of the global micro-batch at (current_shard, current_position), then
  * advances current_position by num_ranks*B*T, moving to the next shard
- * (wrapping to shard 0) at position 0 when the next global micro-batch would
- * not fit. A shard is read and its token ids checked when it is first needed.
+ * (wrapping to shard 0) at position 0 when the next read would not fit (at
+ * a step's start: the whole step of step_seqs sequences, dl_fits_). A shard is read and its token ids checked when it is first needed.
  * If the position (e.g. after dataloader_seek with another world size) leaves
  * no room for a global micro-batch, the loader first moves to the next shard.
  * Returns 0, or 1 with err (unreadable shard, token id >= vocab_size naming
@@ -566,15 +613,16 @@ static inline void dataloader_resume(DataLoader* dl, long long epoch, int shard,
 }
 
 /* dataloader_batches_per_epoch: global micro-batches in one pass over all
- * shards = sum over shards of floor((ntok - 1) / (num_ranks*B*T)) (shuffled:
- * of floor(floor((ntok - 1) / T) / (num_ranks*B))); the same
- * number on every rank, e.g. an upper bound for val_num_batches. */
+ * shards = step_seqs/(num_ranks*B) x the steps, sum over shards of
+ * floor((ntok - 1) / (step_seqs*T)) (shuffled: of floor(floor((ntok - 1) /
+ * T) / step_seqs)); the same number on every rank. */
 static inline size_t dataloader_batches_per_epoch(const DataLoader* dl) {
     size_t NB = (size_t)dl->num_ranks * (size_t)dl->B;
-    size_t M = NB * (size_t)dl->T;
+    size_t step = dl->step_seqs > 0 ? dl->step_seqs : NB;
+    size_t M = step * (size_t)dl->T;
     size_t n = 0;
-    for (int i = 0; i < dl->num_shards; i++) n += dl->shuffle ? dl_num_seqs_(dl, i) / NB : (dl->shard_ntok[i] - 1) / M;
-    return n;
+    for (int i = 0; i < dl->num_shards; i++) n += dl->shuffle ? dl_num_seqs_(dl, i) / step : (dl->shard_ntok[i] - 1) / M;
+    return n * (step / NB);
 }
 
 /* dataloader_num_seqs: the split's distinct sequences of T tokens (each

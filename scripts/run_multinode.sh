@@ -30,6 +30,15 @@
 #   STEPS        -x: optimizer steps; GPU 5000, CPU 500
 #   MPIRUN=mpirun   the launcher (as root, --allow-run-as-root is added)
 #   DRYRUN=1     print the command instead of running it
+#   ELASTIC=1    a job that loses a node finishes by itself (needs -o DIR):
+#                when mpirun fails, each node of the hostfile is probed (a
+#                one-process mpirun on it, ELASTIC_PROBE_S=30 s at most);
+#                without the lost ones mpirun starts again (PER_NODE ranks
+#                on each node left) with -y 1 from the latest complete
+#                checkpoint and the same -d (fixed at B*T*ranks of the first
+#                launch when TOTAL is unset), until the run completes or
+#                fewer than MIN_NODES (default 1) remain; one line per event
+#                (scripts/elastic.sh; docs/faults.md)
 # NCCL environment (GPU; set what your cluster needs; exported to every rank):
 #   NCCL_SOCKET_IFNAME  interface for NCCL's bootstrap/socket traffic, e.g. eth0 or ib0
 #                       (also used as Open MPI's TCP interface below)
@@ -74,11 +83,40 @@ else
   [ -n "${NCCL_IB_HCA:-}" ] && launcher+=(-x NCCL_IB_HCA)
 fi
 [ -n "${NCCL_SOCKET_IFNAME:-}" ] && launcher+=(-x NCCL_SOCKET_IFNAME --mca btl_tcp_if_include "$NCCL_SOCKET_IFNAME" --mca oob_tcp_if_include "$NCCL_SOCKET_IFNAME")
+# ELASTIC=1: the global batch stays that of the first launch (-d), whatever the ranks left
+if [ "${ELASTIC:-0}" = 1 ] && [ -z "$TOTAL" ] && ! printf '%s\n' "$@" | grep -qx -- -d; then TOTAL=$((B * T * NP)); fi
 train=("$PROG" -z "$ZERO" -b "$B" -t "$T")
 [ -n "$TOTAL" ] && train+=(-d "$TOTAL")
 train+=(-x "$STEPS" "$@")
 if [ "${DRYRUN:-0}" = 1 ]; then printf '%q ' "${launcher[@]}" "${train[@]}" | sed 's/ $//'; echo; exit 0; fi
 if [ ! -x "$PROG" ]; then
   if [ "$CPU" = 1 ]; then make train_gpt_cpu; else make -f cuda.mk cuda; fi
+fi
+if [ "${ELASTIC:-0}" = 1 ]; then   # relaunch on the nodes that remain (scripts/elastic.sh)
+  . scripts/elastic.sh
+  mapfile -t EL_NODES < <(awk 'NF && $1 !~ /^#/ {print $1}' "$HOSTFILE" | head -n "$NODES")
+  EL_PER_NODE=$PER_NODE; EL_MIN_NODES=${MIN_NODES:-1}
+  EL_OUT=""; prev=""; for a in "$@"; do [ "$prev" = -o ] && EL_OUT=$a; prev=$a; done
+  EL_LOG=$(mktemp "${TMPDIR:-/tmp}/llmc-elastic.XXXXXX"); hosts=$EL_LOG.hosts
+  base=("${train[@]:0:$(( ${#train[@]} - $# ))}")   # the program and the script's flags; the user's follow
+  # launcher with -np and --hostfile of the nodes left (the first launch's are replaced)
+  el_launch() {
+    local n l=() skip=0
+    for n in "${EL_NODES[@]}"; do echo "$n slots=$PER_NODE"; done > "$hosts"
+    for n in "${launcher[@]}"; do
+      if [ $skip = 1 ]; then skip=0; continue; fi
+      case "$n" in -np|--hostfile) skip=1; continue ;; esac
+      l+=("$n")
+    done
+    "${l[@]}" -np $(( ${#EL_NODES[@]} * PER_NODE )) --hostfile "$hosts" "${base[@]}" "$@" > >(tee -a "$EL_LOG") 2>&1
+  }
+  el_probe() {
+    local m=("$MPIRUN"); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root)
+    timeout "${ELASTIC_PROBE_S:-30}" "${m[@]}" -np 1 --host "$1" true > /dev/null 2>&1
+  }
+  set +e
+  elastic_loop "$@"; rc=$?
+  rm -f "$EL_LOG" "$hosts"
+  exit $rc
 fi
 exec "${launcher[@]}" "${train[@]}"

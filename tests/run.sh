@@ -74,6 +74,7 @@ suite "interrupts and flight records" bash tests/suites/interrupt.sh
 suite "kill at any moment" bash tests/suites/kill.sh
 suite "slurm" bash tests/suites/slurm.sh
 suite "placement" bash tests/suites/placement.sh
+suite "elastic" bash tests/suites/elastic.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh
 suite "resume" bash tests/suites/resume.sh

@@ -68,6 +68,7 @@ def main():
     w("val_token_oob.bin", shard(oob[:1024]))
     w("shard_too_small.bin", shard(good[:10]))                         # needs B*T*ranks+1 = 17 or 33
     w("shard_20tok.bin", shard(good[:20]))                             # enough for 1 rank, not for 2
+    w("shard_50tok.bin", shard(good[:50]))                             # a micro-batch (17 or 33) but not a step of -d 64 (65)
     prose = ("The Fulton County Grand Jury said Friday an investigation of Atlanta's recent primary election\n"
              "produced \"no evidence\" that any irregularities took place. Caf\u00e9 \u2014 na\u00efve.\n\n")
     w("text.txt", (prose * 20).encode("utf-8"))                       # a raw text given as data (over 1024 bytes)

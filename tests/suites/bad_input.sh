@@ -121,6 +121,7 @@ bad shard_token_oob_vocab_flag "1 2" "$D/shard_token_oob.bin" "vocab" train -e d
 bad val_token_oob "1 2" "$D/val_token_oob.bin" "vocab" train -v 1 -j "$D/val_token_oob.bin"
 bad shard_too_small "1 2" "$D/shard_too_small.bin" "too small" train -i "$D/shard_too_small.bin"
 bad shard_too_small_for_2_ranks "2" "$D/shard_20tok.bin" "too small" train -i "$D/shard_20tok.bin"
+bad shard_smaller_than_step "1 2" "$D/shard_50tok.bin" "fewer than one optimizer step \\(-d\\) of 4 sequences of T=16 plus the last target = 65" train -i "$D/shard_50tok.bin" -d 64
 bad vocab_above_uint16 "1 2" "vocab" "65536|uint16" train -e d1 --vocab 70000
 bad glob_second_shard_bad "1 2" "$D/two_shards/part_001.bin" "magic" train -i "$D/two_shards/*.bin"
 bad shard_is_directory "1 2" "$D/shard_is_dir.bin" "regular file|directory" train -i "$D/shard_is_dir.bin"

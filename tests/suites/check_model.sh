@@ -5,7 +5,7 @@
 #   1. make train's model (d2: 2 layers, 2 heads, 128 channels) trained 20
 #      steps on 2 ranks by the fp32 program (a version-3 checkpoint) and by
 #      the bf16 program with --checkpoint-dtype bf16 (version 5);
-#   2. the fp32 file's val loss (-x 0 -b 4 -t 64 -m 5: 20 sequences, 1280
+#   2. the fp32 file's val loss (-x 0 -b 4 -t 64 -m 20: 20 sequences, 1280
 #      tokens) on 1, 2 and 3 ranks (3: the last global batch is partial, a
 #      rank forwards none) agrees within 1e-5 relative, every run says it
 #      read 1280 tokens, and reference.py --eval (float64) agrees with the
@@ -31,7 +31,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for p in train_gpt_cpu train_gpt_cpu_bf16; do [ -x ./$p ] || { bad "./$p is missing (make all)"; summary; exit 1; }; done
 VAL_GLOB="data/brown/brown_val_*.bin"
 [ -e data/brown/brown_val_000000.bin ] || { bad "no Brown val shard (bash dev/data/prepare.sh)"; summary; exit 1; }
-VAL="-j $VAL_GLOB -b 4 -t 64 -m 5"
+VAL="-j $VAL_GLOB -b 4 -t 64 -m 20"
 set -f   # the -j pattern is the programs' glob, not the shell's
 # (a process of this shared machine was seen to stall for 60 s: the
 # collectives may wait 240 s, inside the 300 s each run is given)
@@ -68,7 +68,7 @@ ref=$(echo "$out" | awk '/^val loss/ {print $3}')
 : > "$tmp/ntok"
 b1=$(x0 1 ./train_gpt_cpu "$B16"); b2=$(x0 2 ./train_gpt_cpu "$B16")
 c1=$(x0 1 ./train_gpt_cpu_bf16 "$B16")
-mk=$(make --no-print-directory check-model CKPT="$B16" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 5 --collective-timeout 240" NP=2 2>&1); mrc=$?
+mk=$(make --no-print-directory check-model CKPT="$B16" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 20 --collective-timeout 240" NP=2 2>&1); mrc=$?
 c2=$(echo "$mk" | awk '/^\.\/train_gpt_cpu_bf16 on 2 ranks: val loss .*\(1280 tokens; -x 0/ {print $7}')
 rtol=$($PY -c "import sys; sys.path.insert(0, 'dev'); import reference; print('%.3g' % reference.bf16_rtol(1280))" 2>/dev/null)
 out=$($PY dev/reference.py --eval "$B16" $VAL 2>&1); ref=$(echo "$out" | awk '/^val loss/ {print $3}')

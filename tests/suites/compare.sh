@@ -25,7 +25,7 @@ PY=/usr/bin/python3
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for p in train_gpt_cpu train_gpt_cpu_bf16; do [ -x ./$p ] || { bad "./$p is missing (make all)"; summary; exit 1; }; done
-M="-e d2 --channels 64 --heads 2 -b 2 -t 32 -x 5 -v 2 -m 2 -s 0 -n 5"
+M="-e d2 --channels 64 --heads 2 -b 2 -t 32 -x 5 -v 2 -m 4 -s 0 -n 5"
 run() { timeout 300 $MPIRUN -np 2 "$@" > /dev/null 2>&1 || bad "run failed: $*"; }
 run ./train_gpt_cpu $M -z 0 -o "$tmp/z0"
 run ./train_gpt_cpu $M -z 3 -o "$tmp/z3"

@@ -78,23 +78,38 @@ for c in "n2z3 4 gathered before every use" "n2z3r0 2 kept from forward to backw
   else bad "$run: blocks line: $(grep 'stage-3 all-gathers' "$tmp/$run.out")"; fi
 done
 
-# a val split of 6 distinct sequences of T=32 (219 tokens) and -m 10 x B=2
-# = 20 sequences: the evaluation reads the 6 once, says so once, and its
-# val loss equals the one of -m 3 (3 x 2 = 6 sequences) bit for bit
+# a val split of 6 distinct sequences of T=32 (219 tokens) and -m 20
+# sequences: the evaluation reads the 6 once, says so once, and its
+# val loss equals the one of -m 6 bit for bit
 /usr/bin/python3 -c "
 import numpy as np
 v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:219]
 h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = len(v)
 open('$tmp/val3.bin', 'wb').write(h.tobytes() + v.tobytes())"
-for m in 10 3; do
+for m in 20 6; do
   timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 1 -v 1 -m $m -s 0 -j "$tmp/val3.bin" > "$tmp/val_m$m.out" 2>&1
 done
-v10=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m10.out"); v3=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m3.out")
-if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 10 x B=2 = 20 sequences: the val split holds only 6 distinct sequences of T=32 (192 tokens)' "$tmp/val_m10.out")" = 1 ] \
-   && grep -q "each evaluation reads its first 6 sequences of T=32 = 192 tokens (all it holds, fewer than -m 10 x B=2)" "$tmp/val_m10.out" \
-   && grep -q "^val loss $v10 at step 0 (192 tokens)" "$tmp/val_m10.out" && ! grep -q "^note: -m" "$tmp/val_m3.out"; then
-  ok "val split of 6 sequences with -m 10: 192 tokens, said once, val loss $v10 = the one of -m 3"
-else bad "small val split: -m 10 gives '$v10', -m 3 gives '$v3'"; grep -E "^(data|note|val)" "$tmp/val_m10.out"; fi
+v10=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m20.out"); v3=$(awk '/^val loss .* at step 0/{print $3}' "$tmp/val_m6.out")
+if [ -n "$v10" ] && [ "$v10" = "$v3" ] && [ "$(grep -c '^note: -m 20 sequences: the val split holds only 6 distinct sequences of T=32 (192 tokens)' "$tmp/val_m20.out")" = 1 ] \
+   && grep -q "each evaluation reads its first 6 sequences of T=32 = 192 tokens (all it holds, fewer than -m 20)" "$tmp/val_m20.out" \
+   && grep -q "^val loss $v10 at step 0 (192 tokens)" "$tmp/val_m20.out" && ! grep -q "^note: -m" "$tmp/val_m6.out"; then
+  ok "val split of 6 sequences with -m 20: 192 tokens, said once, val loss $v10 = the one of -m 6"
+else bad "small val split: -m 20 gives '$v10', -m 6 gives '$v3'"; grep -E "^(data|note|val)" "$tmp/val_m20.out"; fi
+
+# the val set is -m sequences whatever -b and the rank count: -np 1 -b 6,
+# -np 2 -b 3 and -np 3 -b 2 evaluate the same 18 sequences (576 tokens) and
+# print the same val loss (before, -m counted batches of B sequences: -m 3
+# read 18 sequences at B=6 and 9 at B=3, one global batch)
+vals=""
+for nb in "1 6" "2 3" "3 2"; do
+  set -- $nb
+  v=$(timeout 300 $MPIRUN -np $1 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -t 32 -b $2 -x 0 -v 1 -m 18 -s 0 2>&1 \
+      | sed -n 's/^val loss \([0-9.]*\) .*(576 tokens.*/\1/p' | head -1)
+  vals="$vals ${v:-none}"
+done
+set -- $vals
+if [ "$1" != none ] && [ "$1" = "$2" ] && [ "$1" = "$3" ]; then ok "-m 18: val loss $1 over 576 tokens on 1 rank x B=6, 2 x B=3 and 3 x B=2"
+else bad "-m 18 at 1 x 6, 2 x 3, 3 x 2: val losses$vals (each must be over 576 tokens, all equal)"; fi
 
 # what the start-up lines say: the epochs a run covers (-x x tokens per step
 # / train tokens), -g above T-1 (a note, and the sample has T-1 tokens), one
@@ -112,7 +127,7 @@ v = np.fromfile('data/brown/brown_val_000000.bin', dtype='<u2', offset=1024)[:40
 h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = len(v)
 open('$tmp/val1.bin', 'wb').write(h.tobytes() + v.tobytes())"
 out=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 32 -x 1 -v 1 -m 10 -s 0 -j "$tmp/val1.bin" 2>&1)
-if echo "$out" | grep -q "^note: -m 10 x B=1 = 10 sequences: the val split holds only 1 distinct sequence of T=32 (32 tokens); each evaluation reads that one once"; then ok "one val sequence: the note is in the singular"
+if echo "$out" | grep -q "^note: -m 10 sequences: the val split holds only 1 distinct sequence of T=32 (32 tokens); each evaluation reads that one once"; then ok "one val sequence: the note is in the singular"
 else bad "one val sequence: $(echo "$out" | grep '^note: -m')"; fi
 
 # --reshard-after-forward, --prefetch, --reshard-embedding at stages 0-2: one warning line each

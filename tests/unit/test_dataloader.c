@@ -14,6 +14,13 @@
  *     too long, shorter than the header, token id >= vocab, shard too small;
  *     a text file (long or short) is named as text, with the tokenizer
  *     command; a shard header, invalid UTF-8 or a NUL byte are not text;
+ *   - shard switches per optimizer step (dataloader_set_step): over shards
+ *     of 100, 82 and 50 tokens, 5 layouts of a 4-sequence step (1x4, 2x2,
+ *     4x1, 2 ranks x B=1 x 2 micro-steps, 1 x B=1 x 4) read the same
+ *     sequences step for step, in order and shuffled, for 3 epochs; a
+ *     4-rank position resumed on 2 ranks x 2 micro-steps and on 1 rank goes
+ *     on alike; a step not a multiple of ranks x B, a shard smaller than a
+ *     step are refused with one line;
  *   - the evaluation's reader (dataloader_read_seqs): sequences in file
  *     order across shard boundaries, the same for B=3 and B=1, the count
  *     (dataloader_num_seqs), a read beyond the split or of more than B;
@@ -653,6 +660,130 @@ static void test_text_detection(void) {
           "a short text file: '%s'", err);
 }
 
+/* Shard switches per optimizer step (dataloader_set_step): shards of 100, 82
+   and 50 tokens with T = 8 and a step of 4 sequences (32 tokens + 1) hold 3,
+   2 and 1 whole steps; 82 and 50 also hold a further half step (2
+   sequences: 17 tokens), which a loader that decided per global micro-batch
+   read on 2 ranks x B=1 but not on 1 rank x B=4. Every layout of the step
+   (ranks x B x micro-steps = 4) must read the same sequences step for step,
+   in order and shuffled, and resume across layouts at a step boundary. */
+#define SSHARD 3
+static const size_t s_ntok[SSHARD] = {100, 82, 50};
+static uint16_t s_tok[SSHARD][100];
+
+/* Reads `steps` optimizer steps with the layout (R ranks, B, micro-steps A;
+   R*B*A = 4) into seq[step*4 + k] = the first input token of the step's k-th
+   sequence (micro-step, then rank, then b: the global order) and checks that
+   each sequence's T inputs and targets are consecutive tokens of one shard.
+   shuffle: seed 1337. From (epoch, shard, pos) if resume_shard >= 0. 0 on
+   success; 1 with a CHECK failure. */
+static int step_walk(const char* pat, int R, int B, int A, int shuffle, int steps, int* seq,
+                     long long ep, int resume_shard, size_t resume_pos, long long* end_ep, int* end_shard, size_t* end_pos) {
+    const int T = 8;
+    char err[1024] = "";
+    DataLoader dl[4];
+    int bad = 0;
+    for (int r = 0; r < R; r++) {
+        CHECK(dataloader_init(&dl[r], pat, B, T, r, R, 65536, err, sizeof(err)) == 0, "step init R=%d B=%d: %s", R, B, err);
+        dataloader_set_shuffle(&dl[r], shuffle, 1337);
+        CHECK(dataloader_set_step(&dl[r], 4, err, sizeof(err)) == 0, "set_step(4) R=%d B=%d: %s", R, B, err);
+        if (resume_shard >= 0) dataloader_resume(&dl[r], ep, resume_shard, resume_pos);
+    }
+    for (int st = 0; st < steps; st++) {
+        int k = 0;
+        for (int a = 0; a < A; a++) {
+            for (int r = 0; r < R; r++) {
+                if (dataloader_next_batch(&dl[r], err, sizeof(err)) != 0) { CHECK(0, "step %d R=%d: %s", st, R, err); bad = 1; break; }
+                for (int b = 0; b < B; b++) {
+                    const int* in = dl[r].inputs + b * T;
+                    const int* tg = dl[r].targets + b * T;
+                    for (int i = 0; i < T; i++) if (in[i] != in[0] + i || tg[i] != in[0] + i + 1) bad = 1;
+                    seq[st * 4 + k++] = in[0];
+                }
+            }
+        }
+    }
+    CHECK(!bad, "layout R=%d B=%d x %d: a sequence is not T+1 consecutive tokens", R, B, A);
+    if (end_ep) { *end_ep = dl[0].epoch; *end_shard = dl[0].current_shard; *end_pos = dl[0].current_position; }
+    for (int r = 1; r < R; r++)
+        CHECK(dl[r].epoch == dl[0].epoch && dl[r].current_shard == dl[0].current_shard && dl[r].current_position == dl[0].current_position,
+              "layout R=%d: rank %d's position differs from rank 0's", R, r);
+    for (int r = 0; r < R; r++) dataloader_free(&dl[r]);
+    return bad;
+}
+
+static void test_step_switch(void) {
+    char pat[512], err[1024] = "";
+    for (int s = 0; s < SSHARD; s++) {
+        for (size_t i = 0; i < s_ntok[s]; i++) s_tok[s][i] = (uint16_t)(10000 * (s + 1) + i);
+        char name[64];
+        snprintf(name, sizeof(name), "step_%06d.bin", s);
+        write_shard(name, s_tok[s], s_ntok[s], 20240520, 1, (int)s_ntok[s], 0);
+    }
+    path_of(pat, sizeof(pat), "step_*.bin");
+    /* the layouts of a step of 4 sequences: ranks, B, micro-steps */
+    const int L[5][3] = {{1, 4, 1}, {2, 2, 1}, {4, 1, 1}, {2, 1, 2}, {1, 1, 4}};
+    enum { STEPS = 18 };                      /* 3 epochs of 3 + 2 + 1 steps */
+    static int seq[2][5][STEPS * 4];
+    for (int sh = 0; sh < 2; sh++) {
+        for (int l = 0; l < 5; l++) step_walk(pat, L[l][0], L[l][1], L[l][2], sh, STEPS, seq[sh][l], 0, -1, 0, NULL, NULL, NULL);
+        for (int l = 1; l < 5; l++)
+            CHECK(memcmp(seq[sh][l], seq[sh][0], sizeof(seq[sh][0])) == 0, "%s: %d ranks x B=%d x %d micro-steps read other sequences than "
+                  "1 rank x B=4 (steps of 4 sequences over shards of 100, 82, 50 tokens)", sh ? "shuffled" : "in order", L[l][0], L[l][1], L[l][2]);
+    }
+    /* in order: steps at shard 0 tokens 0, 32, 64; shard 1 0, 32; shard 2 0; then again */
+    int bad = 0;
+    const int starts[6][2] = {{0, 0}, {0, 32}, {0, 64}, {1, 0}, {1, 32}, {2, 0}};
+    for (int st = 0; st < STEPS; st++)
+        for (int k = 0; k < 4; k++)
+            if (seq[0][0][st * 4 + k] != 10000 * (starts[st % 6][0] + 1) + starts[st % 6][1] + 8 * k) bad++;
+    CHECK(bad == 0, "in order: %d sequences are not the steps at (shard, token) (0,0) (0,32) (0,64) (1,0) (1,32) (2,0)", bad);
+    /* shuffled: each epoch reads 12 + 8 + 4 distinct sequences, whole steps from one shard */
+    bad = 0;
+    for (int e = 0; e < 3; e++) {
+        int count[SSHARD] = {0, 0, 0};
+        for (int st = e * 6; st < e * 6 + 6; st++) {
+            int sh = seq[1][0][st * 4] / 10000 - 1;
+            for (int k = 0; k < 4; k++) {
+                int v = seq[1][0][st * 4 + k];
+                if (v / 10000 - 1 != sh || (v % 10000) % 8 != 0) bad++;
+                for (int j = e * 24; j < st * 4 + k; j++) if (seq[1][0][j] == v) bad++;
+                count[sh]++;
+            }
+        }
+        if (count[0] != 12 || count[1] != 8 || count[2] != 4) bad++;
+    }
+    CHECK(bad == 0, "shuffled: an epoch is not 12 + 8 + 4 distinct sequences in whole steps of one shard (%d)", bad);
+    /* resume: 4 ranks stop after step 4 (epoch 0, in shard 1); 2 ranks x 2 micro-steps and 1 rank x B=4 go on */
+    for (int sh = 0; sh < 2; sh++) {
+        long long ep; int shard; size_t pos;
+        int first[4 * 4], rest[2][(STEPS - 4) * 4];
+        step_walk(pat, 4, 1, 1, sh, 4, first, 0, -1, 0, &ep, &shard, &pos);
+        step_walk(pat, 2, 1, 2, sh, STEPS - 4, rest[0], ep, shard, pos, NULL, NULL, NULL);
+        step_walk(pat, 1, 4, 1, sh, STEPS - 4, rest[1], ep, shard, pos, NULL, NULL, NULL);
+        CHECK(memcmp(rest[0], seq[sh][0] + 16, sizeof(rest[0])) == 0 && memcmp(rest[1], seq[sh][0] + 16, sizeof(rest[1])) == 0,
+              "%s: resumed after step 4 of 4 ranks (epoch %lld shard %d token %zu) on 2 ranks x 2 micro-steps / 1 rank, the next %d steps differ",
+              sh ? "shuffled" : "in order", ep, shard, pos, STEPS - 4);
+    }
+    /* batches per epoch: 6 steps of 4 sequences = 6 global micro-batches of 4, 12 of 2, 24 of 1 */
+    DataLoader a, b;
+    CHECK(dataloader_init(&a, pat, 1, 8, 0, 2, 65536, err, sizeof(err)) == 0 && dataloader_set_step(&a, 4, err, sizeof(err)) == 0, "%s", err);
+    CHECK(dataloader_batches_per_epoch(&a) == 12, "batches per epoch of 2 ranks x B=1, steps of 4: %zu, expected 12", dataloader_batches_per_epoch(&a));
+    /* errors: a step not a multiple of ranks x B; a shard smaller than a step (50 < 6 x 8 + 1) */
+    CHECK(dataloader_set_step(&a, 3, err, sizeof(err)) == 1 && strstr(err, "3 sequences is not a positive multiple of num_ranks*B = 2*1 = 2") && !strchr(err, '\n'),
+          "set_step(3) on 2 ranks x B=1: '%s'", err);
+    printf("  ok-error (step not a multiple): %s\n", err);
+    CHECK(dataloader_set_step(&a, 6, err, sizeof(err)) == 0, "set_step(6): 6 x 8 + 1 = 49 tokens fit the 50 of the smallest shard: '%s'", err);
+    CHECK(dataloader_set_step(&a, 8, err, sizeof(err)) == 1 && strstr(err, "step_000002.bin has 50 tokens, fewer than one optimizer step (-d) of 8 sequences of T=8 plus the last target = 65")
+          && !strchr(err, '\n'), "set_step(8): '%s'", err);
+    printf("  ok-error (shard smaller than a step): %s\n", err);
+    CHECK(a.step_seqs == 6, "a refused set_step changed the step to %zu (expected the last good one, 6)", a.step_seqs);
+    /* the default (no set_step) is one global micro-batch per step: the old behaviour */
+    CHECK(dataloader_init(&b, pat, 1, 8, 0, 2, 65536, err, sizeof(err)) == 0 && b.step_seqs == 2, "default step %zu, expected 2", b.step_seqs);
+    dataloader_free(&a); dataloader_free(&b);
+    printf("  step switch: 5 layouts of a 4-sequence step read the same %d steps (in order and shuffled), resume 4 ranks -> 2 / 1 alike\n", STEPS);
+}
+
 int main(void) {
     const char* tmp = getenv("TMPDIR");
     snprintf(g_dir, sizeof(g_dir), "%s/test_dataloader_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
@@ -663,6 +794,7 @@ int main(void) {
     test_shuffle();
     test_dataloader_errors();
     test_read_seqs();
+    test_step_switch();
     test_text_detection();
     test_tokenizer();
     test_utf8_stream();

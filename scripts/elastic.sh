@@ -1,0 +1,113 @@
+# scripts/elastic.sh: the relaunch loop of an elastic job (ELASTIC=1 in
+# scripts/run_slurm.sbatch and scripts/run_multinode.sh), sourced by them;
+# not a program of its own.
+#
+# A job that loses a node finishes by itself: the step (srun, or mpirun on
+# a hostfile) runs on the nodes in EL_NODES; when it fails, each node is
+# probed (el_probe NODE, the launcher's: a one-task srun or mpirun on that
+# node, under a timeout); nodes that do not answer are lost, and the step is
+# launched again on the others, with -y 1 (from the latest complete
+# checkpoint in -o: model_S.bin beside state_S.bin) and the same -d (the
+# caller fixes -d before the first launch, so the global batch and the data
+# order do not change: docs/resume.md), until it completes or fewer than
+# EL_MIN_NODES remain. One line per event, e.g.
+#   elastic: lost llmcslurm-node1 at step 12; continuing on 1 node (2 ranks) from checkpoint 10
+# A failure with every node answering (a bad flag, a diverged run, a bug)
+# is not a lost node: the loop stops with the step's exit status, as does a
+# stop by a signal (130, 138, 143: the ranks wrote their checkpoint; a
+# requeue, not a relaunch, goes on from it).
+#
+# The caller sets:
+#   EL_NODES      array: the nodes of the first launch, in rank order
+#   EL_PER_NODE   ranks per node
+#   EL_MIN_NODES  stop when fewer nodes than this remain (>= 1)
+#   EL_OUT        the trainer's -o directory (required: the checkpoints)
+#   EL_LOG        a file the step's output is copied to (its step lines)
+#   el_launch     function: runs the step on "${EL_NODES[@]}" with the
+#                 trainer arguments "$@" in the foreground; its exit status
+#   el_probe      function NODE: 0 if the node runs a task within its timeout
+# and calls elastic_loop TRAINER_ARGS..., whose exit status is the job's.
+
+# elastic_latest DIR: the latest step S with DIR/model_S.bin and
+# DIR/state_S.bin both present (the trainer renames them from .tmp only when
+# every rank finished), as a number; empty if none.
+elastic_latest() {
+  local s latest=""
+  [ -d "$1" ] || return 0
+  for s in $(ls "$1" 2>/dev/null | sed -n 's/^state_\([0-9]\{8,10\}\)\.bin$/\1/p' | sort -n); do
+    [ -f "$1/model_$s.bin" ] && latest=$((10#$s))
+  done
+  echo "$latest"
+}
+
+# elastic_args ARGS...: the trainer arguments of a relaunch into EL_ARGS:
+# ARGS with -y 1 (once), and without `-e FILE` when -o holds a checkpoint
+# (the checkpoint holds the weights; the trainer refuses -e FILE with -y 1
+# then); `-e dN` stays (it names the model).
+elastic_args() {
+  local a prev="" drop=0 init="" have=""
+  for a in "$@"; do [ "$prev" = -e ] && init=$a; prev=$a; done
+  have=$(elastic_latest "$EL_OUT")
+  [ -n "$have" ] && [ -n "$init" ] && [[ ! "$init" =~ ^d[0-9]+$ ]] && drop=1
+  EL_ARGS=(); prev=""
+  local y=0
+  for a in "$@"; do
+    if [ $drop = 1 ] && [ "$a" = -e ]; then prev=-e; continue; fi
+    if [ $drop = 1 ] && [ "$prev" = -e ]; then prev=""; continue; fi
+    [ "$prev" = -y ] && [ "$a" = 1 ] && y=1
+    EL_ARGS+=("$a"); prev=$a
+  done
+  [ $y = 1 ] || EL_ARGS+=(-y 1)
+}
+
+# elastic_last_step LOG: the number of the last "step N/..." line in LOG.
+elastic_last_step() {
+  sed -n 's/^step *\([0-9][0-9]*\)\/.*/\1/p' "$1" 2>/dev/null | tail -1
+}
+
+# elastic_loop ARGS...: launch, and relaunch on the surviving nodes (above).
+elastic_loop() {
+  local rc n launch=0 t_end t_start ck step
+  local -a keep lost args=("$@")
+  [ -n "${EL_OUT:-}" ] || { echo "elastic: ELASTIC=1 needs -o DIR (the checkpoints a relaunch continues from)" >&2; return 1; }
+  [ "${EL_MIN_NODES:-1}" -ge 1 ] 2>/dev/null || { echo "elastic: MIN_NODES=$EL_MIN_NODES: must be an integer >= 1" >&2; return 1; }
+  while :; do
+    launch=$((launch + 1))
+    if [ $launch = 1 ]; then
+      el_launch "${args[@]}"; rc=$?
+    else
+      elastic_args "${args[@]}"
+      el_launch "${EL_ARGS[@]}"; rc=$?
+    fi
+    t_end=$(date +%s.%N)
+    if [ $rc = 0 ]; then
+      echo "elastic: completed on ${#EL_NODES[@]} node$([ ${#EL_NODES[@]} = 1 ] || echo s) ($(( ${#EL_NODES[@]} * EL_PER_NODE )) ranks) after $((launch - 1)) relaunch$([ $launch = 2 ] || echo es)" >&2
+      return 0
+    fi
+    case $rc in 130|138|143)
+      echo "elastic: the step was stopped by a signal (exit $rc; its ranks wrote their checkpoint): not a lost node, no relaunch" >&2
+      return $rc ;;
+    esac
+    keep=(); lost=()
+    local -a pids=()
+    for n in "${EL_NODES[@]}"; do el_probe "$n" & pids+=($!); done   # all nodes at once: one timeout, not one per lost node
+    local i=0
+    for n in "${EL_NODES[@]}"; do
+      if wait "${pids[$i]}"; then keep+=("$n"); else lost+=("$n"); fi
+      i=$((i + 1))
+    done
+    step=$(elastic_last_step "$EL_LOG")
+    if [ ${#lost[@]} = 0 ]; then
+      echo "elastic: the step failed (exit $rc) at step ${step:-0} with every node answering: not a lost node, no relaunch" >&2
+      return $rc
+    fi
+    ck=$(elastic_latest "$EL_OUT")
+    if [ ${#keep[@]} -lt "$EL_MIN_NODES" ]; then
+      echo "elastic: lost ${lost[*]} at step ${step:-0}; ${#keep[@]} node$([ ${#keep[@]} = 1 ] || echo s) remain, fewer than MIN_NODES=$EL_MIN_NODES: stopping (exit $rc; checkpoint ${ck:-none} in $EL_OUT)" >&2
+      return $rc
+    fi
+    t_start=$(date +%s.%N)
+    echo "elastic: lost ${lost[*]} at step ${step:-0}; continuing on ${#keep[@]} node$([ ${#keep[@]} = 1 ] || echo s) ($(( ${#keep[@]} * EL_PER_NODE )) ranks) from checkpoint ${ck:-none (a fresh start)} (probed in $(awk -v a="$t_end" -v b="$t_start" 'BEGIN { printf "%.1f", b - a }') s)" >&2
+    EL_NODES=("${keep[@]}")
+  done
+}
