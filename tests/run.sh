@@ -71,6 +71,7 @@ suite "training" bash tests/suites/train.sh
 suite "cluster" bash tests/suites/cluster.sh
 suite "network faults" bash tests/suites/net_faults.sh
 suite "interrupts and flight records" bash tests/suites/interrupt.sh
+suite "flight records" bash tests/suites/flight.sh
 suite "slurm" bash tests/suites/slurm.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh
