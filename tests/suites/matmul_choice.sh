@@ -63,8 +63,9 @@ if timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 2 -o "$tmp/run" > "$
     echo "$line" | grep -q "GFLOP/s primitive/fp32, .*fwd \(fp32\|primitive\) [0-9]*/[0-9]" && echo "$line" | grep -q "($cal)" &&
       ok "start-up line at $detected: the path and both rates of every class, the file" || bad "start-up line: $line"
   fi
-  echo "$line" | grep -qi "amx" && [ "$detected" != amx ] && bad "start-up line names AMX on a CPU without it: $line" ||
-    ok "start-up line names no AMX below amx"
+  if [ -z "$line" ]; then bad "no 'matmul:' line at start-up: nothing to check for AMX"
+  elif echo "$line" | grep -qi "amx" && [ "$detected" != amx ]; then bad "start-up line names AMX on a CPU without it: $line"
+  else ok "start-up line names no AMX below amx"; fi
   grep -q "bf16_matmul fwd:[a-z0-9]*,dinp:[a-z0-9]*,dweight:[a-z0-9]*,lm_fwd:[a-z0-9]*,lm_dinp:[a-z0-9]*,lm_dweight:[a-z0-9]*,attention:[a-z0-9]* bf16_matmul_by \(calibration-file\|primitive-unavailable\) bf16_matmul_env -" "$tmp/run/runs.txt" &&
     ok "runs.txt records the paths of every class and how they were decided" || bad "runs.txt: $(cat "$tmp/run/runs.txt")"
 else
