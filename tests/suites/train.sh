@@ -223,10 +223,10 @@ PY2
 then ok "bf16 (version 5) checkpoint loads exactly and saves as version 3"; else bad "bf16 checkpoint round trip"; tail -3 "$tmp/bf16.out"; fi
 
 # 6. the lock of -o, --keep-checkpoints
-L=(./train_gpt_cpu -i "data/brown/brown_train_*.bin" -v 0 -s 0 -e d2 -b 1 -t 32)
-$MPIRUN -np 2 "${L[@]}" -x 100000 -o "$tmp/lock" > "$tmp/lock1.out" 2>&1 &
+L=(./train_gpt_cpu -i "data/brown/brown_train_*.bin" -v 0 -s 0 -e d2 -b 1 -t 32 --collective-timeout 240)   # (a loaded machine: load average 28 seen)
+$MPIRUN -np 2 "${L[@]}" -x 400 -o "$tmp/lock" > "$tmp/lock1.out" 2>&1 &
 job=$!
-for ((i = 0; i < 600; i++)); do grep -q "^step +2/" "$tmp/lock1.out" 2>/dev/null && break; sleep 0.1; done
+for ((i = 0; i < 600; i++)); do grep -qE "^step +2/" "$tmp/lock1.out" 2>/dev/null && break; sleep 0.1; done
 holder=$(pgrep -P $job -n train_gpt_cpu); holder0=$(pgrep -P $job -o train_gpt_cpu)
 out=$(timeout 120 $MPIRUN -np 2 "${L[@]}" -x 3 -o "$tmp/lock" 2>&1); rc=$?
 n=$(grep -c "^error: -o $tmp/lock: another run is using it (pid [0-9]* on host $(hostname), since [-0-9: ]*): wait for it to end, stop it, or give another -o$" <<<"$out")
