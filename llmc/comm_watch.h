@@ -106,6 +106,48 @@ static inline void comm_agree_watch(float* timeout_s, int* flight_k) {
 
 static inline const char* comm_my_node(void) { return comm_watch.host ? comm_watch.host[comm_watch.rank] : "?"; }
 
+/* Rank 0's work alone at start-up (measuring the bf16 matmul paths when
+   the calibration file is missing or not this CPU's; -z auto's candidates):
+   the other ranks wait for it in the collective that follows, a wait that
+   lasts as long as that work, not a lost peer. Between comm_solo_begin and
+   comm_solo_end (called by every rank alike, main thread) the waits run
+   under a bound sized to such work instead of --collective-timeout:
+   COMM_SOLO_FACTOR times the timeout, at least COMM_SOLO_MIN_S; a rank that
+   has waited past the plain timeout says once what rank 0 is doing (rank 1
+   only: one line), and a timeout's line names it too. */
+#define COMM_SOLO_FACTOR 10.0
+#define COMM_SOLO_MIN_S 600.0
+static const char* comm_solo_what = NULL;   /* what rank 0 is doing (a literal), NULL: none */
+static int comm_solo_said = 0;
+static inline void comm_solo_begin(const char* what) { comm_solo_what = what; comm_solo_said = 0; }
+static inline void comm_solo_end(void) { comm_solo_what = NULL; }
+/* The bound of the calling wait (0: none). */
+static inline double comm_wait_limit(void) {
+    double t = comm_watch.timeout_s;
+    if (t <= 0 || !comm_solo_what || flight_thread) return t;
+    return t * COMM_SOLO_FACTOR > COMM_SOLO_MIN_S ? t * COMM_SOLO_FACTOR : COMM_SOLO_MIN_S;
+}
+/* Test hook LLMC_TEST_SLOW_START_S=S: rank 0's work alone at start-up
+   takes S seconds longer (a slow CPU measuring its matmul paths, a large
+   -z auto enumeration), so that a CPU on which nothing is measured can
+   test the others' wait. */
+static inline void comm_test_slow_start(void) {
+    const char* e = getenv("LLMC_TEST_SLOW_START_S");
+    double s = e ? atof(e) : 0.0;
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+/* In a wait past the plain timeout while rank 0 works alone: the line. */
+static inline void comm_solo_note(double waited) {
+    if (!comm_solo_what || flight_thread || comm_solo_said || comm_watch.timeout_s <= 0 || waited <= comm_watch.timeout_s) return;
+    comm_solo_said = 1;
+    if (comm_watch.rank != 1) return;
+    fprintf(stderr, "rank 1 (node %s): waiting %.0f s for rank 0, which is %s: the collective timeout (%.0f s) does not apply to this wait, "
+            "which may last %.0f s\n", comm_my_node(), waited, comm_solo_what, comm_watch.timeout_s, comm_wait_limit());
+    fflush(stderr);
+}
+
 /* The peers q of mc (n ranks) with miss[q] != 0 as world ranks, formatted
    as comm_format_ranks does, and the nodes among them other than this
    rank's (", "-separated) in others. */
@@ -156,9 +198,11 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
     if (flight.K && flight.dir[0])
         snprintf(hint + strlen(hint), sizeof(hint) - strlen(hint), "; where every rank stopped: python3 dev/flight.py %s",
                  w->out_dir ? w->out_dir : "OUT");
-    char line[3072];
-    snprintf(line, sizeof(line), "error (rank %d, node %s): %s%s%s did not complete in %.0f s: %s%s%s (--collective-timeout %.0f; 0 waits forever)%s",
-             w->rank, comm_my_node(), what, unit, step, waited,
+    char line[3072], solo[400] = "";
+    if (comm_solo_what && !flight_thread)
+        snprintf(solo, sizeof(solo), " while rank 0 was %.300s (a bound of %.0f s for that work)", comm_solo_what, comm_wait_limit());
+    snprintf(line, sizeof(line), "error (rank %d, node %s): %s%s%s did not complete in %.0f s%s: %s%s%s (--collective-timeout %.0f; 0 waits forever)%s",
+             w->rank, comm_my_node(), what, unit, step, waited, solo,
              list[0] ? (recv ? (nmiss > 1 ? "no data from ranks " : "no data from rank ") : (nmiss > 1 ? "ranks " : "rank ")) : "a rank of the communicator did not take part",
              list, list[0] && !recv ? " did not take this rank's data" : "", w->timeout_s, hint);
     fprintf(stderr, "%s\n", line);
@@ -242,7 +286,8 @@ static inline void hostcoll_wait_peers(MPI_Comm mc, int n, int r, MPI_Request* r
                 comm_notice_signal(mc, n > 256 ? 256 : n, miss, what, t0, now);
             }
         }
-        if (w->timeout_s > 0 && now - t0 > w->timeout_s) {
+        if (comm_solo_what) comm_solo_note(now - t0);
+        if (comm_wait_limit() > 0 && now - t0 > comm_wait_limit()) {
             int any_recv = 0;
             char* miss = (char*)calloc((size_t)n, 1);
             for (int q = 0; q < n && miss; q++) if (!done[q]) { miss[q] = 1; any_recv = 1; }
@@ -284,7 +329,8 @@ static inline void comm_wait_request_on(MPI_Comm mc, int n, MPI_Request* req, in
         if (flag) { flight_done(fid); return; }
         double now = wall_seconds();
         if (intr_pending()) comm_notice_signal(mc, n, NULL, what, t0, now);
-        if (w->timeout_s > 0 && now - t0 > w->timeout_s) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
+        if (comm_solo_what) comm_solo_note(now - t0);
+        if (comm_wait_limit() > 0 && now - t0 > comm_wait_limit()) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
         if (poll || spins > 1000) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     }
 }
