@@ -1513,7 +1513,7 @@ static int finish(Run* r) {
         }
     }
     if (a->straggler_report)
-        comm_straggler_report(comm, r->timed ? r->total_ms / r->timed : 0.0, r->timed ? r->total_wait_ms / r->timed : 0.0, r->timed);
+        comm_straggler_report(r->timed ? r->total_ms / r->timed : 0.0, r->timed ? r->total_wait_ms / r->timed : 0.0, r->timed);
     if (r->logf) fclose(r->logf);
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);
