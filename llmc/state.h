@@ -512,9 +512,20 @@ static inline void state_check_output_dir(Comm* c, const char* dir) {
    (Unix seconds) for the refusal's one line. The kernel drops the lock when
    its process ends, however it ends (SIGKILL, a lost node's reboot): it is
    never stale. A file system without flock (some network file systems
-   return ENOLCK or EOPNOTSUPP) runs unlocked, with a note. Collective: rank
+   return ENOLCK or EOPNOTSUPP) runs unlocked, with a note. The file is
+   removed at exit (state_unlock_at_exit). Collective: rank
    0 decides, every rank ends with the same error (comm_check_all). */
 static int state_lock_fd = -1;
+static char state_lock_path[4200];
+/* At exit (an error's exit(1) included): the lock file is removed while
+   still held, if it is still this run's (same inode), so that a run
+   refused late (after -o was checked) leaves nothing in -o. An _exit or a
+   SIGKILL leaves it, unlocked: the next run takes it. */
+static void state_unlock_at_exit(void) {
+    struct stat a, b;
+    if (state_lock_fd >= 0 && fstat(state_lock_fd, &a) == 0 && stat(state_lock_path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+        unlink(state_lock_path);
+}
 static inline void state_lock_output_dir(Comm* c, const char* dir) {
     char err[ERRLEN] = "";
     if (c->rank == 0) {
@@ -552,6 +563,8 @@ static inline void state_lock_output_dir(Comm* c, const char* dir) {
             int n = snprintf(line, sizeof(line), "pid %ld host %s since %.0f\n", (long)getpid(), host, (double)u.tv_sec);
             if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) { /* the lock holds; only the refusal's detail is lost */ }
             state_lock_fd = fd;
+            snprintf(state_lock_path, sizeof(state_lock_path), "%s", p);
+            atexit(state_unlock_at_exit);
         }
     }
     comm_check_all(c, err);
