@@ -112,7 +112,8 @@ CMD=${1:-}; [ -n "$CMD" ] || { usage >&2; exit 1; }; shift
 # --name after the command counts as before it (a `status --name nc` or a `down --name nc` must never act on
 # the default cluster); not among the words of the program (after run's --, after exec's NODE)
 NAME_AFTER=""; rest=(); own=1; k=0
-while [ $# -gt 0 ]; do
+[ "$CMD" = agent ] && own=0   # (Open MPI's remote command: its words are never ours)
+while [ "$CMD" != agent ] && [ $# -gt 0 ]; do
   if [ $own = 1 ]; then
     case "$1" in
       --name) [ $# -ge 2 ] || die "--name needs a value"; NAME_AFTER=$2; shift 2; continue ;;
@@ -124,7 +125,7 @@ while [ $# -gt 0 ]; do
   [ $own = 2 ] && { k=1; rest+=("$1"); shift; own=0; continue; }
   rest+=("$1"); shift
 done
-[ "$CMD" = agent ] || set -- "${rest[@]+"${rest[@]}"}"
+[ "$CMD" = agent ] || set -- ${rest[@]+"${rest[@]}"}
 if [ -n "$NAME_AFTER" ]; then
   [ -n "$NAME_GIVEN" ] && [ "$NAME_AFTER" != "$NAME" ] && die "--name $NAME before the command and --name $NAME_AFTER after it: give one"
   NAME=$NAME_AFTER
