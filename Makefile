@@ -94,7 +94,8 @@ help:
 	@echo "  make deps data ref   Debian and npm packages / Brown corpus shards and tokenizer / PyTorch reference files"
 	@echo "  make compare     compare runs step by step and checkpoint by checkpoint: RUNS=\"A B\" [PLOT=x.png] (dev/compare_runs.py)"
 	@echo "  make check-model a checkpoint's val loss from the trainer (-x 0) and the float64 PyTorch reference, same tokens:"
-	@echo "                   CKPT=FILE [DATA='glob'] [VAL_ARGS='-b 4 -t 128 -m 80'] (dev/check_model.sh, dev/reference.py --eval)"
+	@echo "                   CKPT=FILE [DATA='glob'] [VAL_ARGS='-b 4 -t 128 -m 80'] [PROGRAM=...: default the one runs.txt names]"
+	@echo "                   (dev/check_model.sh, dev/reference.py --eval)"
 	@echo "  make docs        docs/flags.md from the trainer's flag table (./train_gpt_cpu --help-markdown; make test fails when it is stale)"
 	@echo "  make clean       remove the programs and build/san, build/fuzz"
 	@echo "  make help        this list"
@@ -167,14 +168,16 @@ compare:
 	$(PY) dev/compare_runs.py $(RUNS) $(if $(PLOT),-o $(PLOT)) $(COMPARE_ARGS)
 
 # a checkpoint against the PyTorch reference over the same val tokens:
-# CKPT=FILE [DATA='val glob'] [VAL_ARGS="-b 4 -t 128 -m 80"] [NP=2]
+# CKPT=FILE [DATA='val glob'] [VAL_ARGS="-b 4 -t 128 -m 80"] [NP=2] [PROGRAM=./train_gpt_cpu_bf16]
+# (PROGRAM: the program that evaluates it; default: the one runs.txt beside CKPT names, else by the file's version)
 CKPT ?=
+PROGRAM ?=
 DATA ?= data/brown/brown_val_*.bin
 VAL_ARGS ?=
 check-model:
 	@[ -n "$(CKPT)" ] || { echo "error: make check-model: give CKPT=FILE (a model_*.bin of a run, or any llm.c checkpoint)" >&2; exit 1; }
 	@$(MAKE) -s --no-print-directory train_gpt_cpu train_gpt_cpu_bf16
-	@NP=$(NP) MPIRUN="$(MPIRUN)" bash dev/check_model.sh '$(CKPT)' '$(DATA)' $(VAL_ARGS)
+	@NP=$(NP) MPIRUN="$(MPIRUN)" PROGRAM='$(PROGRAM)' bash dev/check_model.sh '$(CKPT)' '$(DATA)' $(VAL_ARGS)
 
 # docs/flags.md: generated from the flag table of train_gpt.cu
 docs: train_gpt_cpu

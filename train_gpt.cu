@@ -52,6 +52,7 @@ typedef struct {
     const char* trace_path;      /* --trace FILE */
     int trace_first, trace_last; /* --trace-steps a:b (optimizer steps, 1-based, inclusive) */
     int resume;                  /* -y 1: continue from the latest model_*.bin + state_*.bin in -o */
+    int keep_ckpts;              /* --keep-checkpoints K: only the newest K checkpoints stay in -o (0: all) */
     int offload;                 /* --offload-optimizer: OFFLOAD_NONE, _HOST (CUDA build) or _DISK */
     const char* offload_dir;     /* disk:DIR */
     int ledger_all, ledger_every;
@@ -345,6 +346,8 @@ static const Flag FLAGS[] = {
     I(NULL, "-s", "<n>", sample_every, 0, 1 << 30, 0, "sample every n steps (0: never)"),
     I(NULL, "-g", "<n>", gen_tokens, 1, 1 << 20, 0, "tokens to generate per sample (< T)"),
     I(NULL, "-n", "<n>", ckpt_every, 0, 1 << 30, 0, "checkpoint every n steps (0: only at the end, with -o)"),
+    I(NULL, "--keep-checkpoints", "<K>", keep_ckpts, 0, 1 << 30, 0, "keep only the newest K checkpoints (model + state) in -o: older ones are\n"
+      "removed once a newer pair is complete (0: keep every one)"),
     FN(NULL, "--checkpoint-dtype", "<fp32|bf16>", flag_ckpt_dtype, "fp32", "model files as llm.c version 3 (fp32) or 5 (bf16, rounded\n"
        "to nearest even; llm.c's CUDA trainer reads only 5; the training state\n"
        "beside it then holds the fp32 master weights, so a resume stays exact)"),
@@ -1119,7 +1122,8 @@ static void setup_model(Run* r) {
 }
 
 /* DIR/runs.txt (rank 0): one line per start, the concrete configuration
-   (what -z auto chose; the state itself does not depend on the stage). */
+   (what -z auto chose; the state itself does not depend on the stage) and
+   the program that ran (dev/check_model.sh evaluates a checkpoint with it). */
 static void write_runs_txt(const Run* r) {
     const Args* a = &r->a;
     if (!a->output_dir) return;
@@ -1148,10 +1152,10 @@ static void write_runs_txt(const Run* r) {
     char kernels[600];
     backend_kernels_text(kernels, sizeof(kernels));
     fprintf(f, "start step %d: ranks %d zero_stage %d shard_group %d reshard_after_forward %d reshard_embedding %d keep_logits %d "
-            "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d %s threads %s%s\n", r->start_step, r->N,
+            "recompute %d B %d T %d grad_accum %d offload %s%s quantize_weights %s quantize_grads %s secondary_shard %d program %s %s threads %s%s\n", r->start_step, r->N,
             a->zero_stage, r->comm->group_size, a->reshard_after_forward, a->reshard_embedding, a->keep_logits, a->recompute, a->B, a->T, r->accum,
             a->offload == OFFLOAD_DISK ? "disk:" : a->offload == OFFLOAD_HOST ? "host" : "none",
-            a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, kernels, threads,
+            a->offload == OFFLOAD_DISK ? a->offload_dir : "", qw, qg, a->secondary > 1 ? a->secondary : 1, PROGRAM_PATH, kernels, threads,
             a->zero_auto ? " (chosen by -z auto)" : "");
     fclose(f);
 }
@@ -1221,7 +1225,10 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     char conf[COMM_CONFIG_TEXT];
     run_config_text(r, conf, sizeof(conf));
     comm_agree_config(comm, "configurations", conf);   /* taken once, run by all: a mismatch is one error, never a hang */
-    if (a->output_dir) state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
+    if (a->output_dir) {
+        state_check_output_dir(comm, a->output_dir);   /* after the fit check: a refused run leaves nothing behind */
+        state_lock_output_dir(comm, a->output_dir);    /* one run at a time in -o: a second one is refused before it writes */
+    }
     setup_groups_backend(r);
     intr_phase(INTR_EXIT, "start-up (the model)", 0, -1);
     setup_model(r);
@@ -1358,14 +1365,23 @@ static void save_checkpoint(Run* r, int step) {
        that only whole pairs stay (released by the state's rename on rank 0,
        by its completion check on the others: cfile_commit) */
     intr_state.pair = 1 + intr_watch_tmp(p);
+    double t0 = wall_seconds();
     gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
-    if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
+    double t1 = wall_seconds();
+    if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s) in %.2f s\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32", t1 - t0);
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
     StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
     state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
     if (intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }   /* the state failed: comm_check_all ended the run before */
     r->saved_step = step;
-    if (r->comm->rank == 0) printf("wrote state %s\n", p);
+    double t2 = wall_seconds();
+    if (r->comm->rank == 0) printf("wrote state %s in %.2f s (the checkpoint with its state: %.2f s)\n", p, t2 - t1, t2 - t0);
+    if (a->keep_ckpts > 0 && r->comm->rank == 0) {   /* the pair of `step` is complete on every rank (state_save's last collective) */
+        char gone[600];
+        int n = state_prune(a->output_dir, step, a->keep_ckpts, gone, sizeof(gone));
+        if (n) printf("removed the checkpoint%s of step%s %s (--keep-checkpoints %d: the newest %d stay)\n", n > 1 ? "s" : "", n > 1 ? "s" : "",
+                      gone, a->keep_ckpts, a->keep_ckpts);
+    }
     fflush(stdout);
 }
 
@@ -1603,7 +1619,7 @@ static int finish(Run* r) {
         }
     }
     if (a->straggler_report)
-        comm_straggler_report(comm, r->timed ? r->total_ms / r->timed : 0.0, r->timed ? r->total_wait_ms / r->timed : 0.0, r->timed);
+        comm_straggler_report(r->timed ? r->total_ms / r->timed : 0.0, r->timed ? r->total_wait_ms / r->timed : 0.0, r->timed);
     if (r->logf) fclose(r->logf);
     dataloader_free(&r->train);
     if (r->have_val) dataloader_free(&r->val);

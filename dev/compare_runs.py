@@ -15,17 +15,22 @@ run after the first is compared with the first:
   - per checkpoint step both runs saved: model_S.bin byte-identical (cmp)
     or, when not, the largest absolute difference per tensor (llm.c's
     format, fp32 version 3 or bf16 version 5, tensor-major); state_S.bin
-    byte-identical, or the largest differences of Adam m and v.
+    byte-identical, or the largest differences of Adam m and v; a
+    state_S.bin only one of them has is a difference (a stop that lost it).
 
 Differences beyond the common steps are printed too: a step one run logged
-and the other did not (a run cut short), a checkpoint only one run saved, a
-NaN or infinite value (a diverged run), val losses over different val sets
-(main.log's val_tokens).
+and the other did not (a run cut short), a NaN or infinite value (a
+diverged run), val losses over different val sets (main.log's val_tokens).
+A checkpoint step only one run saved (the extra checkpoint of a run stopped
+by a signal and resumed, another -n) is named, not compared and not a
+difference, unless its model has no state beside it (an incomplete
+checkpoint, in a run that saves states).
 
 --tol REL: exit 1 if a metric's largest relative difference exceeds REL,
 or if any of the differences above is found. --expect-equal: exit 1 unless
-both runs logged the same steps and saved the same checkpoints, and every
-value and checkpoint is bitwise equal (a NaN never passes). -o FILE: one
+both runs logged the same steps, saved at least one checkpoint step in
+common (when either saved any), and every value and every checkpoint both
+saved is bitwise equal (a NaN never passes). -o FILE: one
 picture with every run's train and val loss overlaid, each run labelled
 once in the legend with its last val loss. Bad input (a run without
 main.log, an empty main.log, a broken checkpoint) is one error line, exit 1.
@@ -166,6 +171,11 @@ def checkpoints(run):
     return {int(m.group(1)) for f in os.listdir(run) for m in [re.fullmatch(r"model_(\d{8})\.bin", f)] if m}
 
 
+def has_states(run):
+    """Whether the run saved training states (state_S.bin) at all."""
+    return any(re.fullmatch(r"state_\d{8}\.bin", f) for f in os.listdir(run))
+
+
 def same_bytes(p, q):
     return os.path.getsize(p) == os.path.getsize(q) and open(p, "rb").read() == open(q, "rb").read()
 
@@ -256,14 +266,22 @@ def main(argv=None):
         cb, cr = checkpoints(base), checkpoints(run)
         for who, x, y in ((base, cb, cr), (run, cr, cb)):
             only = sorted(x - y)
-            if only:
-                print("  checkpoints only in %s: step%s %s" % (who, "" if len(only) == 1 else "s", ranges(only)))
-                if check:
-                    fail.append("%s: checkpoint%s at step%s %s only in %s" % (run, "" if len(only) == 1 else "s", "" if len(only) == 1 else "s",
-                                                                           ranges(only), who))
+            if only:   # an interrupt's checkpoint, another -n: named, not a difference (the steps both saved are compared)
+                print("  checkpoints only in %s: step%s %s (not compared)" % (who, "" if len(only) == 1 else "s", ranges(only)))
+            for s in only:   # but a model without its state is an incomplete checkpoint
+                if check and has_states(who) and not os.path.isfile(os.path.join(who, "state_%08d.bin" % s)):
+                    fail.append("%s: model_%08d.bin without state_%08d.bin (an incomplete checkpoint)" % (who, s, s))
+        if check and (cb or cr) and not (cb & cr):
+            fail.append("%s: no checkpoint step both runs saved (%s: %s; %s: %s): nothing to compare bitwise" % (
+                run, base, ranges(sorted(cb)) or "none", run, ranges(sorted(cr)) or "none"))
         for s in sorted(cb & cr):
             for kind in ("model", "state"):
                 p, q = os.path.join(base, "%s_%08d.bin" % (kind, s)), os.path.join(run, "%s_%08d.bin" % (kind, s))
+                if os.path.isfile(p) != os.path.isfile(q):   # a stop that lost its state: never equal
+                    print("  %s_%08d.bin: only in %s" % (kind, s, base if os.path.isfile(p) else run))
+                    if check:
+                        fail.append("%s: %s_%08d.bin only in %s" % (run, kind, s, base if os.path.isfile(p) else run))
+                    continue
                 if not (os.path.isfile(p) and os.path.isfile(q)):
                     continue
                 if same_bytes(p, q):

@@ -9,8 +9,13 @@ collectives, --flight-recorder K). This reads them all and prints:
     its call number on its communicator) and for whose data;
   - which ranks' last call on that communicator is earlier (they never
     reached it: they are somewhere else), with what they did last;
-  - which ranks left no dump (killed, or their node is lost);
+  - which ranks left no dump (killed, or their node is lost): every one of
+    them, in the verdict too;
   - one verdict line naming the ranks (and nodes) the others wait for.
+
+Only the newest run's dumps are read (every dump carries its run's id and
+start, rank 0's): files an earlier run left in the same -o are named as
+ignored.
 
 Every rank calls a communicator's collectives in the same order, so equal
 call numbers on one communicator are the same collective on every rank.
@@ -26,6 +31,7 @@ import glob
 import json
 import os
 import sys
+import time
 
 
 def fail(msg):
@@ -60,24 +66,46 @@ def describe(rec):
 
 
 def load(path):
+    """The newest run's dumps {rank: dump}, and the files ignored [(file, why)].
+
+    Every dump carries its run's id and start (rank 0's, llmc-flight 2); a
+    -o reused by a later run (-y 1, often on fewer ranks) can hold dumps of
+    several runs: only those of the newest run (the greatest run_start) are
+    read. A dump without a run id (llmc-flight 1) counts as an older run."""
     d = path
     if os.path.isdir(os.path.join(path, "flight")):
         d = os.path.join(path, "flight")
     if not os.path.isdir(d):
         fail("%s is not a directory (give the run's -o, which holds flight/rank_R.json)" % path)
-    dumps = {}
+    found = []
     for f in sorted(glob.glob(os.path.join(d, "rank_*.json"))):
         try:
             with open(f) as fh:
                 x = json.load(fh)
-            if x.get("format") != "llmc-flight 1":
-                fail("%s: not a flight record (format %r, expected 'llmc-flight 1')" % (f, x.get("format")))
-            dumps[int(x["rank"])] = x
-        except (OSError, ValueError, KeyError) as e:
+            if x.get("format") not in ("llmc-flight 1", "llmc-flight 2"):
+                fail("%s: not a flight record (format %r, expected 'llmc-flight 2')" % (f, x.get("format")))
+            int(x["rank"]), int(x["world"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
             fail("%s: cannot read it (%s)" % (f, e))
-    if not dumps:
+        found.append((f, x))
+    if not found:
         fail("%s holds no flight record (rank_R.json): was the run given -o, and --flight-recorder > 0?" % d)
-    return d, dumps
+    runs = {}
+    for f, x in found:
+        key = (x.get("run_start", float("-inf")), x.get("run", "?"))
+        runs.setdefault(key, []).append((f, x))
+    newest = max(runs)
+    dumps, ignored = {}, []
+    for key, fx in sorted(runs.items()):
+        for f, x in fx:
+            if key == newest:
+                dumps[int(x["rank"])] = x
+            else:
+                ignored.append((f, "run %s of %d rank%s%s, not the newest run %s" % (
+                    x.get("run", "without a run id"), x["world"], "s" if x["world"] > 1 else "",
+                    (", started %s" % time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(key[0]))) if key[0] > 0 else "",
+                    newest[1])))
+    return d, dumps, ignored
 
 
 def analyse(dumps):
@@ -143,12 +171,15 @@ def main():
     ap.add_argument("out", help="the run's -o directory (or its flight/ subdirectory)")
     ap.add_argument("--json", action="store_true", help="print the findings as one JSON object")
     a = ap.parse_args()
-    d, dumps = load(a.out)
+    d, dumps, ignored = load(a.out)
     world, nodes, last_call, latest, groups = analyse(dumps)
     missing = [q for q in range(world) if q not in dumps]
     lines = []
     reasons = "; ".join("rank %d: %s" % (r, dumps[r]["reason"]) for r in sorted(dumps))
-    lines.append("flight records in %s: %d of %d ranks (%s)" % (d, len(dumps), world, reasons))
+    run = next(iter(dumps.values())).get("run")
+    lines.append("flight records in %s: %d of %d ranks%s (%s)" % (d, len(dumps), world, (" of run %s" % run) if run else "", reasons))
+    for f, why in ignored:
+        lines.append("ignored %s: %s" % (os.path.basename(f), why))
     verdict = []
     if not groups:
         lines.append("no rank was waiting in a collective: every rank's last collective had completed")
@@ -200,9 +231,18 @@ def main():
         where = "call %d on the %s (%s)" % (first["call"], first["comm"], describe(first["record"]))
         verdict.append("the ranks part ways at %s, where %s wait%s" % (where, ranks_text(first["ranks"], nodes),
                                                                        "" if len(first["ranks"]) > 1 else "s"))
-    if nodump:
-        verdict.append("%s left no dump and %s data never came: killed, or %s node is lost (resume on the remaining nodes with -y 1)" % (
-            ranks_text(sorted(nodump), nodes), "their" if len(nodump) > 1 else "its", "their" if len(nodump) > 1 else "its"))
+    # every rank without a dump is named, whether or not a waiting rank still waited for its data
+    # (a rank whose data had arrived before it was killed is as gone as the one the others wait for)
+    if missing:
+        pl = len(missing) > 1
+        if nodump and set(nodump) != set(missing):
+            came = "the data of %s never came" % ranks_text(sorted(nodump), nodes)
+        elif nodump:
+            came = "%s data never came" % ("their" if pl else "its")
+        else:
+            came = "no rank waits for %s data" % ("their" if pl else "its")
+        verdict.append("%s left no dump and %s: killed, or %s node is lost (resume on the remaining nodes with -y 1)" % (
+            ranks_text(missing, nodes), came, "their" if pl else "its"))
     if idle:
         verdict.append("%s never reached it and wait%s in no collective: %s elsewhere (a hang in computation, I/O or a debugger)" % (
             ranks_text(sorted(idle), nodes), "" if len(idle) > 1 else "s", "they are" if len(idle) > 1 else "it is"))
@@ -215,12 +255,11 @@ def main():
         verdict.append("data that %s sent never arrived" % ranks_text(sorted(set(q for q, m in crossed)), nodes))
     if first and not (nodump or idle or crossed):
         verdict.append("none of the ranks they wait for is behind or silent")
-    if not first and missing:
-        verdict.append("%s left no dump" % ranks_text(missing, nodes))
     for v in verdict:
         lines.append("verdict: " + v)
     if a.json:
-        print(json.dumps({"dir": d, "world": world, "dumped": sorted(dumps), "missing": missing,
+        print(json.dumps({"dir": d, "run": run, "world": world, "dumped": sorted(dumps), "missing": missing,
+                          "ignored": [{"file": f, "why": why} for f, why in ignored],
                           "waiting": [{"ranks": g["ranks"], "comm": g["comm"], "call": g["call"], "kind": g["record"]["kind"],
                                        "unit": g["record"]["unit"], "step": g["record"]["step"], "micro_step": g["record"]["micro_step"],
                                        "waited_s": round(g["waited"], 3), "waiting_for": g["named"] if g["known"] else None,

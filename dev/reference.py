@@ -68,7 +68,10 @@ and out of PyTorch:
       trainer's printed value) also prints the relative difference and exits
       1 if it exceeds --rtol (default: FP32_RTOL = 1e-5 for a version-3
       file, BF16_K / sqrt(tokens) for version 5: docs/resume.md says how
-      both were measured).
+      both were measured). --trainer-dtype bf16: the value came from
+      ./train_gpt_cpu_bf16 (a bf16 run's fp32 checkpoint): a version-3
+      file's weights are rounded to bf16 as that program computes with
+      them, and the bound is BF16_K / sqrt(tokens); fp32: 1e-5.
   --export CKPT OUT.pt
       torch.save of the state dict of GPT (the module below): "header" (the
       file's 256 int32 header words) and the tensors of PARAM_NAMES in their
@@ -498,9 +501,13 @@ def val_sequences(shards, T, nseq):
     return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
 
 
-def evaluate(ckpt, pattern, B, T, M):
-    """(mean val loss in float64, tokens read, sequences asked, read)."""
+def evaluate(ckpt, pattern, B, T, M, round_bf16=False):
+    """(mean val loss in float64, tokens read, sequences asked, read).
+    round_bf16: a version-3 file's weights rounded to bfloat16 first
+    (round to nearest even, as ./train_gpt_cpu_bf16 computes with them)."""
     h, cfg, version, tensors = read_checkpoint(ckpt)
+    if round_bf16 and version == 3:
+        tensors = {n: t.to(torch.bfloat16) for n, t in tensors.items()}
     if T > cfg["maxT"]:
         raise InputError("-t %d: sequence length must be in 1..%d (the model's max_seq_len)" % (T, cfg["maxT"]))
     shards = val_shards(pattern, B, T, cfg["V"])
@@ -520,13 +527,19 @@ def export_pt(ckpt, out):
     h, cfg, version, tensors = read_checkpoint(ckpt)
     sd = GPT(h, tensors).state_dict()
     tmp = out + ".tmp"
+    done = False
     try:
         torch.save(sd, tmp)
         os.replace(tmp, out)
-    except OSError as e:
-        if os.path.exists(tmp):
+        done = True
+    except (OSError, RuntimeError) as e:  # torch 1.13 raises RuntimeError for a missing directory or a failed write
+        why = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else type(e).__name__)
+        if isinstance(e, RuntimeError) and not why.startswith("Parent directory"):
+            why = "the write failed half way, a full disk or a file-size limit? torch.save: " + why
+        raise InputError("%s: cannot write it (%s)" % (out, why))
+    finally:
+        if not done and os.path.exists(tmp):  # no partial file, whatever ended the write
             os.unlink(tmp)
-        raise InputError("%s: cannot write it (%s)" % (out, e.strerror or e))
     print("wrote %s: the state dict of %s (version %d, %s; L=%d NH=%d C=%d maxT=%d V=%d Vp=%d): header + %d tensors" %
           (out, ckpt, version, "float32" if version == 3 else "bfloat16", cfg["L"], cfg["NH"], cfg["C"], cfg["maxT"],
            cfg["V"], cfg["Vp"], len(PARAM_NAMES)))
@@ -600,6 +613,9 @@ def main():
     ap.add_argument("-t", type=int, default=128, help="--eval: sequence length T, as the trainer's -t")
     ap.add_argument("-m", type=int, default=80, help="--eval: val sequences of T tokens, as the trainer's -m")
     ap.add_argument("--expect", type=float, help="--eval: the trainer's val loss; exit 1 beyond --rtol")
+    ap.add_argument("--trainer-dtype", choices=("fp32", "bf16"),
+                    help="--expect: the arithmetic of the program that gave it (default: the file's, 3 fp32, 5 bf16); "
+                         "bf16 rounds a version-3 file's weights to bf16 as ./train_gpt_cpu_bf16 does and takes the bf16 bound")
     ap.add_argument("--rtol", type=float, help="--expect's relative bound (default %g for fp32 files, %g/sqrt(tokens) for bf16)" %
                     (FP32_RTOL, BF16_K))
     ap.add_argument("--export", nargs=2, metavar=("CKPT", "OUT_PT"), help="CKPT as a PyTorch state dict (torch.save)")
@@ -619,14 +635,21 @@ def main():
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(os.cpu_count() or 1)
         t0 = time.time()
-        loss, ntok, asked, nseq, version = evaluate(args.eval, args.j, args.b, args.t, args.m)
+        loss, ntok, asked, nseq, version = evaluate(args.eval, args.j, args.b, args.t, args.m, args.trainer_dtype == "bf16")
         capped = "" if nseq == asked else ", all the split holds (fewer than -m %d)" % args.m
         print("val loss %.6f of the model %s (%d tokens: the first %d sequences of T=%d of %s%s; float64, %.1f s)" %
               (loss, args.eval, ntok, nseq, args.t, args.j, capped, time.time() - t0))
         if args.expect is not None:
-            rtol = args.rtol if args.rtol is not None else (FP32_RTOL if version == 3 else bf16_rtol(ntok))
-            how = ("--rtol" if args.rtol is not None else "version 3 file" if version == 3 else
-                   "version 5 file: %g/sqrt(%d tokens)" % (BF16_K, ntok))
+            arith = args.trainer_dtype or ("fp32" if version == 3 else "bf16")
+            rtol = args.rtol if args.rtol is not None else (FP32_RTOL if arith == "fp32" else bf16_rtol(ntok))
+            if args.rtol is not None:
+                how = "--rtol"
+            elif arith == "fp32":
+                how = "version 3 file" if version == 3 else "version 5 file in the fp32 program"
+            elif version == 5:
+                how = "version 5 file: %g/sqrt(%d tokens)" % (BF16_K, ntok)
+            else:
+                how = "version 3 file in the bf16 program, its weights rounded to bf16: %g/sqrt(%d tokens)" % (BF16_K, ntok)
             rel = abs(args.expect - loss) / abs(loss)
             verdict = "within" if rel <= rtol else "BEYOND"
             print("trainer %.6f vs reference %.6f: relative difference %.3e, %s the bound %.3g (%s)" %
@@ -645,4 +668,8 @@ if __name__ == "__main__":
         sys.exit(main())
     except InputError as e:
         print("error: %s" % e, file=sys.stderr)
-        sys.exit(1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # os._exit, not sys.exit: a torch.save that failed half way keeps its zip writer alive in the
+        # exception's frames, and that writer's destructor throws again at interpreter exit (terminate)
+        os._exit(1)

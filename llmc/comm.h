@@ -31,30 +31,7 @@
 #include "traffic.h"
 #include "interrupt.h"
 #include "flight.h"
-
-/* The collective watch (see "Timeouts and arrival times" below): one per
-   process. */
-typedef struct {
-    double timeout_s;           /* --collective-timeout: a collective not complete after this many seconds ends the rank (0: wait forever) */
-    volatile int step;          /* the optimizer step in progress, 1-based (0: before or after training), for the messages */
-    int rank, world;
-    char (*host)[64];           /* the node name of every world rank */
-    pthread_mutex_t mu;         /* the two threads both complete collectives */
-    double* wait_for;           /* per world rank: seconds this rank waited for that rank's data (the straggler report) */
-    unsigned long long* waits;  /* per world rank: receives from it */
-    double keepalive_s;         /* Open MPI's daemon keepalive bound (comm_keepalive_bound), 0: not set */
-    int signal_reported;        /* a signal found this rank waiting: said once (comm_notice_signal) */
-    const char* out_dir;        /* -o, for the messages that name the flight records */
-    double entry_sum;           /* the straggler report: the sum of this rank's entry times into its collectives
-                                   (seconds since an epoch every rank shares, entry_epoch) */
-    unsigned long long entry_n; /* and their count */
-    double entry_epoch;         /* rank 0's CLOCK_REALTIME at comm_straggler_init, minus the CLOCK_MONOTONIC offset of this rank */
-} CommWatch;
-static CommWatch comm_watch = {60.0, 0, 0, 1, NULL, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0.0, 0, NULL, 0.0, 0, 0.0};
-/* what the calling thread's next collective is for (messages): e.g.
-   "reduce-scatter" and the unit; NULL / -1 when unknown */
-static __thread const char* comm_ctx_what = NULL;
-static __thread int comm_ctx_unit = -1;
+#include "comm_watch.h"   /* the waits of every collective (timeouts, arrivals, signals): below the process group, never above it */
 
 typedef struct {
     int rank, world_size;       /* in MPI_COMM_WORLD */
@@ -315,9 +292,6 @@ static inline void comm_finalize(Comm* c) {
     MPI_Finalize();
 }
 
-static inline void comm_wait_request(MPI_Request* req, int poll, const char* what);
-static inline const char* comm_my_node(void);
-
 /* Collective error check: every rank passes its own error message (NULL or
    "" when fine). If any rank failed, the lowest failing rank prints its
    message as one line "error: ..." on stderr and EVERY rank exits with code 1
@@ -338,26 +312,61 @@ static inline void comm_check_all(Comm* c, const char* err) {
     exit(1);
 }
 
-/* MPI_Abort with a grace of COMM_ABORT_GRACE_S: the abort asks the
-   launcher to end every rank (mpirun's "MPI_ABORT was invoked on rank R",
-   srun kills the step), but when the launcher is ending the job already
-   (mpirun has lost a node) it blocks until the launcher's SIGKILL
-   (measured: odls_base_sigkill_timeout x 2, docs/faults.md); a thread
-   started first ends this rank with exit code 1 when the abort has not
-   returned by then. Never returns. */
-#define COMM_ABORT_GRACE_S 2
-static void* comm_abort_grace(void* arg) {
-    (void)arg;
-    struct timespec ts = {COMM_ABORT_GRACE_S, 0};
-    nanosleep(&ts, NULL);
-    _exit(1);
-    return NULL;
-}
-static inline void comm_abort(void) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, comm_abort_grace, NULL) == 0) pthread_detach(t);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    _exit(1);
+/* Collective: every rank runs the same configuration. desc is this rank's
+   resolved configuration as "key value" pairs separated by single spaces
+   (the trainer's: every flag that shapes the plan, the collectives or the
+   numbers, after -z auto; train_gpt.cu run_config_text). Each rank
+   all-gathers a 64-bit FNV-1a hash of it; if any rank's differs from rank
+   0's, every rank ends (comm_check_all) with one line from the lowest such
+   rank naming the first pair that differs, both values, and every rank
+   that differs: a mismatch is one error, never a hang in a collective
+   whose shapes disagree. what names the kind ("configurations", "flags"). */
+#define COMM_CONFIG_TEXT 32768   /* the longest desc: room for five 4096-byte paths and every flag */
+static inline void comm_agree_config(Comm* c, const char* what, const char* desc) {
+    char err[ERRLEN] = "";
+    unsigned long long h = 1469598103934665603ULL;
+    for (const unsigned char* p = (const unsigned char*)desc; *p; p++) { h ^= *p; h *= 1099511628211ULL; }
+    unsigned long long* all = (unsigned long long*)malloc_or_die((size_t)c->world_size * sizeof(unsigned long long), "config hashes");
+    MPI_Request rq;
+    MPI_Iallgather(&h, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the configuration check (an all-gather of every rank's hash)");
+    int differ = 0;
+    for (int r = 1; r < c->world_size; r++) differ += all[r] != all[0];
+    if (differ) {
+        char ref[COMM_CONFIG_TEXT];
+        snprintf(ref, sizeof(ref), "%s", desc);
+        MPI_Ibcast(ref, (int)sizeof(ref), MPI_CHAR, 0, MPI_COMM_WORLD, &rq);
+        comm_wait_request(&rq, 0, "the configuration check (rank 0's configuration)");
+        if (all[c->rank] != all[0]) {
+            int* ranks = (int*)malloc_or_die((size_t)differ * sizeof(int), "config ranks");
+            int k = 0;
+            for (int r = 1; r < c->world_size; r++) if (all[r] != all[0]) ranks[k++] = r;
+            char list[600];
+            comm_format_ranks(list, sizeof(list), ranks, k);
+            free(ranks);
+            /* the first "key value" pair that differs */
+            const char* a = desc; const char* b = ref;
+            char mk[128] = "?", mv[256] = "?", rv[256] = "?";
+            while (*a || *b) {
+                const char* ae = strchr(a, ' '); const char* be = strchr(b, ' ');
+                const char* av = ae ? ae + 1 : a + strlen(a); const char* bv = be ? be + 1 : b + strlen(b);
+                const char* an = strchr(av, ' '); const char* bn = strchr(bv, ' ');
+                if (!an) an = av + strlen(av);
+                if (!bn) bn = bv + strlen(bv);
+                if ((size_t)(an - a) != (size_t)(bn - b) || strncmp(a, b, (size_t)(an - a))) {
+                    snprintf(mk, sizeof(mk), "%.*s", ae ? (int)(ae - a) : (int)strlen(a), a);
+                    snprintf(mv, sizeof(mv), "%.*s", (int)(an - av), av);
+                    snprintf(rv, sizeof(rv), "%.*s", (int)(bn - bv), bv);
+                    break;
+                }
+                a = *an ? an + 1 : an; b = *bn ? bn + 1 : bn;
+            }
+            set_err(err, ERRLEN, "the ranks would run different %s: rank %d has %s = %s where rank 0 has %s = %s (the ranks that differ from rank 0: %s); "
+                    "every rank must run the same program with the same flags and environment", what, c->rank, mk, mv, mk, rv, list);
+        }
+    }
+    free(all);
+    comm_check_all(c, err);
 }
 
 /* A local error that other ranks cannot know about (a failed allocation, a
@@ -466,8 +475,5 @@ static inline void comm_print_placement(Comm* c, FILE* out) {
     free(all);
 }
 
-
-/* the waits of every collective: timeouts, arrival times, signals, the straggler report */
-#include "comm_watch.h"
 
 #endif /* LLMC_COMM_H */

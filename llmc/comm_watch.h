@@ -1,5 +1,8 @@
 /*
- comm_watch.h: the collective watch, included at the end of comm.h. Every
+ comm_watch.h: the collective watch, included by comm.h (it depends on
+ utils.h, interrupt.h and flight.h only, never on comm.h: the process
+ group's error check and configuration check, in comm.h, wait through it).
+ Every
  wait of the trainer's collectives on host buffers goes through
  hostcoll_wait_peers (one message per peer: it knows whose data came) or
  comm_wait_request (MPI's own collectives); both apply
@@ -11,7 +14,63 @@
 #ifndef LLMC_COMM_WATCH_H
 #define LLMC_COMM_WATCH_H
 
-#include "comm.h"
+#include <mpi.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "utils.h"
+#include "interrupt.h"
+#include "flight.h"
+
+/* The collective watch (see "Timeouts and arrival times" below): one per
+   process. */
+typedef struct {
+    double timeout_s;           /* --collective-timeout: a collective not complete after this many seconds ends the rank (0: wait forever) */
+    volatile int step;          /* the optimizer step in progress, 1-based (0: before or after training), for the messages */
+    int rank, world;
+    char (*host)[64];           /* the node name of every world rank */
+    pthread_mutex_t mu;         /* the two threads both complete collectives */
+    double* wait_for;           /* per world rank: seconds this rank waited for that rank's data (the straggler report) */
+    unsigned long long* waits;  /* per world rank: receives from it */
+    double keepalive_s;         /* Open MPI's daemon keepalive bound (comm_keepalive_bound), 0: not set */
+    int signal_reported;        /* a signal found this rank waiting: said once (comm_notice_signal) */
+    const char* out_dir;        /* -o, for the messages that name the flight records */
+    double entry_sum;           /* the straggler report: the sum of this rank's entry times into its collectives
+                                   (seconds since an epoch every rank shares, entry_epoch) */
+    unsigned long long entry_n; /* and their count */
+    double entry_epoch;         /* rank 0's CLOCK_REALTIME at comm_straggler_init, minus the CLOCK_MONOTONIC offset of this rank */
+} CommWatch;
+static CommWatch comm_watch = {60.0, 0, 0, 1, NULL, PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0.0, 0, NULL, 0.0, 0, 0.0};
+/* what the calling thread's next collective is for (messages): e.g.
+   "reduce-scatter" and the unit; NULL / -1 when unknown */
+static __thread const char* comm_ctx_what = NULL;
+static __thread int comm_ctx_unit = -1;
+
+/* MPI_Abort with a grace of COMM_ABORT_GRACE_S: the abort asks the
+   launcher to end every rank (mpirun's "MPI_ABORT was invoked on rank R",
+   srun kills the step), but when the launcher is ending the job already
+   (mpirun has lost a node) it blocks until the launcher's SIGKILL
+   (measured: odls_base_sigkill_timeout x 2, docs/faults.md); a thread
+   started first ends this rank with exit code 1 when the abort has not
+   returned by then. Never returns. */
+#define COMM_ABORT_GRACE_S 2
+static void* comm_abort_grace(void* arg) {
+    (void)arg;
+    struct timespec ts = {COMM_ABORT_GRACE_S, 0};
+    nanosleep(&ts, NULL);
+    _exit(1);
+    return NULL;
+}
+static inline void comm_abort(void) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, comm_abort_grace, NULL) == 0) pthread_detach(t);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
 
 /* ------------------------------------------------------------------------ */
 /* Timeouts and arrival times
@@ -106,6 +165,48 @@ static inline void comm_agree_watch(float* timeout_s, int* flight_k) {
 
 static inline const char* comm_my_node(void) { return comm_watch.host ? comm_watch.host[comm_watch.rank] : "?"; }
 
+/* Rank 0's work alone at start-up (measuring the bf16 matmul paths when
+   the calibration file is missing or not this CPU's; -z auto's candidates):
+   the other ranks wait for it in the collective that follows, a wait that
+   lasts as long as that work, not a lost peer. Between comm_solo_begin and
+   comm_solo_end (called by every rank alike, main thread) the waits run
+   under a bound sized to such work instead of --collective-timeout:
+   COMM_SOLO_FACTOR times the timeout, at least COMM_SOLO_MIN_S; a rank that
+   has waited past the plain timeout says once what rank 0 is doing (rank 1
+   only: one line), and a timeout's line names it too. */
+#define COMM_SOLO_FACTOR 10.0
+#define COMM_SOLO_MIN_S 600.0
+static const char* comm_solo_what = NULL;   /* what rank 0 is doing (a literal), NULL: none */
+static int comm_solo_said = 0;
+static inline void comm_solo_begin(const char* what) { comm_solo_what = what; comm_solo_said = 0; }
+static inline void comm_solo_end(void) { comm_solo_what = NULL; }
+/* The bound of the calling wait (0: none). */
+static inline double comm_wait_limit(void) {
+    double t = comm_watch.timeout_s;
+    if (t <= 0 || !comm_solo_what || flight_thread) return t;
+    return t * COMM_SOLO_FACTOR > COMM_SOLO_MIN_S ? t * COMM_SOLO_FACTOR : COMM_SOLO_MIN_S;
+}
+/* Test hook LLMC_TEST_SLOW_START_S=S: rank 0's work alone at start-up
+   takes S seconds longer (a slow CPU measuring its matmul paths, a large
+   -z auto enumeration), so that a CPU on which nothing is measured can
+   test the others' wait. */
+static inline void comm_test_slow_start(void) {
+    const char* e = getenv("LLMC_TEST_SLOW_START_S");
+    double s = e ? atof(e) : 0.0;
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+/* In a wait past the plain timeout while rank 0 works alone: the line. */
+static inline void comm_solo_note(double waited) {
+    if (!comm_solo_what || flight_thread || comm_solo_said || comm_watch.timeout_s <= 0 || waited <= comm_watch.timeout_s) return;
+    comm_solo_said = 1;
+    if (comm_watch.rank != 1) return;
+    fprintf(stderr, "rank 1 (node %s): waiting %.0f s for rank 0, which is %s: the collective timeout (%.0f s) does not apply to this wait, "
+            "which may last %.0f s\n", comm_my_node(), waited, comm_solo_what, comm_watch.timeout_s, comm_wait_limit());
+    fflush(stderr);
+}
+
 /* The peers q of mc (n ranks) with miss[q] != 0 as world ranks, formatted
    as comm_format_ranks does, and the nodes among them other than this
    rank's (", "-separated) in others. */
@@ -156,9 +257,11 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
     if (flight.K && flight.dir[0])
         snprintf(hint + strlen(hint), sizeof(hint) - strlen(hint), "; where every rank stopped: python3 dev/flight.py %s",
                  w->out_dir ? w->out_dir : "OUT");
-    char line[3072];
-    snprintf(line, sizeof(line), "error (rank %d, node %s): %s%s%s did not complete in %.0f s: %s%s%s (--collective-timeout %.0f; 0 waits forever)%s",
-             w->rank, comm_my_node(), what, unit, step, waited,
+    char line[3072], solo[400] = "";
+    if (comm_solo_what && !flight_thread)
+        snprintf(solo, sizeof(solo), " while rank 0 was %.300s (a bound of %.0f s for that work)", comm_solo_what, comm_wait_limit());
+    snprintf(line, sizeof(line), "error (rank %d, node %s): %s%s%s did not complete in %.0f s%s: %s%s%s (--collective-timeout %.0f; 0 waits forever)%s",
+             w->rank, comm_my_node(), what, unit, step, waited, solo,
              list[0] ? (recv ? (nmiss > 1 ? "no data from ranks " : "no data from rank ") : (nmiss > 1 ? "ranks " : "rank ")) : "a rank of the communicator did not take part",
              list, list[0] && !recv ? " did not take this rank's data" : "", w->timeout_s, hint);
     fprintf(stderr, "%s\n", line);
@@ -242,7 +345,8 @@ static inline void hostcoll_wait_peers(MPI_Comm mc, int n, int r, MPI_Request* r
                 comm_notice_signal(mc, n > 256 ? 256 : n, miss, what, t0, now);
             }
         }
-        if (w->timeout_s > 0 && now - t0 > w->timeout_s) {
+        if (comm_solo_what) comm_solo_note(now - t0);
+        if (comm_wait_limit() > 0 && now - t0 > comm_wait_limit()) {
             int any_recv = 0;
             char* miss = (char*)calloc((size_t)n, 1);
             for (int q = 0; q < n && miss; q++) if (!done[q]) { miss[q] = 1; any_recv = 1; }
@@ -284,7 +388,8 @@ static inline void comm_wait_request_on(MPI_Comm mc, int n, MPI_Request* req, in
         if (flag) { flight_done(fid); return; }
         double now = wall_seconds();
         if (intr_pending()) comm_notice_signal(mc, n, NULL, what, t0, now);
-        if (w->timeout_s > 0 && now - t0 > w->timeout_s) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
+        if (comm_solo_what) comm_solo_note(now - t0);
+        if (comm_wait_limit() > 0 && now - t0 > comm_wait_limit()) comm_watch_expired(MPI_COMM_NULL, 0, "", 0, what, now - t0);
         if (poll || spins > 1000) { struct timespec ts = {0, 20000}; nanosleep(&ts, NULL); }
     }
 }
@@ -401,8 +506,8 @@ static inline double comm_median(const double* v, int n, int stride, double* tmp
    timed steps of each step's mean, then the mean over the other ranks). A
    rank that breaks the rule above is named, with its node. Collective over
    all ranks; rank 0 prints. */
-static inline void comm_straggler_report(Comm* c, double step_ms, double wait_ms, int timed) {
-    int N = c->world_size, R = COMM_STEP_RING;
+static inline void comm_straggler_report(double step_ms, double wait_ms, int timed) {
+    int N = comm_watch.world, R = COMM_STEP_RING, rank0 = comm_watch.rank == 0;
     CommWatch* w = &comm_watch;
     int rowlen = 4 + R * N + 2 * R;
     double* row = (double*)calloc_or_die((size_t)rowlen, sizeof(double), "straggler report");
@@ -410,11 +515,11 @@ static inline void comm_straggler_report(Comm* c, double step_ms, double wait_ms
     row[2] = comm_steps.nsteps < R ? comm_steps.nsteps : R;
     if (comm_steps.steps) memcpy(row + 4, comm_steps.steps, (size_t)R * N * sizeof(double));
     if (comm_steps.entry) memcpy(row + 4 + R * N, comm_steps.entry, (size_t)R * 2 * sizeof(double));
-    double* all = c->rank == 0 ? (double*)malloc_or_die((size_t)N * rowlen * sizeof(double), "straggler report") : NULL;
+    double* all = rank0 ? (double*)malloc_or_die((size_t)N * rowlen * sizeof(double), "straggler report") : NULL;
     MPI_Request rq;
     MPI_Igather(row, rowlen, MPI_DOUBLE, all, rowlen, MPI_DOUBLE, 0, MPI_COMM_WORLD, &rq);
     comm_wait_request(&rq, 0, "the straggler report's gather");
-    if (c->rank == 0) {
+    if (rank0) {
         double* late = (double*)malloc_or_die((size_t)N * sizeof(double), "straggler report");
         double* tmp = (double*)malloc_or_die((size_t)(R > N ? R : N) * sizeof(double), "straggler report");
         for (int p = 0; p < N; p++) {   /* mean over observers o != p of (median over o's steps of o's wait for p per receive) */
@@ -496,63 +601,6 @@ static inline int comm_node_indices(int* out) {
         if (out[r] < 0) out[r] = nodes++;
     }
     return nodes;
-}
-
-/* Collective: every rank runs the same configuration. desc is this rank's
-   resolved configuration as "key value" pairs separated by single spaces
-   (the trainer's: every flag that shapes the plan, the collectives or the
-   numbers, after -z auto; train_gpt.cu run_config_text). Each rank
-   all-gathers a 64-bit FNV-1a hash of it; if any rank's differs from rank
-   0's, every rank ends (comm_check_all) with one line from the lowest such
-   rank naming the first pair that differs, both values, and every rank
-   that differs: a mismatch is one error, never a hang in a collective
-   whose shapes disagree. what names the kind ("configurations", "flags"). */
-#define COMM_CONFIG_TEXT 32768   /* the longest desc: room for five 4096-byte paths and every flag */
-static inline void comm_agree_config(Comm* c, const char* what, const char* desc) {
-    char err[ERRLEN] = "";
-    unsigned long long h = 1469598103934665603ULL;
-    for (const unsigned char* p = (const unsigned char*)desc; *p; p++) { h ^= *p; h *= 1099511628211ULL; }
-    unsigned long long* all = (unsigned long long*)malloc_or_die((size_t)c->world_size * sizeof(unsigned long long), "config hashes");
-    MPI_Request rq;
-    MPI_Iallgather(&h, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &rq);
-    comm_wait_request(&rq, 0, "the configuration check (an all-gather of every rank's hash)");
-    int differ = 0;
-    for (int r = 1; r < c->world_size; r++) differ += all[r] != all[0];
-    if (differ) {
-        char ref[COMM_CONFIG_TEXT];
-        snprintf(ref, sizeof(ref), "%s", desc);
-        MPI_Ibcast(ref, (int)sizeof(ref), MPI_CHAR, 0, MPI_COMM_WORLD, &rq);
-        comm_wait_request(&rq, 0, "the configuration check (rank 0's configuration)");
-        if (all[c->rank] != all[0]) {
-            int* ranks = (int*)malloc_or_die((size_t)differ * sizeof(int), "config ranks");
-            int k = 0;
-            for (int r = 1; r < c->world_size; r++) if (all[r] != all[0]) ranks[k++] = r;
-            char list[600];
-            comm_format_ranks(list, sizeof(list), ranks, k);
-            free(ranks);
-            /* the first "key value" pair that differs */
-            const char* a = desc; const char* b = ref;
-            char mk[128] = "?", mv[256] = "?", rv[256] = "?";
-            while (*a || *b) {
-                const char* ae = strchr(a, ' '); const char* be = strchr(b, ' ');
-                const char* av = ae ? ae + 1 : a + strlen(a); const char* bv = be ? be + 1 : b + strlen(b);
-                const char* an = strchr(av, ' '); const char* bn = strchr(bv, ' ');
-                if (!an) an = av + strlen(av);
-                if (!bn) bn = bv + strlen(bv);
-                if ((size_t)(an - a) != (size_t)(bn - b) || strncmp(a, b, (size_t)(an - a))) {
-                    snprintf(mk, sizeof(mk), "%.*s", ae ? (int)(ae - a) : (int)strlen(a), a);
-                    snprintf(mv, sizeof(mv), "%.*s", (int)(an - av), av);
-                    snprintf(rv, sizeof(rv), "%.*s", (int)(bn - bv), bv);
-                    break;
-                }
-                a = *an ? an + 1 : an; b = *bn ? bn + 1 : bn;
-            }
-            set_err(err, ERRLEN, "the ranks would run different %s: rank %d has %s = %s where rank 0 has %s = %s (the ranks that differ from rank 0: %s); "
-                    "every rank must run the same program with the same flags and environment", what, c->rank, mk, mv, mk, rv, list);
-        }
-    }
-    free(all);
-    comm_check_all(c, err);
 }
 
 #endif /* LLMC_COMM_WATCH_H */

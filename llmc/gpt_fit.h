@@ -442,7 +442,9 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
     int best = -1;
     FitCandidate chosen;
     memset(&chosen, 0, sizeof(chosen));
+    comm_solo_begin("enumerating -z auto's configurations");
     if (comm->rank == 0) {   /* one decision, broadcast below */
+        comm_test_slow_start();
         int cap = 8192;
         FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "-z auto candidates");
         int n = gpt2_fit_enumerate(x, cs, cap), nallowed = 0;
@@ -478,6 +480,7 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
         free(cs);
     }
     comm_check_all(comm, err);
+    comm_solo_end();
     MPI_Request rq;
     MPI_Ibcast(&chosen, (int)sizeof(chosen), MPI_BYTE, 0, MPI_COMM_WORLD, &rq);
     comm_wait_request(&rq, 0, "-z auto's choice (a broadcast from rank 0)");

@@ -89,7 +89,10 @@
 #define LLMC_STATE_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <time.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -499,6 +502,113 @@ static inline void state_check_output_dir(Comm* c, const char* dir) {
         }
     }
     comm_check_all(c, err);
+}
+
+/* The lock of -o: rank 0 holds an exclusive flock(2) on DIR/.llmc.lock for
+   the run's life (taken after state_check_output_dir, before anything is
+   written; the descriptor is close-on-exec and never closed), so a second
+   run into a live -o is refused before it writes main.log, a checkpoint or
+   a flight record. The file holds the holder's "pid P host H since T"
+   (Unix seconds) for the refusal's one line. The kernel drops the lock when
+   its process ends, however it ends (SIGKILL, a lost node's reboot): it is
+   never stale. A file system without flock (some network file systems
+   return ENOLCK or EOPNOTSUPP) runs unlocked, with a note. The file is
+   removed at exit (state_unlock_at_exit). Collective: rank
+   0 decides, every rank ends with the same error (comm_check_all). */
+static int state_lock_fd = -1;
+static char state_lock_path[4200];
+/* At exit (an error's exit(1) included): the lock file is removed while
+   still held, if it is still this run's (same inode), so that a run
+   refused late (after -o was checked) leaves nothing in -o. An _exit or a
+   SIGKILL leaves it, unlocked: the next run takes it. */
+static void state_unlock_at_exit(void) {
+    struct stat a, b;
+    if (state_lock_fd >= 0 && fstat(state_lock_fd, &a) == 0 && stat(state_lock_path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+        unlink(state_lock_path);
+}
+static inline void state_lock_output_dir(Comm* c, const char* dir) {
+    char err[ERRLEN] = "";
+    if (c->rank == 0) {
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/.llmc.lock", dir);
+        int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) set_err(err, ERRLEN, "-o %s: cannot open its lock file %s (%s)", dir, p, strerror(errno));
+        else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EWOULDBLOCK) {
+                char who[256] = "";
+                ssize_t k = pread(fd, who, sizeof(who) - 1, 0);
+                who[k > 0 ? k : 0] = 0;
+                char* nl = strchr(who, '\n');
+                if (nl) *nl = 0;
+                long pid = 0; char host[128] = "?"; double since = 0;
+                char when[64] = "";
+                if (sscanf(who, "pid %ld host %127s since %lf", &pid, host, &since) == 3) {
+                    time_t t = (time_t)since;
+                    struct tm tm;
+                    localtime_r(&t, &tm);
+                    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+                    set_err(err, ERRLEN, "-o %s: another run is using it (pid %ld on host %s, since %s): wait for it to end, stop it, "
+                            "or give another -o", dir, pid, host, when);
+                } else set_err(err, ERRLEN, "-o %s: another run is using it (%s holds its lock): wait for it to end, stop it, or give another -o", dir, p);
+            } else if (errno == ENOLCK || errno == EOPNOTSUPP) {
+                printf("note: -o %s: this file system does not lock files (%s): a second run into it would not be refused\n", dir, strerror(errno));
+            } else set_err(err, ERRLEN, "-o %s: cannot lock %s (%s)", dir, p, strerror(errno));
+            close(fd);
+        } else {
+            char host[128] = "?", line[256];
+            gethostname(host, sizeof(host) - 1);
+            host[sizeof(host) - 1] = 0;
+            struct timespec u;
+            clock_gettime(CLOCK_REALTIME, &u);
+            int n = snprintf(line, sizeof(line), "pid %ld host %s since %.0f\n", (long)getpid(), host, (double)u.tv_sec);
+            if (ftruncate(fd, 0) != 0 || pwrite(fd, line, (size_t)n, 0) != n) { /* the lock holds; only the refusal's detail is lost */ }
+            state_lock_fd = fd;
+            snprintf(state_lock_path, sizeof(state_lock_path), "%s", p);
+            atexit(state_unlock_at_exit);
+        }
+    }
+    comm_check_all(c, err);
+}
+
+/* --keep-checkpoints K (K > 0): after the pair of step `newest` is
+   complete, rank 0 removes every older checkpoint of dir but the newest K
+   (counting newest): model_S.bin first, then state_S.bin (a removal cut
+   short leaves at most a state without its model, which no resume reads).
+   Only steps below newest are touched, so the checkpoint a run resumed
+   from stays until K newer complete pairs exist. Returns the number of
+   steps removed, their list in out ("5, 10"). */
+static inline int state_prune(const char* dir, long newest, int K, char* out, size_t outlen) {
+    out[0] = 0;
+    if (K <= 0) return 0;
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    long* steps = NULL;
+    int n = 0, cap = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        long s;
+        if (!(state_match_name(e->d_name, "model_", &s) || state_match_name(e->d_name, "state_", &s)) || s >= newest) continue;
+        int seen = 0;
+        for (int i = 0; i < n && !seen; i++) seen = steps[i] == s;
+        if (seen) continue;
+        if (n == cap) { cap = cap ? 2 * cap : 64; steps = (long*)realloc(steps, (size_t)cap * sizeof(long)); if (!steps) { closedir(d); return 0; } }
+        steps[n++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) for (int j = i; j > 0 && steps[j - 1] < steps[j]; j--) { long t = steps[j]; steps[j] = steps[j - 1]; steps[j - 1] = t; }
+    int removed = 0;
+    size_t k = 0;
+    for (int i = K - 1; i < n; i++) {   /* newest is the first kept; steps[0..K-2] the others */
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/model_%08ld.bin", dir, steps[i]);
+        unlink(p);
+        snprintf(p, sizeof(p), "%s/state_%08ld.bin", dir, steps[i]);
+        unlink(p);
+        removed++;
+        if (k + 24 < outlen) k += (size_t)snprintf(out + k, outlen - k, "%s%ld", removed > 1 ? ", " : "", steps[i]);
+    }
+    free(steps);
+    return removed;
 }
 
 /* Debug (LLMC_LOG_POSITIONS=1): rank 0 prints where the global micro-batch

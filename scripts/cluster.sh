@@ -33,7 +33,8 @@
 #   scripts/cluster.sh counters      per node: bytes into and out of the node over its link
 #                                    (the bridge-side veth's tx_bytes and rx_bytes, Ethernet frames)
 #
-# Options before the command: --name NAME (or LLMC_CLUSTER=NAME; default
+# Options (before or after the command; not among the program's words after
+# run's -- or exec's NODE): --name NAME (or LLMC_CLUSTER=NAME; default
 # llmc) runs several clusters side by side: nodes are NAME-node0..K-1.
 #
 # R: a tc rate, NUMBER followed by bit, kbit, mbit, gbit (e.g. 100mbit, 1gbit,
@@ -93,21 +94,43 @@
 set -euo pipefail
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 STATE_ROOT=/run/llmc-cluster
-NAME=${LLMC_CLUSTER:-llmc}
+NAME=${LLMC_CLUSTER:-llmc}; NAME_GIVEN=""
 
 die() { echo "error: cluster.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "$SELF" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --name) [ $# -ge 2 ] || die "--name needs a value"; NAME=$2; shift 2 ;;
-    --name=*) NAME=${1#--name=}; shift ;;
+    --name) [ $# -ge 2 ] || die "--name needs a value"; NAME=$2; NAME_GIVEN=1; shift 2 ;;
+    --name=*) NAME=${1#--name=}; NAME_GIVEN=1; shift ;;
     -h|--help|help) usage; exit 0 ;;
     *) break ;;
   esac
 done
 [[ "$NAME" =~ ^[a-z][a-z0-9]{0,9}$ ]] || die "--name $NAME: must be 1-10 characters, a lowercase letter then letters or digits"
 CMD=${1:-}; [ -n "$CMD" ] || { usage >&2; exit 1; }; shift
+# --name after the command counts as before it (a `status --name nc` or a `down --name nc` must never act on
+# the default cluster); not among the words of the program (after run's --, after exec's NODE)
+NAME_AFTER=""; rest=(); own=1; k=0
+[ "$CMD" = agent ] && own=0   # (Open MPI's remote command: its words are never ours)
+while [ "$CMD" != agent ] && [ $# -gt 0 ]; do
+  if [ $own = 1 ]; then
+    case "$1" in
+      --name) [ $# -ge 2 ] || die "--name needs a value"; NAME_AFTER=$2; shift 2; continue ;;
+      --name=*) NAME_AFTER=${1#--name=}; shift; continue ;;
+      --) [ "$CMD" = run ] && own=0 ;;
+      *) [ "$CMD" = exec ] && [ $k = 0 ] && own=2 ;;
+    esac
+  fi
+  [ $own = 2 ] && { k=1; rest+=("$1"); shift; own=0; continue; }
+  rest+=("$1"); shift
+done
+[ "$CMD" = agent ] || set -- ${rest[@]+"${rest[@]}"}
+if [ -n "$NAME_AFTER" ]; then
+  [ -n "$NAME_GIVEN" ] && [ "$NAME_AFTER" != "$NAME" ] && die "--name $NAME before the command and --name $NAME_AFTER after it: give one"
+  NAME=$NAME_AFTER
+  [[ "$NAME" =~ ^[a-z][a-z0-9]{0,9}$ ]] || die "--name $NAME: must be 1-10 characters, a lowercase letter then letters or digits"
+fi
 DIR=$STATE_ROOT/$NAME
 TMPBASE=/tmp/llmc-cluster-$NAME
 

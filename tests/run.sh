@@ -72,6 +72,7 @@ suite "cluster" bash tests/suites/cluster.sh
 suite "network faults" bash tests/suites/net_faults.sh
 suite "interrupts and flight records" bash tests/suites/interrupt.sh
 suite "kill at any moment" bash tests/suites/kill.sh
+suite "flight records" bash tests/suites/flight.sh
 suite "slurm" bash tests/suites/slurm.sh
 suite "placement" bash tests/suites/placement.sh
 suite "elastic" bash tests/suites/elastic.sh

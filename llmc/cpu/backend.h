@@ -110,8 +110,10 @@ static inline void backend_set_threads(Comm* c) {
    error, exit 1 on every rank); the lowest ISA level over the ranks is
    all-reduced; rank 0 decides (matmul_choice.h: the variable, the
    calibration file, or a short measurement on its own cores) and
-   broadcasts its decision; every rank applies it. The collective timeout
-   bounds both waits. A no-op in the fp32 program. */
+   broadcasts its decision; every rank applies it. The others wait for
+   rank 0's decision under comm_solo_begin's bound, not the collective
+   timeout (a measurement takes seconds to a minute). A no-op in the fp32
+   program. */
 static inline void backend_agree_kernels(Comm* c) {
 #ifdef LLMC_BF16
     backend_set_threads(c);
@@ -125,8 +127,10 @@ static inline void backend_agree_kernels(Comm* c) {
     comm_wait_request(&rq, 0, "the lowest ISA level over the ranks (an all-reduce, for the bf16 matmul paths)");
     CpuGemmChoice ch;
     memset(&ch, 0, sizeof(ch));
-    if (c->rank == 0) cpu_gemm_decide(&ch, lowest, err, sizeof(err));
+    comm_solo_begin("deciding the bf16 matmul paths (it measures them on its own cores when the calibration file is missing or not this CPU's)");
+    if (c->rank == 0) { cpu_gemm_decide(&ch, lowest, err, sizeof(err)); comm_test_slow_start(); }
     comm_check_all(c, err);
+    comm_solo_end();
     MPI_Ibcast(&ch, (int)sizeof(ch), MPI_BYTE, 0, MPI_COMM_WORLD, &rq);
     comm_wait_request(&rq, 0, "the bf16 matmul paths (a broadcast from rank 0)");
     cpu_gemm_apply(&ch);

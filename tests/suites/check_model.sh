@@ -15,13 +15,18 @@
 #      program on 1 and 2 ranks (make check-model, the README's command)
 #      within reference.py's BF16_K / sqrt(1280) = 1.1e-4 (the bound
 #      docs/resume.md derives from dev/eval_bound.sh);
+#   3b. a bf16 run's fp32 (version 3) checkpoint: make check-model runs
+#      ./train_gpt_cpu_bf16, the program runs.txt names, against the
+#      reference with the weights rounded to bf16, within the same bound;
+#      PROGRAM=./train_gpt_cpu runs the fp32 program, within 1e-5;
 #   4. --export then --import gives back both files byte for byte (cmp),
 #      and the state dict has the reference module's names and dtypes;
 #   5. a model changed in PyTorch (one SGD step of reference.GPT on a batch
 #      of the val split) imports into a checkpoint the trainer loads, whose
 #      -x 0 val loss equals the reference's within 1e-5, and trains a step;
-#   6. bad input to reference.py (a state dict without wte, a text file as
-#      -j, -t above maxT) is one error line, exit 1.
+#   6. bad input to reference.py (a state dict without wte, --export into a
+#      missing directory or a write that fails half way: no .tmp left, a
+#      text file as -j, -t above maxT) is one error line, exit 1.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -79,6 +84,19 @@ rb1=$(within "$b1" "$ref" 1e-5) && rb2=$(within "$b2" "$ref" 1e-5) &&
   [ $mrc -eq 0 ] && echo "$mk" | grep -q "^trainer $c2 vs reference $ref: relative difference .*, within the bound $rtol (version 5 file: 0.004/sqrt(1280 tokens))" &&
   ok "bf16 checkpoint, bf16 program: $c1 (1 rank, rel $rc1), $c2 (2 ranks: make check-model, rel $rc2) vs the reference's $ref: within BF16_K/sqrt(1280) = $rtol" ||
   bad "bf16 checkpoint, bf16 program: '$c1' '$c2' vs reference '$ref' (bound '$rtol'), tokens $(tr '\n' ' ' < "$tmp/ntok"); make check-model (exit $mrc): $mk"
+
+# 3b. a bf16 run's fp32 (version 3) checkpoint: make check-model runs the program runs.txt names, or PROGRAM
+timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $TRAIN -x 4 -o "$tmp/b16v3" > "$tmp/b16v3.out" 2>&1 || bad "bf16 training (fp32 checkpoint) failed: $(grep -m1 error "$tmp/b16v3.out")"
+V3=$tmp/b16v3/model_00000004.bin
+mk=$(make --no-print-directory check-model CKPT="$V3" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 5 --collective-timeout 240" NP=2 2>&1); mrc=$?
+if [ $mrc -eq 0 ] && echo "$mk" | grep -q "^\./train_gpt_cpu_bf16 on 2 ranks: val loss .*(the program from .*/b16v3/runs.txt)$" \
+   && echo "$mk" | grep -q "within the bound $rtol (version 3 file in the bf16 program, its weights rounded to bf16: 0.004/sqrt(1280 tokens))"; then
+  ok "a bf16 run's version-3 checkpoint: make check-model evaluates it with ./train_gpt_cpu_bf16 (runs.txt): $(echo "$mk" | grep -o "relative difference [^,]*")"
+else bad "make check-model on a bf16 run's version-3 checkpoint (exit $mrc): $mk"; fi
+mk=$(make --no-print-directory check-model CKPT="$V3" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 5 --collective-timeout 240" NP=2 PROGRAM=./train_gpt_cpu 2>&1); mrc=$?
+if [ $mrc -eq 0 ] && echo "$mk" | grep -q "^\./train_gpt_cpu on 2 ranks: val loss .*(the program from PROGRAM)$" && echo "$mk" | grep -q "within the bound 1e-05 (version 3 file)"; then
+  ok "PROGRAM=./train_gpt_cpu: the fp32 program, within 1e-5"
+else bad "make check-model PROGRAM=./train_gpt_cpu (exit $mrc): $mk"; fi
 
 # 4. into PyTorch and back, bit for bit
 for f in "$F32" "$B16"; do
@@ -138,6 +156,12 @@ errcase() { # label regex command...
 }
 errcase "--import without wte" ".*nowte.pt: the state dict has no wte" $PY dev/reference.py --import "$tmp/nowte.pt" "$tmp/x.bin"
 [ -e "$tmp/x.bin" ] && bad "--import without wte left $tmp/x.bin" || ok "--import without wte wrote no file"
+errcase "--export into a missing directory" ".*/nonexistent-llmc/x.pt: cannot write it" $PY dev/reference.py --export "$F32" /nonexistent-llmc/x.pt
+mkdir -p "$tmp/small"   # a write that fails half way (a file-size limit: EFBIG, which torch raises as RuntimeError)
+out=$( (trap '' XFSZ; ulimit -f 64; $PY dev/reference.py --export "$F32" "$tmp/small/x.pt") 2>&1 >/dev/null); rc=$?
+if [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^error: .*small/x.pt: cannot write it" && [ -z "$(ls -A "$tmp/small")" ]; then
+  ok "--export that fails half way (ulimit -f 64): one line, exit 1, no x.pt.tmp left: $(echo "$out" | cut -c1-110)"
+else bad "--export failing half way (exit $rc, left: $(ls "$tmp/small")): $out"; fi
 errcase "--eval of text as -j" "token shard .*text.txt has magic" $PY dev/reference.py --eval "$F32" -j "$tmp/text.txt" -b 1 -t 8
 errcase "--eval -t above maxT" "-t 2000: sequence length must be in 1..1024" $PY dev/reference.py --eval "$F32" -j "$VAL_GLOB" -t 2000
 summary

@@ -53,6 +53,14 @@ for i in 0 1; do
     ok "node $i: hostname $h, address $a, link $r, in /etc/hosts"
   else bad "node $i: hostname '$h', address '$a', link '$r' (expected $NAME-node$i, 10.213.$S.$((i + 1))/24, rate 1Gbit)"; fi
 done
+# --name after the command names the cluster too (it used to be ignored: the default cluster was reported)
+out=$(scripts/cluster.sh status --name $NAME 2>&1); out2=$(scripts/cluster.sh status --name=zz$$ 2>&1)
+if grep -q "^cluster $NAME: 2 nodes on 10.213.$S.0/24" <<<"$out" && [ "$out2" = "cluster zz$$: not up" ]; then
+  ok "status --name $NAME (after the command): $(head -1 <<<"$out" | cut -c1-60)...; status --name=zz$$: '$out2'"
+else bad "status with --name after the command: '$(head -1 <<<"$out")' / '$out2'"; fi
+out=$(scripts/cluster.sh --name $NAME down --name zz$$ 2>&1); rc=$?
+[ $rc = 1 ] && [ "$out" = "error: cluster.sh: --name $NAME before the command and --name zz$$ after it: give one" ] && [ -e /run/netns/$NAME-node0 ] &&
+  ok "two different --name: one error line, nothing taken down" || bad "two --name (exit $rc): $out"
 if out=$($CL up 3 2>&1); then bad "up 3 on a 2-node cluster should fail"; else
   case "$out" in "error: cluster.sh: up 3: cluster $NAME is already up with 2 nodes"*) ok "up with another K: one error line";; *) bad "up 3: '$out'";; esac; fi
 # (a world-readable copy, run from /: the checkout may sit in root's home, which nobody cannot enter)

@@ -17,7 +17,12 @@
 #     its own); the run cut after step 3 (main.log's first lines, no final
 #     checkpoint) fails --expect-equal and --tol, naming the steps and the
 #     checkpoint only the whole run has; val losses over another val set
-#     (val_tokens) fail --tol; an identical copy passes both.
+#     (val_tokens) fail --tol; an identical copy passes both;
+#   - checkpoints: a run that saved more of them (-n 2: steps 2, 4, 5, as a
+#     stopped and resumed run has its interrupt's checkpoint) passes
+#     --expect-equal against the -n 5 run, naming steps 2 and 4 as not
+#     compared; a copy without state_00000005.bin fails it, and so does a
+#     copy with an extra model_00000003.bin without its state.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -30,6 +35,7 @@ run() { timeout 300 $MPIRUN -np 2 "$@" > /dev/null 2>&1 || bad "run failed: $*";
 run ./train_gpt_cpu $M -z 0 -o "$tmp/z0"
 run ./train_gpt_cpu $M -z 3 -o "$tmp/z3"
 run ./train_gpt_cpu_bf16 $M -z 3 -o "$tmp/bf16"
+run ./train_gpt_cpu $M -z 3 -n 2 -o "$tmp/z3n2"
 out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/z3" --expect-equal 2>&1); rc=$?
 if [ $rc -eq 0 ] && echo "$out" | grep -q "train_loss .*5 steps 1..5.*bitwise equal" && echo "$out" | grep -q "model_00000005.bin: byte-identical" \
    && echo "$out" | grep -q "state_00000005.bin: byte-identical"; then ok "stage 0 vs stage 3: losses, model and state bitwise equal (--expect-equal: exit 0)"
@@ -65,7 +71,7 @@ else bad "NaN run (exit $rc, $rc2): $out"; fi
 out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/cut" --expect-equal 2>&1); rc=$?
 $PY dev/compare_runs.py "$tmp/z0" "$tmp/cut" --tol 0.01 > /dev/null 2>&1; rc2=$?
 if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] && echo "$out" | grep -Eq "^  train_loss +2 steps only in .*/z0: 4..5$" \
-   && echo "$out" | grep -q "^  checkpoints only in .*/z0: step 5$" && echo "$out" | grep -q "^FAIL .*train_loss logged at steps 4..5 only in"
+   && echo "$out" | grep -q "^  checkpoints only in .*/z0: step 5 (not compared)$" && echo "$out" | grep -q "^FAIL .*train_loss logged at steps 4..5 only in"
 then ok "a run cut after step 3 of 5: --expect-equal and --tol exit 1, naming steps 4..5 and the checkpoint at 5"
 else bad "truncated run (exit $rc, $rc2): $out"; fi
 out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/vt" --tol 0.01 2>&1); rc=$?
@@ -74,6 +80,20 @@ then ok "val losses over another val set (val_tokens 128 vs 64): --tol exits 1, 
 else bad "val set (exit $rc): $out"; fi
 out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/copy" --tol 0 --expect-equal 2>&1); rc=$?
 [ $rc -eq 0 ] && ! echo "$out" | grep -q "only in\|not finite\|FAIL" && ok "an identical copy: --tol 0 --expect-equal exit 0" || bad "identical copy (exit $rc): $out"
+out=$($PY dev/compare_runs.py "$tmp/z3" "$tmp/z3n2" --expect-equal 2>&1); rc=$?
+if [ $rc -eq 0 ] && echo "$out" | grep -q "^  checkpoints only in .*/z3n2: steps 2, 4 (not compared)$" && echo "$out" | grep -q "state_00000005.bin: byte-identical"
+then ok "extra checkpoints (-n 2 against -n 5): --expect-equal exits 0, naming steps 2, 4 as not compared"
+else bad "extra checkpoints (exit $rc): $out"; fi
+cp -r "$tmp/z3" "$tmp/nostate" && rm "$tmp/nostate/state_00000005.bin"
+out=$($PY dev/compare_runs.py "$tmp/z3" "$tmp/nostate" --expect-equal 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^FAIL .*/nostate: state_00000005.bin only in .*/z3$"
+then ok "a run without the state_00000005.bin the other has: --expect-equal exits 1, naming it"
+else bad "missing state (exit $rc): $out"; fi
+cp -r "$tmp/z3" "$tmp/halfpair" && cp "$tmp/z3/model_00000005.bin" "$tmp/halfpair/model_00000003.bin"
+out=$($PY dev/compare_runs.py "$tmp/z3" "$tmp/halfpair" --expect-equal 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^FAIL .*/halfpair: model_00000003.bin without state_00000003.bin (an incomplete checkpoint)$"
+then ok "an extra model_00000003.bin without its state: --expect-equal exits 1"
+else bad "an extra model without its state (exit $rc): $out"; fi
 : > "$tmp/empty.log"; mkdir -p "$tmp/empty"; : > "$tmp/empty/main.log"
 out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/empty" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^error: .*empty/main.log is empty" && ok "an empty main.log: one line, exit 1" ||

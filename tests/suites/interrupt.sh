@@ -177,8 +177,8 @@ o=$(python3 dev/flight.py "$tmp/nothing" 2>&1); rc=$?
 [ $rc = 1 ] && [ "$(wc -l <<<"$o")" = 1 ] && grep -q "^error: flight.py: " <<<"$o" && ok "dev/flight.py on a missing directory: one line, exit 1" || bad "flight.py on a missing dir: exit $rc: $o"
 
 # --- 7. a signal outside the training steps
-# a -x 0 evaluation (d2, 64 batches of 8 x 256 tokens: about a minute on one core): stops at the next forward
-EV=(-e d2 -x 0 -j "data/brown/brown_val_*.bin" -b 8 -t 256 -m 64 -s 0)
+# a -x 0 evaluation (d2, 512 sequences of 256 tokens, B=8: about a minute on one core): stops at the next forward
+EV=(-e d2 -x 0 -j "data/brown/brown_val_*.bin" -b 8 -t 256 -m 512 -s 0)
 ./train_gpt_cpu "${EV[@]}" > "$tmp/ev.out" 2>&1 & JOB=$!
 if wait_for "$tmp/ev.out" "^ledger: OK|ledger: OK" 60; then
   sleep 1; t0=$(date +%s.%N); kill -TERM $JOB; finish 30

@@ -16,6 +16,11 @@
 #     the test hook) passes the float64 reference and keeps stages 0 and
 #     3 bitwise equal; LLMC_BF16_MATMUL=primitive names oneDNN's
 #     implementation and ISA, never AMX below amx.
+#   - rank 0's start-up work alone (the measurement of a missing file, -z
+#     auto's enumeration) does not trip a short --collective-timeout (5 s):
+#     the others wait under a bound sized to that work and say what rank 0
+#     is doing (the test hook LLMC_TEST_SLOW_START_S on every CPU; a real
+#     measurement at avx512 and above).
 # Checks that need AVX-512 are skipped and counted on a CPU without it.
 set -u
 cd "$(dirname "$0")/../.."
@@ -63,8 +68,9 @@ if timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 2 -o "$tmp/run" > "$
     echo "$line" | grep -q "GFLOP/s primitive/fp32, .*fwd \(fp32\|primitive\) [0-9]*/[0-9]" && echo "$line" | grep -q "($cal)" &&
       ok "start-up line at $detected: the path and both rates of every class, the file" || bad "start-up line: $line"
   fi
-  echo "$line" | grep -qi "amx" && [ "$detected" != amx ] && bad "start-up line names AMX on a CPU without it: $line" ||
-    ok "start-up line names no AMX below amx"
+  if [ -z "$line" ]; then bad "no 'matmul:' line at start-up: nothing to check for AMX"
+  elif echo "$line" | grep -qi "amx" && [ "$detected" != amx ]; then bad "start-up line names AMX on a CPU without it: $line"
+  else ok "start-up line names no AMX below amx"; fi
   grep -q "bf16_matmul fwd:[a-z0-9]*,dinp:[a-z0-9]*,dweight:[a-z0-9]*,lm_fwd:[a-z0-9]*,lm_dinp:[a-z0-9]*,lm_dweight:[a-z0-9]*,attention:[a-z0-9]* bf16_matmul_by \(calibration-file\|primitive-unavailable\) bf16_matmul_env -" "$tmp/run/runs.txt" &&
     ok "runs.txt records the paths of every class and how they were decided" || bad "runs.txt: $(cat "$tmp/run/runs.txt")"
 else
@@ -87,6 +93,27 @@ if [ $avx512 = 0 ]; then
 else
   echo "$line" | grep -q "measured at start-up in .* is for another CPU .* written for the next start" && ! grep -q "^cpu Another CPU 9000" "$cal" &&
     ok "a file for another CPU: rank 0 measured at start-up and wrote this CPU's file" || bad "file for another CPU: $line"
+fi
+
+# 4b. rank 0 decides alone (a missing calibration file: it measures, at avx512 and above), the others wait
+# for it without tripping a short --collective-timeout, and the wait says what rank 0 is doing; on every CPU
+# with the test hook LLMC_TEST_SLOW_START_S=10 (rank 0's decision and -z auto's enumeration take 10 s more);
+# --collective-timeout 5 (2 s timed out ordinary collectives on a loaded 2-core machine, load average 28)
+out=$(timeout 300 $MPIRUN -np 2 -x LLMC_TEST_SLOW_START_S=10 -x LLMC_BF16_MATMUL_FILE="$tmp/none.matmul" ./train_gpt_cpu_bf16 $MODEL -x 1 -z auto \
+      --collective-timeout 5 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "^rank 1 (node [^)]*): waiting 5 s for rank 0, which is deciding the bf16 matmul paths (it measures them on its own cores when the calibration file is missing" <<<"$out" \
+   && grep -q "^rank 1 (node [^)]*): waiting 5 s for rank 0, which is enumerating -z auto's configurations: the collective timeout (5 s) does not apply to this wait" <<<"$out" \
+   && grep -qE "^step +1/1" <<<"$out"; then
+  ok "rank 0's start-up work 10 s with --collective-timeout 5 (the test hook): the job goes on, the wait says what rank 0 does"
+else bad "rank 0's slow start-up with --collective-timeout 5 (exit $rc):"; grep -E "^error|^rank" <<<"$out" | head -3; fi
+if [ $avx512 = 0 ]; then
+  skip "a missing calibration file with --collective-timeout 5: rank 0 measures at start-up only where the primitive can run: $why"
+else
+  rm -f "$tmp/none.matmul"
+  out=$(timeout 300 $MPIRUN -np 2 -x LLMC_BF16_MATMUL_FILE="$tmp/none.matmul" ./train_gpt_cpu_bf16 $MODEL -x 1 --collective-timeout 5 2>&1); rc=$?
+  [ $rc = 0 ] && grep -q "^matmul: .*measured at start-up in" <<<"$out" && [ -f "$tmp/none.matmul" ] &&
+    ok "a missing calibration file with --collective-timeout 5: rank 0 measured at start-up ($(grep -o "measured at start-up in [0-9.]* s" <<<"$out")), the job went on" ||
+    bad "a missing calibration file with --collective-timeout 5 (exit $rc): $(grep -m2 -E "^error|^matmul" <<<"$out")"
 fi
 
 # 5. avx512 and above: a per-class mix, the forced primitive

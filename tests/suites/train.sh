@@ -13,7 +13,12 @@
 #     (the loss equals the one over its distinct sequences), and the run
 #     says so;
 #  5. --reshard-after-forward / --prefetch / --reshard-embedding given at
-#     stages 0-2 warn, once each.
+#     stages 0-2 warn, once each;
+#  6. -o is locked: a second run into the -o of a live run is refused with
+#     one line naming the holder's pid and host, before it writes anything;
+#     after the holder is SIGKILLed the lock is gone (-y 1 resumes there);
+#     --keep-checkpoints 2 with -n 1: only the newest two pairs stay, each
+#     removal said; the checkpoint lines give their write times.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -231,4 +236,30 @@ wb = (np.frombuffer(b[1024:], "<u2").astype(np.uint32) << 16).view(np.float32)
 assert wa.shape == wb.shape and np.array_equal(wa, wb), "values differ"
 PY2
 then ok "bf16 (version 5) checkpoint loads exactly and saves as version 3"; else bad "bf16 checkpoint round trip"; tail -3 "$tmp/bf16.out"; fi
+
+# 6. the lock of -o, --keep-checkpoints
+L=(./train_gpt_cpu -i "data/brown/brown_train_*.bin" -v 0 -s 0 -e d2 -b 1 -t 32 --collective-timeout 240)   # (a loaded machine: load average 28 seen)
+$MPIRUN -np 2 "${L[@]}" -x 400 -o "$tmp/lock" > "$tmp/lock1.out" 2>&1 &
+job=$!
+for ((i = 0; i < 600; i++)); do grep -qE "^step +2/" "$tmp/lock1.out" 2>/dev/null && break; sleep 0.1; done
+holder=$(pgrep -P $job -n train_gpt_cpu); holder0=$(pgrep -P $job -o train_gpt_cpu)
+out=$(timeout 120 $MPIRUN -np 2 "${L[@]}" -x 3 -o "$tmp/lock" 2>&1); rc=$?
+n=$(grep -c "^error: -o $tmp/lock: another run is using it (pid [0-9]* on host $(hostname), since [-0-9: ]*): wait for it to end, stop it, or give another -o$" <<<"$out")
+pid=$(grep -o "^error: -o .*: another run is using it (pid [0-9]*" <<<"$out" | grep -o "[0-9]*$")
+if [ $rc = 1 ] && [ "$n" = 1 ] && { [ "$pid" = "$holder" ] || [ "$pid" = "$holder0" ]; } && ! grep -q "^step" <<<"$out" && [ "$(grep -c "^step" "$tmp/lock/main.log")" -ge 2 ]; then
+  ok "a second run into a live -o: refused, one line naming the holder (pid $pid, rank 0 of the first run): $(grep "^error" <<<"$out" | cut -c1-120)..."
+else bad "a second run into a live -o (exit $rc, pid '$pid', ranks '$holder0 $holder'): $(grep -m2 -E "^error|^step" <<<"$out")"; fi
+kill -9 $(pgrep -P $job) 2>/dev/null; wait $job 2>/dev/null
+out=$(timeout 120 $MPIRUN -np 2 "${L[@]}" -x 2 -n 1 -o "$tmp/lock2" 2>&1) && cp "$tmp/lock2"/*_00000001.bin "$tmp/lock/" &&
+  out=$(timeout 120 $MPIRUN -np 2 "${L[@]}" -x 2 -n 1 -y 1 -o "$tmp/lock" 2>&1); rc=$?
+[ $rc = 0 ] && grep -q "^resumed from step 1" <<<"$out" && ok "after the holder was SIGKILLed, -y 1 into its -o runs (the lock is not stale)" ||
+  bad "-y 1 after the holder's SIGKILL (exit $rc): $(grep -m2 -E "^error|^resum" <<<"$out")"
+out=$(timeout 120 $MPIRUN -np 2 "${L[@]}" -x 5 -n 1 --keep-checkpoints 2 -o "$tmp/keep" 2>&1); rc=$?
+left=$(cd "$tmp/keep" && ls model_* state_* | tr '\n' ' ')
+if [ $rc = 0 ] && [ "$left" = "model_00000004.bin model_00000005.bin state_00000004.bin state_00000005.bin " ] \
+   && [ "$(grep -c "^removed the checkpoint of step [123] (--keep-checkpoints 2: the newest 2 stay)$" <<<"$out")" = 3 ] \
+   && grep -qE "^wrote checkpoint .*model_00000005.bin \(llm.c version 3, fp32\) in [0-9]+\.[0-9]{2} s$" <<<"$out" \
+   && grep -qE "^wrote state .*state_00000005.bin in [0-9]+\.[0-9]{2} s \(the checkpoint with its state: [0-9]+\.[0-9]{2} s\)$" <<<"$out"; then
+  ok "--keep-checkpoints 2 with -n 1, 5 steps: $left left, 3 removals said; the lines give write times"
+else bad "--keep-checkpoints 2 (exit $rc): left '$left'"; grep -E "^wrote|^removed|error" <<<"$out"; fi
 summary
