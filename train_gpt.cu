@@ -1530,8 +1530,26 @@ int main(int argc, char** argv) {
         /* the program first: the fp32 and the bf16 program take different
            collectives from here on (backend_agree_kernels) */
         size_t k = (size_t)snprintf(flags, sizeof(flags), "program %s floatX_bytes %d", BACKEND_NAME, (int)sizeof(floatX));
-        for (int i = 1; i < argc && k + 32 < sizeof(flags); i++)
-            k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] %.1000s", i, argv[i]);
+        /* every byte of every argument counts: an argument longer than
+           the 1000 characters shown is preceded by its length and the
+           64-bit FNV-1a hash of all of it; arguments past the text's room
+           are hashed together (with their lengths) into one last pair */
+        for (int i = 1; i < argc; i++) {
+            size_t len = strlen(argv[i]);
+            unsigned long long h = 1469598103934665603ULL;
+            if (k + 1200 >= sizeof(flags)) {
+                for (int j = i; j < argc; j++) {
+                    size_t lj = strlen(argv[j]);
+                    for (size_t b = 0; b <= lj; b++) { h ^= (unsigned char)argv[j][b]; h *= 1099511628211ULL; }   /* the NUL separates */
+                }
+                snprintf(flags + k, sizeof(flags) - k, " argv[%d..%d] fnv1a:%016llx", i, argc - 1, h);
+                break;
+            }
+            if (len > 1000) {   /* the hash first: a mismatch's message shows a value's first 255 characters */
+                for (size_t b = 0; b < len; b++) { h ^= (unsigned char)argv[i][b]; h *= 1099511628211ULL; }
+                k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] (%zu-chars,fnv1a:%016llx)%.1000s", i, len, h, argv[i]);
+            } else k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] %s", i, argv[i]);
+        }
         comm_agree_config(&comm, "flags", flags);
     }
     if (want_help || want_md) {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The fit check's details (issue 40; llmc/fit.h, llmc/gpt_fit.h, train_gpt.cu):
+#  1. the flags check hashes every byte of argv: two ranks whose arguments
+#     differ only after their first 1000 characters are refused with one
+#     error line naming the argument (its length and hash) and the rank;
+#  2. -z auto's link probe is bounded and counted in the prediction, and its
+#     candidate list is sized to the count (no stage dropped);
+#  3. the refusal names the rank whose budget is the smallest (not rank 0's
+#     source beside another rank's number).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+. tests/lib.sh
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+make -s train_gpt_cpu >/dev/null 2>&1 || { bad "make train_gpt_cpu"; summary; exit 1; }
+BIN=./train_gpt_cpu
+DATA="-i data/brown/brown_train_*.bin -j data/brown/brown_val_*.bin"
+
+# --- 1. every byte of argv
+long=$(printf 'a%.0s' $(seq 1100))
+A="$tmp/${long}A"; B="$tmp/${long}B"
+out=$(timeout 120 $MPIRUN -np 1 $BIN --estimate -e d2 -o "$A" : -np 1 $BIN --estimate -e d2 -o "$B" 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] &&
+   grep -q "^error: the ranks would run different flags: rank 1 has argv\[5\] = (${#A}-chars,fnv1a:[0-9a-f]\{16\})$tmp/a* where rank 0 has argv\[5\] = (${#A}-chars,fnv1a:[0-9a-f]\{16\})" <<<"$out"; then
+  ok "argv differing in the last character of a ${#A}-character -o: refused, one error naming argv[5] with its length and hash, rank 1"
+else bad "argv differing after character 1000: rc $rc: $(grep -m1 '^error' <<<"$out" | cut -c1-200)"; fi
+out=$(timeout 120 $MPIRUN -np 2 $BIN --estimate -e d2 -o "$A" 2>&1); rc=$?
+[ $rc = 0 ] && ok "the same ${#A}-character argument on both ranks: accepted" || bad "the same long argument: rc $rc: $(grep -m1 '^error' <<<"$out" | cut -c1-200)"
+# more arguments than the text has room for: the rest are hashed together
+many=""; for i in $(seq 40); do many="$many -o $tmp/${long}"; done
+out=$(timeout 120 $MPIRUN -np 1 $BIN --estimate -e d2 $many -o "$A" : -np 1 $BIN --estimate -e d2 $many -o "$B" 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^error: the ranks would run different flags: rank 1 has argv\[[0-9]*\.\.85\] = fnv1a:[0-9a-f]\{16\} where rank 0 has argv\[[0-9]*\.\.85\] = fnv1a:" <<<"$out"; then
+  ok "85 arguments, the last one differing past the text's room: refused, the rest hashed together"
+else bad "85 arguments differing in the last: rc $rc: $(grep -m1 '^error' <<<"$out" | cut -c1-200)"; fi
+
+summary
