@@ -1217,9 +1217,13 @@ static void print_banner(Run* r) {
                a->offload == OFFLOAD_DISK ? a->offload_dir : "");
         const FitPeak* f = &r->fit.mem;
         printf("memory: predicted peak %.4g GB per rank = ledger %.4g + baseline %.4g (code, libraries, MPI) + max(I/O staging %.4g, "
-               "host %.4g + workspace %.4g) GB; budget %.4g GB (%s)%s\n", f->peak / 1e9, f->ledger / 1e9, f->baseline / 1e9,
+               "host %.4g + workspace %.4g) GB; budget %.4g GB (%s)%s", f->peak / 1e9, f->ledger / 1e9, f->baseline / 1e9,
                f->staging / 1e9, f->host / 1e9, f->workspace / 1e9, r->budget / 1e9, r->budget_source,
                r->fit.fits ? "" : ": OVER the budget (--fit-check 0)");
+        if (f->decision)   /* -z auto's probe and candidate list: a phase before the model (fit_peak_total) */
+            printf("; before the model, -z auto's own buffers (the link probe's, the candidates' list) %.4g GB: %s", f->decision / 1e9,
+                   f->baseline + f->decision >= f->peak ? "the larger phase" : "a smaller phase than the model's");
+        printf("\n");
         if (r->keep_logits_auto)
             printf("logits: %s (--keep-logits not given: the predicted peak with the B*T*Vp logits kept is %.4g GB per rank, %s the budget; "
                    "--keep-logits %d %s)\n",

@@ -274,15 +274,19 @@ typedef struct {
     unsigned long long host;      /* host bookkeeping outside the ledger (model, data loaders, tokenizer) */
     unsigned long long staging;   /* parameter I/O staging (transient) */
     unsigned long long workspace; /* the libraries' training workspace (calibrated) */
-    unsigned long long peak;      /* baseline + ledger + max(staging, host + workspace) */
+    unsigned long long decision;  /* the decision's own buffers before the model (-z auto: the link probe's, rank 0's candidate list; freed) */
+    unsigned long long peak;      /* baseline + max(decision, ledger + max(staging, host + workspace)) */
 } FitPeak;
 
 /* The parameter I/O staging is freed before the first step touches the
    data loaders' buffers and the libraries' workspace: the peak is the
-   larger of the two phases. */
+   larger of the two phases. The decision's buffers (-z auto's link probe
+   and candidate list) are freed before the model is allocated: a third
+   phase, before both. */
 static inline void fit_peak_total(FitPeak* p) {
     unsigned long long run = p->host + p->workspace;
-    p->peak = p->baseline + p->ledger + (p->staging > run ? p->staging : run);
+    unsigned long long model = p->ledger + (p->staging > run ? p->staging : run);
+    p->peak = p->baseline + (p->decision > model ? p->decision : model);
 }
 
 #endif /* LLMC_FIT_H */

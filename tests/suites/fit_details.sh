@@ -34,4 +34,16 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^error: the ranks would run diff
   ok "85 arguments, the last one differing past the text's room: refused, the rest hashed together"
 else bad "85 arguments differing in the last: rc $rc: $(grep -m1 '^error' <<<"$out" | cut -c1-200)"; fi
 
+# --- 2. -z auto's link probe: bounded, counted (tests/unit/test_fit_choose.c has the bounds, the peak and the list's size)
+out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 -e d2 -b 2 -t 64 -x 1 -r 0 -z auto 2>&1); rc=$?
+# 2 ranks on one node: all-gathers of 4 MiB per rank, a send and a 2-rank receive buffer: 3 x 4 MiB = 12.58 MB
+if [ $rc = 0 ] && grep -q "^-z auto: .*(measured, the slowest rank's; the probe's buffers 12.58 MB per rank).*counted in every peak: the decision's buffers 12.58 MB per rank before the model (the link probe's, the [0-9]* candidates' list)" <<<"$out" &&
+   grep -q "^memory: predicted peak .*; before the model, -z auto's own buffers (the link probe's, the candidates' list) 0.01258 GB: a smaller phase than the model's" <<<"$out"; then
+  ok "-z auto on 2 ranks: the probe's 3 x 4 MiB = 12.58 MB per rank counted in every candidate's peak, named on the memory line"
+else bad "-z auto's probe: rc $rc: $(grep -m1 '^-z auto: [0-9]' <<<"$out" | cut -c1-300)"; fi
+out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 -e d2 -b 2 -t 64 -x 1 -r 0 -z auto --link-gbps 10 2>&1); rc=$?
+if [ $rc = 0 ] && ! grep -q "the probe's buffers" <<<"$out" && grep -q "the decision's buffers 0.0[0-9]* MB per rank before the model" <<<"$out"; then
+  ok "-z auto --link-gbps 10: no probe, the decision's buffers are the candidates' list alone ($(sed -n "s/.*the decision's buffers \([0-9.]*\) MB.*/\1/p" <<<"$out") MB)"
+else bad "-z auto --link-gbps: rc $rc: $(grep -m1 '^-z auto: [0-9]' <<<"$out" | cut -c1-300)"; fi
+
 summary
