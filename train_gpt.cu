@@ -768,7 +768,7 @@ typedef struct {
     int keep_logits_auto;        /* --keep-logits not given: 1 kept (they fit), -1 recomputed (they do not), 0 not decided (FitDecision) */
     unsigned long long keep_logits_peak; /* the per-rank peak with them kept (bytes) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
-    char budget_source[480];
+    char budget_source[640];
 } Run;
 
 /* Mean loss over the first nseq sequences of the val split (its file

@@ -379,8 +379,33 @@ typedef struct {
     int keep_logits_auto;        /* --keep-logits not given, a training run that fits: 1 keeps the logits (they fit too), -1 recomputes them (they do not), 0 not decided here */
     unsigned long long keep_logits_peak; /* the per-rank peak with the logits kept (bytes; 0 unless keep_logits_auto != 0) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
-    char budget_source[480];     /* where rank 0's budget comes from */
+    char budget_source[640];     /* where it comes from: "rank R on node H, the smallest over the N ranks: SOURCE" (SOURCE: that rank's fit_budget text) */
+    int budget_rank;             /* the rank whose budget it is (the lowest of those with the smallest) */
 } FitDecision;
+
+/* The smallest budget over the ranks, with the text of the rank it is
+   (collective): *out gets its bytes and, with more than one rank, "rank R
+   on node H, the smallest over the N ranks: " before that rank's source
+   (R: the lowest rank among those with the smallest budget). Returns R. */
+static inline int fit_agree_budget(Comm* comm, const FitBudget* mine, FitBudget* out) {
+    int N = comm->world_size, who = 0;
+    unsigned long long* all = (unsigned long long*)malloc_or_die((size_t)N * sizeof(unsigned long long), "the ranks' budgets");
+    MPI_Request rq;
+    MPI_Iallgather(&mine->bytes, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the fit check's budget (every rank's)");
+    for (int r = 1; r < N; r++) if (all[r] < all[who]) who = r;
+    char src[sizeof(mine->source)];
+    snprintf(src, sizeof(src), "%s", mine->source);
+    MPI_Ibcast(src, (int)sizeof(src), MPI_CHAR, who, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the fit check's budget (the source of the smallest)");
+    memset(out, 0, sizeof(*out));
+    out->bytes = all[who];
+    if (N > 1) snprintf(out->source, sizeof(out->source), "rank %d on node %.64s, the smallest over the %d ranks: %.500s", who,
+                        comm_watch.host ? comm_watch.host[who] : "?", N, src);
+    else snprintf(out->source, sizeof(out->source), "%s", src);
+    free(all);
+    return who;
+}
 
 /* Stable order of candidate indices idx[0..n) by a key (peak or step time),
    ties by gpt2_fit_tiebreak: the same order on every run. */
@@ -496,7 +521,7 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
         if (best < 0 && x->offload_dir_given) best = gpt2_fit_choose(cs, n, 1, NULL, 0);
         char probe_text[200] = "";
         if (probe) snprintf(probe_text, sizeof(probe_text), "; the probe's buffers %.4g MB per rank", probe / 1e6);
-        printf("-z auto: %d configurations on the plan, this rank's budget %.4g GB (%s), links %.3g Gbit/s inside a node, "
+        printf("-z auto: %d configurations on the plan, the budget %.4g GB per rank (%s), links %.3g Gbit/s inside a node, "
                "%.3g across nodes (%s%s), compute %.1f GFLOP/s per rank (measured, the slowest rank's)%s; counted in every peak: "
                "the decision's buffers %.4g MB per rank before the model (the link probe's, the %d candidates' list)\n", nallowed, x->budget / 1e9, bud->source,
                x->inside_Bps / 1.25e8, x->across_Bps / 1.25e8, q->link_inside_gbps > 0 ? "--link-gbps" : "measured, the slowest rank's", probe_text,
@@ -518,7 +543,7 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
                 gpt2_fit_flags(x, &cs[off], fl, sizeof(fl));
                 snprintf(hint, sizeof(hint), "; with the optimizer offloaded it would fit: %s (%.4g GB)", fl, cs[off].mem.peak / 1e9);
             }
-            set_err(err, ERRLEN, "-z auto: none of the %d configurations fits this rank's budget of %.4g GB (%s): lower -b/-t or the model size, "
+            set_err(err, ERRLEN, "-z auto: none of the %d configurations fits the budget of %.4g GB per rank (%s): lower -b/-t or the model size, "
                     "or add ranks or memory%s", nallowed, x->budget / 1e9, bud->source,
                     off >= 0 ? hint : x->base.eval_only || x->offload_dir_given ? "" : " (not even with the optimizer offloaded)");
         }
@@ -556,7 +581,7 @@ static inline void gpt2_fit_refusal(FitContext* x, const FitRequest* q, const Fi
     if (mine->opt.offload != OFFLOAD_NONE) snprintf(form + strlen(form), sizeof(form) - strlen(form), ", the optimizer's k Psi/N offloaded");
     const FitPeak* m = &mine->mem;
     set_err(out, n, "-e %s (L=%d C=%d, %.4g parameters) at zero_stage %d needs %.4g GB per rank (model states %.4g GB = %s, activations %.4g GB, other %.4g GB); "
-            "this rank's budget is %.4g GB (%s). %s%s (--fit-check 0 runs it anyway)",
+            "the budget is %.4g GB per rank (%s). %s%s (--fit-check 0 runs it anyway)",
             q->init, x->cfg->num_layers, x->cfg->channels, (double)gpt2_count_parameters(x->cfg),
             mine->opt.zero_stage, m->peak / 1e9, m->model_states / 1e9, form, m->activations / 1e9,
             (m->peak - m->model_states - m->activations) / 1e9, x->budget / 1e9, bud->source, shown ? "Fits: " : nothing, shown ? alts : "");
@@ -581,14 +606,16 @@ static inline void gpt2_fit_decide(Comm* comm, FitContext* x, const FitRequest* 
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &node);
     fit_allreduce(&mine_held, &node_held, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node, "the fit check's sum over the node's ranks");
     MPI_Comm_free(&node);
-    FitBudget bud = fit_budget(q->memory_limit, comm->local_size, node_held);
-    if (!q->memory_limit) backend_memory_budget(&bud.bytes, bud.source, sizeof(bud.source), comm->local_rank, comm->local_size); /* CUDA: the device's free memory */
-    /* one decision for all ranks: the smallest budget, the largest baseline */
-    unsigned long long lo = bud.bytes, hi = x->baseline;
-    fit_allreduce(&bud.bytes, &lo, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, "the fit check's budget (the smallest rank's)");
+    FitBudget mine_bud = fit_budget(q->memory_limit, comm->local_size, node_held);
+    if (!q->memory_limit) backend_memory_budget(&mine_bud.bytes, mine_bud.source, sizeof(mine_bud.source), comm->local_rank, comm->local_size); /* CUDA: the device's free memory */
+    /* one decision for all ranks: the smallest budget (named by its rank and
+       that rank's source text: the lowest such rank), the largest baseline */
+    FitBudget bud;
+    int who = fit_agree_budget(comm, &mine_bud, &bud);
+    unsigned long long hi = x->baseline;
     fit_allreduce(&x->baseline, &hi, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "the fit check's baseline (the largest rank's)");
-    x->budget = lo; x->baseline = hi;
-    d->budget = lo;
+    x->budget = bud.bytes; x->baseline = hi;
+    d->budget = bud.bytes; d->budget_rank = who;
     snprintf(d->budget_source, sizeof(d->budget_source), "%s", bud.source);
     FitCandidate* mine = &d->run;
     mine->opt = x->base; mine->G = G; mine->B = x->B;
@@ -616,7 +643,7 @@ static inline void gpt2_fit_decide(Comm* comm, FitContext* x, const FitRequest* 
     }
     if (mine->fits || !q->fit_check) {
         if (comm->rank == 0 && !mine->fits)
-            printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over this rank's budget of %.4g GB (%s): running anyway\n",
+            printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over the budget of %.4g GB per rank (%s): running anyway\n",
                    mine->opt.zero_stage, mine->mem.peak / 1e9, x->budget / 1e9, bud.source);
         return;
     }

@@ -5,8 +5,8 @@
 #     error line naming the argument (its length and hash) and the rank;
 #  2. -z auto's link probe is bounded and counted in the prediction, and its
 #     candidate list is sized to the count (no stage dropped);
-#  3. the refusal names the rank whose budget is the smallest (not rank 0's
-#     source beside another rank's number).
+#  3. the refusal names the rank whose budget is the smallest and that
+#     rank's source (not rank 0's source beside another rank's number).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
@@ -45,5 +45,22 @@ out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 -e d2 -b 2 -t 64 -x 1 -r 0 -z auto --li
 if [ $rc = 0 ] && ! grep -q "the probe's buffers" <<<"$out" && grep -q "the decision's buffers 0.0[0-9]* MB per rank before the model" <<<"$out"; then
   ok "-z auto --link-gbps 10: no probe, the decision's buffers are the candidates' list alone ($(sed -n "s/.*the decision's buffers \([0-9.]*\) MB.*/\1/p" <<<"$out") MB)"
 else bad "-z auto --link-gbps: rc $rc: $(grep -m1 '^-z auto: [0-9]' <<<"$out" | cut -c1-300)"; fi
+
+# --- 3. the smallest budget over the ranks is named by its rank and that rank's source
+# (each rank reads its own fake cgroup v2 tree: LLMC_CGROUP_ROOT, LLMC_PROC_SELF_CGROUP)
+for r in a b; do mkdir -p "$tmp/cg$r/fs/lim"; echo "0::/lim" > "$tmp/cg$r/self"; done
+echo 2000000000 > "$tmp/cga/fs/lim/memory.max"; echo 900000000 > "$tmp/cgb/fs/lim/memory.max"
+R="-e d12 -b 2 -t 256 -x 1 -v 0 -s 0 -z 0 -i data/brown/brown_train_*.bin"
+out=$(timeout 120 $MPIRUN -np 1 -x LLMC_CGROUP_ROOT="$tmp/cga/fs" -x LLMC_PROC_SELF_CGROUP="$tmp/cga/self" $BIN $R : \
+                          -np 1 -x LLMC_CGROUP_ROOT="$tmp/cgb/fs" -x LLMC_PROC_SELF_CGROUP="$tmp/cgb/self" $BIN $R 2>&1); rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c '^error' <<<"$out")" = 1 ] &&
+   grep -q "^error: -e d12 .* the budget is 0.45 GB per rank (rank 1 on node [^,]*, the smallest over the 2 ranks: cgroup v2 $tmp/cgb/fs/lim/memory.max: 0.9 GB, less 0 GB held by other processes of the cgroup, / 2 ranks of the node)" <<<"$out"; then
+  ok "ranks with budgets of 1.0 and 0.45 GB: the refusal names rank 1 and its own cgroup file (0.9 GB / 2 ranks)"
+else bad "the smallest budget's rank: rc $rc: $(grep -m1 '^error' <<<"$out" | cut -c1-400)"; fi
+out=$(timeout 120 $MPIRUN -np 1 -x LLMC_CGROUP_ROOT="$tmp/cgb/fs" -x LLMC_PROC_SELF_CGROUP="$tmp/cgb/self" $BIN $R : \
+                          -np 1 -x LLMC_CGROUP_ROOT="$tmp/cga/fs" -x LLMC_PROC_SELF_CGROUP="$tmp/cga/self" $BIN $R 2>&1); rc=$?
+if [ $rc -ne 0 ] && grep -q "^error: -e d12 .* the budget is 0.45 GB per rank (rank 0 on node [^,]*, the smallest over the 2 ranks: cgroup v2 $tmp/cgb/fs/lim/memory.max" <<<"$out"; then
+  ok "the same budgets the other way round: rank 0 and its file"
+else bad "the smallest budget on rank 0: rc $rc: $(grep -m1 '^error' <<<"$out" | cut -c1-400)"; fi
 
 summary
