@@ -1177,6 +1177,30 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     write_runs_txt(r);
 }
 
+/* The matmul paths this run takes, as the state records them (header word
+   26, llmc/state.h): the bf16 CPU program's per class; the fp32 program's
+   one path; 0 (not recorded) in the CUDA build. */
+static long long kernel_paths_word(void) {
+#if defined(__CUDACC__)
+    return 0;
+#elif defined(LLMC_BF16)
+    cpu_gemm_init();
+    long long w = STATE_PATHS_RECORDED | STATE_PATHS_BF16;
+    for (int k = 0; k < CPU_MM_NUM; k++) if (!cpu_gemm_state.fp32[k]) w |= 1LL << k;
+    return w;
+#else
+    return STATE_PATHS_RECORDED;
+#endif
+}
+/* ... as text: "the fp32 program's sgemm" or "fwd:fp32,dinp:primitive,..." */
+static void kernel_paths_text(long long w, char* out, size_t n) {
+    if (!(w & STATE_PATHS_BF16)) { snprintf(out, n, "the fp32 program's sgemm"); return; }
+    size_t k = 0;
+    out[0] = 0;
+    static const char* const names[] = {"fwd", "dinp", "dweight", "lm_fwd", "lm_dinp", "lm_dweight", "attention"};   /* llmc/cpu/matmul.h's classes */
+    for (int j = 0; j < 7 && k < n; j++) k += (size_t)snprintf(out + k, n - k, "%s%s:%s", j ? "," : "", names[j], (w >> j) & 1 ? "primitive" : "fp32");
+}
+
 /* -y 1: what was loaded, and what the flags change against the saved run
    (the lr schedule's horizon or shape, the global batch, T): said plainly,
    since the run goes on either way. Rank 0. */
@@ -1193,6 +1217,13 @@ static void print_resume_notes(const Run* r) {
                "so the schedule is recomputed over %d steps: step %d gets lr %.2e (the saved run's schedule would give %.2e)\n",
                o->max_steps, o->warmup, (double)o->lr, (double)o->final_frac, a->max_steps, a->warmup, (double)a->lr, (double)a->final_frac,
                a->max_steps, S + 1, (double)now, (double)then);
+    }
+    long long paths = kernel_paths_word();
+    if (o->kernel_paths && paths && o->kernel_paths != paths) {
+        char was[200], now[200];
+        kernel_paths_text(o->kernel_paths, was, sizeof(was)); kernel_paths_text(paths, now, sizeof(now));
+        printf("note: resume: the matmul paths differ from the saved run's (saved: %s; this run: %s): the same model and data, but from here on "
+               "the numbers are not bitwise those of an uninterrupted run\n", was, now);
     }
     if (o->tokens_per_step > 0 && (o->tokens_per_step != a->total_batch || o->seq_len != a->T))
         printf("note: resume: the global batch changes from %lld tokens per step (%lld sequences of T=%d) to %ld (%ld sequences of T=%d: "
@@ -1281,7 +1312,7 @@ static void save_checkpoint(Run* r, int step) {
     gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
     if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s)\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32");
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
-    StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
+    StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T, kernel_paths_word()};
     state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
     if (r->comm->rank == 0) printf("wrote state %s\n", p);
     fflush(stdout);

@@ -75,6 +75,7 @@ typedef struct {
     float rate[2][CPU_MM_NUM];
     int how;                 /* CPU_GEMM_BY_* */
     int threads;             /* OpenMP threads of the measurement (0: none) */
+    int provisional;         /* 1: measured at a start-up (one timed call per shape), not by --calibrate-matmul: the next calibration replaces it */
     char impl[64];           /* oneDNN's implementation of the bf16 primitive, e.g. brg:avx512_core_bf16 ("": none) */
     char where[640];         /* the calibration file and what was done with it */
 } CpuGemmChoice;
