@@ -701,6 +701,12 @@ static int run_calibration(Comm* comm) {
         long long e = (long long)fit_status_bytes("VmRSS:") - (long long)base - (long long)m.ledger.current;
         if (e > extra) extra = e;
     }
+    /* the matmul scratch the fit check models from a run's shapes (the bf16
+       program's fp32 operand copies) is not part of the calibrated figure */
+    unsigned long long copies = backend_matmul_copy_bytes(), predicted_copies = 0;
+    unsigned long long scratch = backend_predict_kernel_scratch(cfg.num_layers, cfg.channels, cfg.num_heads, m.layout.chunk_rows, m.layout.last_rows,
+                                                                B, T, 0, &predicted_copies);
+    extra -= (long long)(scratch - predicted_copies + copies);   /* (the attention buffers as modelled, the copies as allocated) */
     char path[4200];
     unsigned long long dummy;
     fit_calibrated_workspace(&dummy, path, sizeof(path));
@@ -711,8 +717,10 @@ static int run_calibration(Comm* comm) {
     FILE* f = fopen(path, "w");
     if (!f || fprintf(f, "%lld\n", extra) < 0 || fclose(f) != 0) set_err(err, ERRLEN, "--calibrate-workspace: cannot write %s (%s)", path, strerror(errno));
     comm_check_all(comm, err);
-    printf("calibrated: training workspace %.2f MB beyond the ledger (d6, B=%d, T=%d, 1 rank, 3 steps, %s): wrote %s\n", extra / 1e6, B, T,
-           backend_matmul_desc(), path);
+    printf("calibrated: training workspace %.2f MB beyond the ledger%s (d6, B=%d, T=%d, 1 rank, 3 steps, %s): wrote %s\n", extra / 1e6,
+           scratch ? " and the modelled kernel scratch" : "", B, T, backend_matmul_desc(), path);
+    if (scratch) printf("calibrated: (the kernels' scratch of this shape, predicted for each run from its shapes: %.2f MB, of it the fp32 copies of "
+                        "the bf16 matmul operands %.2f MB)\n", (scratch - predicted_copies + copies) / 1e6, copies / 1e6);
     free(tok);
     gpt2_free(&m);
     backend_finalize(comm);
@@ -1521,6 +1529,10 @@ static int finish(Run* r) {
             printf("fit check: predicted peak %.1f MB per rank, used %.1f MB (the largest %s over the ranks): used / predicted = %.3f; budget %.1f MB (%s)\n",
                    r->fit.mem.peak / 1e6, used_max / 1e6, backend_host_counts() ? "VmHWM" : "device memory", (double)used_max / (double)r->fit.mem.peak,
                    r->budget / 1e6, r->budget_source);
+        unsigned long long copies = backend_matmul_copy_bytes();
+        if (r->fit.mem.kernel_scratch || copies)
+            printf("fit check: the kernels' scratch of these shapes %.4g MB predicted (in the workspace); of it the fp32 copies of the bf16 "
+                   "matmul operands: predicted %llu B, allocated %llu B (rank 0)\n", r->fit.mem.kernel_scratch / 1e6, r->fit.mem.matmul_copies, copies);
         if (r->timed > 0) {
             double tps = (double)a->total_batch * r->timed / (r->total_ms / 1000.0);
             /* flops per token: 6 Psi (forward + backward of every weight) + 12 L C T (attention scores and values) */

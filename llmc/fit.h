@@ -357,7 +357,9 @@ typedef struct {
     unsigned long long model_states, activations, transients; /* the ledger's parts */
     unsigned long long host;      /* host bookkeeping outside the ledger (model, data loaders, tokenizer) */
     unsigned long long staging;   /* parameter I/O staging (transient) */
-    unsigned long long workspace; /* the libraries' training workspace (calibrated) */
+    unsigned long long workspace; /* the libraries' training workspace: calibrated, plus the modelled matmul scratch */
+    unsigned long long kernel_scratch; /* of which the kernels' shape-dependent scratch (the bf16 program's fp32 operand copies and attention buffers; backend_predict_kernel_scratch) */
+    unsigned long long matmul_copies;  /* of that, the fp32 operand copies (the part a run can read back: backend_matmul_copy_bytes) */
     unsigned long long decision;  /* the decision's own buffers before the model (-z auto: the link probe's, rank 0's candidate list; freed) */
     unsigned long long peak;      /* baseline + max(decision, ledger + max(staging, host + workspace)) */
 } FitPeak;

@@ -126,7 +126,13 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     m->baseline = x->baseline;
     m->host = held + x->loaders;
     m->staging = staging;
-    m->workspace = x->workspace;   /* (-x 0: the training step's workspace, an over-estimate of a forward's) */
+    /* the calibrated workspace (what the libraries take beyond the modelled
+       scratch) + the kernels' scratch of this run's shapes (the bf16
+       program's fp32 operand copies and attention buffers: training's, or
+       -x 0's forward alone) */
+    m->kernel_scratch = backend_predict_kernel_scratch(x->cfg->num_layers, x->cfg->channels, x->cfg->num_heads, y.chunk_rows, y.last_rows,
+                                                       c->B, x->T, c->opt.eval_only, &m->matmul_copies);
+    m->workspace = x->workspace + m->kernel_scratch;
     m->decision = x->decision;
     fit_peak_total(m);
     c->fits = m->peak <= x->budget;
