@@ -38,7 +38,7 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
-NAME=llmcfit
+NAME=${LLMC_FIT_CLUSTER_NAME:-llmcfit}   # (another name beside a concurrent run of this suite)
 cleanup() { [ "$(id -u)" = 0 ] && scripts/cluster.sh --name $NAME down >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
