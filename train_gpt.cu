@@ -584,9 +584,114 @@ static void estimate_peaks(const Args* a, const GPT2Config* cfg, int from_ckpt, 
         }
 }
 
+/* --estimate -e largest: the largest GPT-2 shape whose full predicted peak
+   fits the budget, per stage. The shapes: L = 1..48 blocks and C = 64..1600
+   channels in steps of 64 with heads of 64 channels (NH = C/64: GPT-2's
+   head size; d12 = GPT-2 124M is L 12, C 768), maxT 1024 and the GPT-2
+   vocabulary unless the flags give them; per shape and stage the
+   configurations -z auto varies at a fixed stage (--keep-logits 0 and 1,
+   -r 0..3, the optimizer offloaded to disk when --offload-optimizer
+   disk:DIR is given; a flag given stays fixed) on --ranks ranks at -b, -t.
+   "Largest": the most parameters (ties: the smaller peak). Prints, per
+   stage, that shape, its peak and flags, the command that trains it, and
+   the next size up (the fewest parameters above it) with its smallest
+   peak. 0 with *out (the best over the stages) or 1 when nothing fits. */
+typedef struct { int L, C, NH, found; FitCandidate c; double params; } LargestShape;
+static int estimate_largest_stage(const Args* a, int s, unsigned long long budget, LargestShape* best, LargestShape* next) {
+    memset(best, 0, sizeof(*best)); memset(next, 0, sizeof(*next));
+    char err[ERRLEN];
+    int maxT = a->max_seq_len > 0 ? a->max_seq_len : 1024, V = a->vocab > 0 ? a->vocab : 50257;
+    for (int L = 1; L <= 48; L++)
+        for (int C = 64; C <= 1600; C += 64) {
+            GPT2Config cfg = {maxT, V, (int)round_up((size_t)V, 128), L, C / 64, C};
+            double params = (double)gpt2_count_parameters(&cfg);
+            FitContext x;
+            memset(&x, 0, sizeof(x));
+            x.cfg = &cfg; x.base = model_options(a, 1); x.base.zero_stage = s;
+            x.N = a->est_ranks; x.B = a->B; x.T = a->T > maxT ? maxT : a->T; x.total_batch = (long)x.B * x.T * x.N;
+            x.ckpt_in = 3; x.ckpt_out = a->ckpt_version;
+            x.baseline = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
+            char wpath[4200];
+            if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
+            x.budget = budget;
+            FitCandidate c, pick;
+            int fits = 0;
+            for (int kl = 0; kl <= 1; kl++) {
+                if (a->keep_logits_given && kl != a->keep_logits) continue;
+                for (int rc = 0; rc <= 3; rc++) {
+                    if (a->recompute_given && rc != a->recompute) continue;
+                    for (int of = 0; of <= (s >= 1 && a->offload == OFFLOAD_DISK ? 1 : 0); of++) {
+                        memset(&c, 0, sizeof(c));
+                        c.opt = x.base; c.opt.keep_logits = kl; c.opt.recompute = rc; c.opt.offload = of ? OFFLOAD_DISK : OFFLOAD_NONE;
+                        c.G = x.N; c.B = x.B;
+                        if (gpt2_fit_evaluate(&x, &c, err, sizeof(err))) continue;
+                        /* of those that fit: no offload, less recomputation, then the smaller peak */
+                        if (c.fits && (!fits || (c.opt.offload != pick.opt.offload ? c.opt.offload < pick.opt.offload
+                                                 : c.opt.recompute != pick.opt.recompute ? c.opt.recompute < pick.opt.recompute
+                                                 : c.mem.peak < pick.mem.peak))) { pick = c; fits = 1; }
+                    }
+                }
+            }
+            if (fits && (!best->found || params > best->params || (params == best->params && pick.mem.peak < best->c.mem.peak))) {
+                best->L = L; best->C = C; best->NH = C / 64; best->found = 1; best->c = pick; best->params = params;
+            }
+        }
+    /* the next size up: the fewest parameters above the best (none of them fits) */
+    if (!best->found) return 1;
+    for (int L = 1; L <= 48; L++)
+        for (int C = 64; C <= 1600; C += 64) {
+            GPT2Config cfg = {maxT, V, (int)round_up((size_t)V, 128), L, C / 64, C};
+            double params = (double)gpt2_count_parameters(&cfg);
+            if (params <= best->params || (next->found && params >= next->params)) continue;
+            next->L = L; next->C = C; next->NH = C / 64; next->found = 1; next->params = params;
+        }
+    return 0;
+}
+
+static void largest_flags(const Args* a, const LargestShape* b, int s, char* out, size_t n) {
+    const FitCandidate* c = &b->c;
+    size_t k = (size_t)snprintf(out, n, "-e d%d --layers %d --heads %d --channels %d -b %d -t %d -z %d", b->L, b->L, b->NH, b->C, a->B, a->T, s);
+    if (!a->keep_logits_given && k < n) k += (size_t)snprintf(out + k, n - k, " --keep-logits %d", c->opt.keep_logits);
+    if (!a->recompute_given && k < n) k += (size_t)snprintf(out + k, n - k, " -r %d", c->opt.recompute);
+    if (c->opt.offload == OFFLOAD_DISK && k < n) snprintf(out + k, n - k, " --offload-optimizer disk:%s", a->offload_dir ? a->offload_dir : "DIR");
+}
+
+static int run_estimate_largest(Args* a, Comm* comm) {
+    char err[ERRLEN] = "";
+    if (a->est_params > 0) set_err(err, ERRLEN, "--estimate -e largest searches the model: --params has no place beside it");
+    comm_check_all(comm, err);
+    backend_init(comm);   /* the baseline a run measures includes the backend's libraries */
+    FitBudget bud;
+    memset(&bud, 0, sizeof(bud));
+    if (a->memory_limit) { bud.bytes = a->memory_limit; snprintf(bud.source, sizeof(bud.source), "--memory-limit: %.4g GB per rank", a->memory_limit / 1e9); }
+    else bud = fit_budget(0, comm->local_size, fit_own_unreclaimable());
+    if (comm->rank == 0) {
+        printf("largest model per stage: GPT-2 shapes (L = 1..48 blocks, C = 64..1600 channels in steps of 64, heads of 64 channels, "
+               "maxT %d, vocabulary %d) on %d rank%s, B=%d T=%d, in %.4g GB per rank (%s); the full predicted peak of a run of this build "
+               "(%s), --keep-logits%s, -r%s%s\n", a->max_seq_len > 0 ? a->max_seq_len : 1024, a->vocab > 0 ? a->vocab : 50257,
+               a->est_ranks, a->est_ranks > 1 ? "s" : "", a->B, a->T, bud.bytes / 1e9, bud.source, PROGRAM_PATH,
+               a->keep_logits_given ? " as given" : " 0 and 1", a->recompute_given ? " as given" : " 0..3",
+               a->offload == OFFLOAD_DISK ? ", the optimizer offloaded to disk as a last resort" : "");
+        for (int s = 0; s < 4; s++) {
+            LargestShape b, nx;
+            if (estimate_largest_stage(a, s, bud.bytes, &b, &nx)) { printf("  -z %d: nothing fits (not even L=1 C=64)\n", s); continue; }
+            char fl[400];
+            largest_flags(a, &b, s, fl, sizeof(fl));
+            printf("  -z %d: L=%d C=%d NH=%d, %.4g parameters, peak %.4g GB: %s%s %s\n", s, b.L, b.C, b.NH, b.params, b.c.mem.peak / 1e9,
+                   a->est_ranks > 1 ? "mpirun -np N " : "", PROGRAM_PATH, fl);
+            if (nx.found) printf("        next size up: L=%d C=%d NH=%d, %.4g parameters: over the budget in every configuration\n", nx.L, nx.C, nx.NH, nx.params);
+        }
+        if (a->est_ranks > 1) printf("  (N = %d)\n", a->est_ranks);
+    }
+    backend_finalize(comm);
+    comm_finalize(comm);
+    return 0;
+}
+
 static int run_estimate(Args* ap, Comm* comm) {
     Args a = *ap;
     char err[ERRLEN] = "";
+    if (!strcmp(a.init, "largest")) return run_estimate_largest(&a, comm);
     GPT2Config cfg;
     int from_ckpt = 0;
     double psi = a.est_params;
