@@ -597,7 +597,8 @@ static void estimate_peaks(const Args* a, const GPT2Config* cfg, int from_ckpt, 
    the next size up (the fewest parameters above it) with its smallest
    peak. 0 with *out (the best over the stages) or 1 when nothing fits. */
 typedef struct { int L, C, NH, found; FitCandidate c; double params; } LargestShape;
-static int estimate_largest_stage(const Args* a, int s, unsigned long long budget, LargestShape* best, LargestShape* next) {
+static int estimate_largest_stage(const Args* a, int s, unsigned long long budget, unsigned long long baseline, unsigned long long loaders,
+                                  LargestShape* best, LargestShape* next) {
     memset(best, 0, sizeof(*best)); memset(next, 0, sizeof(*next));
     char err[ERRLEN];
     int maxT = a->max_seq_len > 0 ? a->max_seq_len : 1024, V = a->vocab > 0 ? a->vocab : 50257;
@@ -610,7 +611,8 @@ static int estimate_largest_stage(const Args* a, int s, unsigned long long budge
             x.cfg = &cfg; x.base = model_options(a, 1); x.base.zero_stage = s;
             x.N = a->est_ranks; x.B = a->B; x.T = a->T > maxT ? maxT : a->T; x.total_batch = (long)x.B * x.T * x.N;
             x.ckpt_in = 3; x.ckpt_out = a->ckpt_version;
-            x.baseline = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
+            x.baseline = baseline ? baseline : backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
+            x.loaders = loaders;
             char wpath[4200];
             if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
             x.budget = budget;
@@ -674,7 +676,7 @@ static int run_estimate_largest(Args* a, Comm* comm) {
                a->offload == OFFLOAD_DISK ? ", the optimizer offloaded to disk as a last resort" : "");
         for (int s = 0; s < 4; s++) {
             LargestShape b, nx;
-            if (estimate_largest_stage(a, s, bud.bytes, &b, &nx)) { printf("  -z %d: nothing fits (not even L=1 C=64)\n", s); continue; }
+            if (estimate_largest_stage(a, s, bud.bytes, 0, 0, &b, &nx)) { printf("  -z %d: nothing fits (not even L=1 C=64)\n", s); continue; }
             char fl[400];
             largest_flags(a, &b, s, fl, sizeof(fl));
             printf("  -z %d: L=%d C=%d NH=%d, %.4g parameters, peak %.4g GB: %s%s %s\n", s, b.L, b.C, b.NH, b.params, b.c.mem.peak / 1e9,
@@ -878,6 +880,7 @@ typedef struct {
     int ledger_bad;
     int ckpt_version_in;         /* the -e checkpoint's version (3, 5), 0 for a random init */
     FitCandidate fit;            /* the configuration run and its predicted peak (fit_or_choose) */
+    int links_probed;            /* -e largest with -z auto measured the link rates (choose_largest) */
     int keep_logits_auto;        /* --keep-logits not given: 1 kept (they fit), -1 recomputed (they do not), 0 not decided (FitDecision) */
     unsigned long long keep_logits_peak; /* the per-rank peak with them kept (bytes) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
@@ -1074,7 +1077,8 @@ static void fit_or_choose(Run* r) {
     if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
     x.loaders = backend_host_counts() ? dataloader_host_bytes(&r->train) * (r->have_train ? 1 : 0) +
                                         dataloader_host_bytes(&r->val) * (r->have_val ? 1 : 0) : 0;
-    FitRequest q = {a->memory_limit, a->zero_auto, a->fit_check, a->link_inside_gbps, a->link_across_gbps, a->init};
+    FitRequest q = {a->memory_limit, a->zero_auto, a->fit_check, a->link_inside_gbps, a->link_across_gbps, a->init,
+                    r->links_probed ? "measured by -e largest's probe, the slowest rank's" : NULL};
     FitDecision d;
     gpt2_fit_decide(comm, &x, &q, a->shard_group > 0 ? a->shard_group : r->N, &d);
     free(node_of);
@@ -1243,6 +1247,79 @@ static void resume_init(Run* r) {
     if (!a->init_given) a->init = r->resume_model;
 }
 
+/* -e largest in a run: the largest GPT-2 shape (as --estimate -e largest)
+   whose peak fits the agreed budget at the run's stage, or, with -z auto,
+   at any stage; chosen by rank 0 with the agreed budget and baseline and
+   the data loaders' buffers, broadcast, and set as -e d1 --layers L
+   --heads NH --channels C (r->cfg resolved again). At a fixed stage the
+   search's --keep-logits and -r become the run's where not given; -z auto
+   then chooses them itself. Collective. */
+static void choose_largest(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
+    unsigned long long mine_held = fit_own_unreclaimable(), node_held = mine_held;
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &node);
+    fit_allreduce(&mine_held, &node_held, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node, "-e largest: the sum over the node's ranks");
+    MPI_Comm_free(&node);
+    FitBudget mb = fit_budget(a->memory_limit, comm->local_size, node_held), bud;
+    if (!a->memory_limit) backend_memory_budget(&mb.bytes, mb.source, sizeof(mb.source), comm->local_rank, comm->local_size);
+    fit_agree_budget(comm, &mb, &bud);
+    if (a->zero_auto) (void)backend_matmul_flops();   /* -z auto's compute-rate measurement leaves the libraries' matmul state resident: the same baseline */
+    if (a->zero_auto && a->link_inside_gbps <= 0) {
+        /* -z auto's link probe leaves MPI's buffers for its communicators
+           resident (gpt2_fit_auto measures its baseline after it): probe
+           here too, so that the shape is searched from that baseline */
+        double in_Bps, across_Bps;
+        unsigned long long probe;
+        fit_measure_links(comm, &in_Bps, &across_Bps, &probe);
+        malloc_trim(0);
+        /* ... and once: -z auto takes these rates (a second probe would
+           grow the baseline again, past the shape just searched) */
+        a->link_inside_gbps = (float)(in_Bps / 1.25e8); a->link_across_gbps = (float)(across_Bps / 1.25e8);
+        r->links_probed = 1;
+    }
+    unsigned long long base = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0, hi = base;
+    fit_allreduce(&base, &hi, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "-e largest: the baseline (the largest rank's)");
+    unsigned long long loaders = backend_host_counts() ? dataloader_host_bytes(&r->train) * (r->have_train ? 1 : 0) +
+                                                         dataloader_host_bytes(&r->val) * (r->have_val ? 1 : 0) : 0;
+    int pickv[5] = {0, 0, 0, 0, 0};   /* L, C, stage, keep_logits, recompute */
+    if (comm->rank == 0) {
+        Args s = *a;
+        s.est_ranks = r->N;
+        LargestShape best, nx, b, n2;
+        memset(&best, 0, sizeof(best)); memset(&nx, 0, sizeof(nx));
+        int bs = -1;
+        for (int st = 0; st < 4; st++) {
+            if (!a->zero_auto && st != a->zero_stage) continue;
+            if (estimate_largest_stage(&s, st, bud.bytes, hi, loaders, &b, &n2)) continue;
+            if (!best.found || b.params > best.params) { best = b; nx = n2; bs = st; }
+        }
+        if (bs < 0) set_err(err, ERRLEN, "-e largest: no GPT-2 shape fits %.4g GB per rank (%s) at -b %d -t %d%s, not even L=1 C=64", bud.bytes / 1e9,
+                            bud.source, a->B, a->T, a->zero_auto ? "" : " at this -z");
+        else {
+            pickv[0] = best.L; pickv[1] = best.C; pickv[2] = bs; pickv[3] = best.c.opt.keep_logits; pickv[4] = best.c.opt.recompute;
+            printf("-e largest: L=%d C=%d NH=%d (%.4g parameters), the largest GPT-2 shape whose predicted peak fits %.4g GB per rank (%s): "
+                   "%.4g GB at -z %d%s; the next size up, L=%d C=%d NH=%d (%.4g parameters), fits in no configuration\n", best.L, best.C, best.C / 64,
+                   best.params, bud.bytes / 1e9, bud.source, best.c.mem.peak / 1e9, bs, a->zero_auto ? " (-z auto then chooses the fastest configuration of it)" : "",
+                   nx.L, nx.C, nx.NH, nx.params);
+        }
+        fflush(stdout);
+    }
+    comm_check_all(comm, err);
+    MPI_Request rq;
+    MPI_Ibcast(pickv, 5, MPI_INT, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "-e largest's shape (a broadcast from rank 0)");
+    a->layers = pickv[0]; a->channels = pickv[1]; a->heads = pickv[1] / 64;
+    if (!a->zero_auto) {
+        if (!a->keep_logits_given) { a->keep_logits = pickv[3]; a->keep_logits_given = 1; }
+        if (!a->recompute_given) { a->recompute = pickv[4]; a->recompute_given = 1; }
+    }
+    resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
+    comm_check_all(comm, err);
+}
+
 /* Setup: flags and their checks, the model's config, the data, the fit
    check (or -z auto's choice), shard groups, the backend, the model (plan,
    engine, activations: every byte through the ledger), its parameters
@@ -1256,6 +1333,11 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     check_args(a, comm->world_size, err, ERRLEN);
     comm_check_all(comm, err);
     resume_init(r);
+    int largest = !strcmp(a->init, "largest");   /* the shape is searched below, once the data and the baseline are known */
+    if (largest && (a->resume || a->layers > 0 || a->heads > 0 || a->channels > 0))
+        set_err(err, ERRLEN, "-e largest searches the shape: it takes no -y 1, --layers, --heads or --channels");
+    comm_check_all(comm, err);
+    if (largest) a->init = "d1";
     resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
     comm_check_all(comm, err);
     r->ckpt_version_in = r->from_ckpt ? gpt2_checkpoint_version(a->init) : 0;
@@ -1266,6 +1348,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     r->val_B = a->B;
     setup_data(r, a->B);
     backend_agree_kernels(comm);   /* the kernel paths, decided by rank 0 for every rank, before any matmul (-z auto measures one) */
+    if (largest) choose_largest(r);
     fit_or_choose(r);
     char conf[COMM_CONFIG_TEXT];
     run_config_text(r, conf, sizeof(conf));

@@ -376,6 +376,7 @@ typedef struct {
     int fit_check;                     /* --fit-check 1: refuse a configuration over the budget */
     float link_inside_gbps, link_across_gbps; /* --link-gbps (0: measured) */
     const char* init;                  /* -e, for the refusal's message */
+    const char* link_source;           /* where the given link rates come from (NULL: --link-gbps) */
 } FitRequest;
 
 /* The outcome: the configuration to run with its predicted peak, and the
@@ -489,7 +490,7 @@ static inline void fit_allreduce(const void* in, void* out, MPI_Datatype t, MPI_
 static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q, const FitBudget* bud, FitDecision* d) {
     char err[ERRLEN] = "";
     unsigned long long probe = 0;   /* the link probe's buffers (none with --link-gbps) */
-    if (q->link_inside_gbps > 0) { x->inside_Bps = q->link_inside_gbps * 1.25e8; x->across_Bps = q->link_across_gbps * 1.25e8; }
+    if (q->link_inside_gbps > 0 || q->link_across_gbps > 0) { x->inside_Bps = q->link_inside_gbps * 1.25e8; x->across_Bps = q->link_across_gbps * 1.25e8; }
     else fit_measure_links(comm, &x->inside_Bps, &x->across_Bps, &probe);
     double f = backend_matmul_flops(), lo = f;
     const char* scale = getenv("LLMC_TEST_FLOPS_SCALE");   /* test hook: this rank measures as if its cores were that much slower or faster */
@@ -530,7 +531,8 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
         printf("-z auto: %d configurations on the plan, the budget %.4g GB per rank (%s), links %.3g Gbit/s inside a node, "
                "%.3g across nodes (%s%s), compute %.1f GFLOP/s per rank (measured, the slowest rank's)%s; counted in every peak: "
                "the decision's buffers %.4g MB per rank before the model (the link probe's, the %d candidates' list)\n", nallowed, x->budget / 1e9, bud->source,
-               x->inside_Bps / 1.25e8, x->across_Bps / 1.25e8, q->link_inside_gbps > 0 ? "--link-gbps" : "measured, the slowest rank's", probe_text,
+               x->inside_Bps / 1.25e8, x->across_Bps / 1.25e8,
+               q->link_source ? q->link_source : q->link_inside_gbps > 0 || q->link_across_gbps > 0 ? "--link-gbps" : "measured, the slowest rank's", probe_text,
                x->flops_per_s / 1e9, x->workspace ? "" : "; workspace not calibrated (make builds build/fit/)", x->decision / 1e6, cap);
         gpt2_fit_table(stdout, x, cs, n, best);
         if (best >= 0) {

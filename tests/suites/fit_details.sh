@@ -15,7 +15,8 @@
 #  5. --estimate -e largest on 2 simulated nodes of 600 MB (scripts/cluster.sh,
 #     memory cgroups; needs root, else skipped and counted): the stage-3
 #     model it names trains within 5% of its prediction, the next size up
-#     is refused by the fit check.
+#     is refused by the fit check; -z auto -e largest trains the largest
+#     over the stages within 5%.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
@@ -119,6 +120,7 @@ largest_check() { # how-to-run-the-estimator how-to-run-a-training-run [budget f
   local est=$1 run=$2 out cmd next r
   shift 2
   out=$($est ./train_gpt_cpu --estimate -e largest --ranks 2 -b 2 -t 64 "$@" 2>&1)
+  est_out=$out
   cmd=$(sed -n 's/^  -z 3: .*: mpirun -np N \.\/train_gpt_cpu \(.*\)$/\1/p' <<<"$out")
   next=$(sed -n '/^  -z 3: /{n;s/^ *next size up: L=\([0-9]*\) C=\([0-9]*\) NH=\([0-9]*\),.*/-e d\1 --layers \1 --heads \3 --channels \2/p}' <<<"$out")
   if [ -z "$cmd" ] || [ -z "$next" ]; then bad "--estimate -e largest: no stage-3 line: $(grep -m3 'largest\|-z 3\|error' <<<"$out" | cut -c1-300)"; return; fi
@@ -131,6 +133,17 @@ largest_check() { # how-to-run-the-estimator how-to-run-a-training-run [budget f
   if [ $r -ne 0 ] && grep -q "^error: -e d[0-9]* (L=[0-9]* C=[0-9]*, .*) at zero_stage 3 needs [0-9.]* GB per rank" <<<"$out"; then
     ok "the next size up ($next, -z 3 -r 3 --keep-logits 0: its smallest peak) is refused by the fit check"
   else bad "the next size up ($next): rc $r: $(grep -m1 '^error\|^fit check' <<<"$out" | cut -c1-300)"; fi
+  # -z auto -e largest: the run searches the same shapes, takes the largest over the stages and trains it
+  # (-z auto's own measurements, its link probe and matmul rate, leave MPI's and the libraries' buffers
+  # resident: its baseline is the larger, so the shape it trains has at most the estimator's parameters)
+  want=$(awk '/^  -z [0-3]: L=/ { p = $6 + 0; if (p > best) best = p } END { print best }' <<<"$est_out")
+  out=$($run ./train_gpt_cpu $DATA -v 0 -s 0 -x 1 -b 2 -t 64 -e largest -z auto "$@" 2>&1); r=$?
+  got=$(sed -n 's/^-e largest: \(L=[0-9]* C=[0-9]*\) .*/\1/p' <<<"$out")
+  gotp=$(sed -n 's/^-e largest: L=[0-9]* C=[0-9]* NH=[0-9]* (\([0-9.e+]*\) parameters).*/\1/p' <<<"$out")
+  ratio=$(sed -n 's/^fit check: predicted peak .* used \/ predicted = \([0-9.]*\);.*/\1/p' <<<"$out")
+  if [ $r = 0 ] && [ -n "$got" ] && awk -v g="$gotp" -v w="$want" -v q="$ratio" 'BEGIN { exit !(g > 0 && g <= w && q != "" && q >= 0.95 && q <= 1.05) }'; then
+    ok "-z auto -e largest: $got ($gotp parameters; the estimator's largest: $want), $(sed -n 's/^-z auto: chose \([^:]*\):.*/\1/p' <<<"$out"), used / predicted = $ratio"
+  else bad "-z auto -e largest: rc $r, '$got' ($gotp parameters, the estimator's $want), ratio '$ratio': $(grep -m1 '^error' <<<"$out" | cut -c1-300)"; fi
 }
 largest_check "$MPIRUN -np 2" "$MPIRUN -np 2" --memory-limit 400M   # here, a budget by the flag
 if [ "$(id -u)" != 0 ] || ! unshare --net --uts true 2>/dev/null || { [ ! -d /sys/fs/cgroup/memory ] && [ ! -f /sys/fs/cgroup/cgroup.controllers ]; }; then
