@@ -315,7 +315,8 @@ static const Flag FLAGS[] = {
     SG(NULL, "-e", "<str>", init, GIVEN(init_given), "init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
       "d12 (12 layers, 12 heads, 768 channels), d24 (24, 16, 1024), d36 (36, 20, 1280),\n"
       "d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\nGPT-2 vocabulary"
-      " (with -y 1 and a checkpoint in -o: the model is that checkpoint's;\na file given here is refused, a descriptor must match it)"),
+      " (with -y 1 and a checkpoint in -o: the model is that checkpoint's;\na file given here is refused, a descriptor must match it);"
+      " largest: the largest GPT-2 shape\nwhose predicted peak fits the budget (with --estimate: per stage, with the command)"),
     S(NULL, "-o", "<dir>", output_dir, "output dir: main.log, model checkpoints"),
     S(NULL, "--tokenizer", "<file>", tokenizer_path, "llm.c tokenizer decode file"),
     ID(NULL, "--layers", "<n>", layers, 1, 1000, "from -e", "override the descriptor's layers; with a checkpoint it must agree with its header"),
