@@ -316,7 +316,8 @@ static const Flag FLAGS[] = {
     SG(NULL, "-e", "<str>", init, GIVEN(init_given), "init: an llm.c checkpoint file, or a descriptor dN: llm.c's GPT-2 sizes for\n"
       "d12 (12 layers, 12 heads, 768 channels), d24 (24, 16, 1024), d36 (36, 20, 1280),\n"
       "d48 (48, 25, 1600); any other N: N layers, N heads, 64*N channels; maxT 1024,\nGPT-2 vocabulary"
-      " (with -y 1 and a checkpoint in -o: the model is that checkpoint's;\na file given here is refused, a descriptor must match it)"),
+      " (with -y 1 and a checkpoint in -o: the model is that checkpoint's;\na file given here is refused, a descriptor must match it);"
+      " largest: the largest GPT-2 shape\nwhose predicted peak fits the budget (with --estimate: per stage, with the command)"),
     S(NULL, "-o", "<dir>", output_dir, "output dir: main.log, model checkpoints"),
     S(NULL, "--tokenizer", "<file>", tokenizer_path, "llm.c tokenizer decode file"),
     ID(NULL, "--layers", "<n>", layers, 1, 1000, "from -e", "override the descriptor's layers; with a checkpoint it must agree with its header"),
@@ -589,9 +590,116 @@ static void estimate_peaks(const Args* a, const GPT2Config* cfg, int from_ckpt, 
         }
 }
 
+/* --estimate -e largest: the largest GPT-2 shape whose full predicted peak
+   fits the budget, per stage. The shapes: L = 1..48 blocks and C = 64..1600
+   channels in steps of 64 with heads of 64 channels (NH = C/64: GPT-2's
+   head size; d12 = GPT-2 124M is L 12, C 768), maxT 1024 and the GPT-2
+   vocabulary unless the flags give them; per shape and stage the
+   configurations -z auto varies at a fixed stage (--keep-logits 0 and 1,
+   -r 0..3, the optimizer offloaded to disk when --offload-optimizer
+   disk:DIR is given; a flag given stays fixed) on --ranks ranks at -b, -t.
+   "Largest": the most parameters (ties: the smaller peak). Prints, per
+   stage, that shape, its peak and flags, the command that trains it, and
+   the next size up (the fewest parameters above it) with its smallest
+   peak. 0 with *out (the best over the stages) or 1 when nothing fits. */
+typedef struct { int L, C, NH, found; FitCandidate c; double params; } LargestShape;
+static int estimate_largest_stage(const Args* a, int s, unsigned long long budget, unsigned long long baseline, unsigned long long loaders,
+                                  LargestShape* best, LargestShape* next) {
+    memset(best, 0, sizeof(*best)); memset(next, 0, sizeof(*next));
+    char err[ERRLEN];
+    int maxT = a->max_seq_len > 0 ? a->max_seq_len : 1024, V = a->vocab > 0 ? a->vocab : 50257;
+    for (int L = 1; L <= 48; L++)
+        for (int C = 64; C <= 1600; C += 64) {
+            GPT2Config cfg = {maxT, V, (int)round_up((size_t)V, 128), L, C / 64, C};
+            double params = (double)gpt2_count_parameters(&cfg);
+            FitContext x;
+            memset(&x, 0, sizeof(x));
+            x.cfg = &cfg; x.base = model_options(a, 1); x.base.zero_stage = s;
+            x.N = a->est_ranks; x.B = a->B; x.T = a->T > maxT ? maxT : a->T; x.total_batch = (long)x.B * x.T * x.N;
+            x.ckpt_in = 3; x.ckpt_out = a->ckpt_version;
+            x.baseline = baseline ? baseline : backend_host_counts() ? fit_status_bytes("VmRSS:") : 0;
+            x.loaders = loaders;
+            char wpath[4200];
+            if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
+            x.budget = budget;
+            FitCandidate c, pick;
+            int fits = 0;
+            for (int kl = 0; kl <= 1; kl++) {
+                if (a->keep_logits_given && kl != a->keep_logits) continue;
+                for (int rc = 0; rc <= 3; rc++) {
+                    if (a->recompute_given && rc != a->recompute) continue;
+                    for (int of = 0; of <= (s >= 1 && a->offload == OFFLOAD_DISK ? 1 : 0); of++) {
+                        memset(&c, 0, sizeof(c));
+                        c.opt = x.base; c.opt.keep_logits = kl; c.opt.recompute = rc; c.opt.offload = of ? OFFLOAD_DISK : OFFLOAD_NONE;
+                        c.G = x.N; c.B = x.B;
+                        if (gpt2_fit_evaluate(&x, &c, err, sizeof(err))) continue;
+                        /* of those that fit: no offload, less recomputation, then the smaller peak */
+                        if (c.fits && (!fits || (c.opt.offload != pick.opt.offload ? c.opt.offload < pick.opt.offload
+                                                 : c.opt.recompute != pick.opt.recompute ? c.opt.recompute < pick.opt.recompute
+                                                 : c.mem.peak < pick.mem.peak))) { pick = c; fits = 1; }
+                    }
+                }
+            }
+            if (fits && (!best->found || params > best->params || (params == best->params && pick.mem.peak < best->c.mem.peak))) {
+                best->L = L; best->C = C; best->NH = C / 64; best->found = 1; best->c = pick; best->params = params;
+            }
+        }
+    /* the next size up: the fewest parameters above the best (none of them fits) */
+    if (!best->found) return 1;
+    for (int L = 1; L <= 48; L++)
+        for (int C = 64; C <= 1600; C += 64) {
+            GPT2Config cfg = {maxT, V, (int)round_up((size_t)V, 128), L, C / 64, C};
+            double params = (double)gpt2_count_parameters(&cfg);
+            if (params <= best->params || (next->found && params >= next->params)) continue;
+            next->L = L; next->C = C; next->NH = C / 64; next->found = 1; next->params = params;
+        }
+    return 0;
+}
+
+static void largest_flags(const Args* a, const LargestShape* b, int s, char* out, size_t n) {
+    const FitCandidate* c = &b->c;
+    size_t k = (size_t)snprintf(out, n, "-e d%d --layers %d --heads %d --channels %d -b %d -t %d -z %d", b->L, b->L, b->NH, b->C, a->B, a->T, s);
+    if (!a->keep_logits_given && k < n) k += (size_t)snprintf(out + k, n - k, " --keep-logits %d", c->opt.keep_logits);
+    if (!a->recompute_given && k < n) k += (size_t)snprintf(out + k, n - k, " -r %d", c->opt.recompute);
+    if (c->opt.offload == OFFLOAD_DISK && k < n) snprintf(out + k, n - k, " --offload-optimizer disk:%s", a->offload_dir ? a->offload_dir : "DIR");
+}
+
+static int run_estimate_largest(Args* a, Comm* comm) {
+    char err[ERRLEN] = "";
+    if (a->est_params > 0) set_err(err, ERRLEN, "--estimate -e largest searches the model: --params has no place beside it");
+    comm_check_all(comm, err);
+    backend_init(comm);   /* the baseline a run measures includes the backend's libraries */
+    FitBudget bud;
+    memset(&bud, 0, sizeof(bud));
+    if (a->memory_limit) { bud.bytes = a->memory_limit; snprintf(bud.source, sizeof(bud.source), "--memory-limit: %.4g GB per rank", a->memory_limit / 1e9); }
+    else bud = fit_budget(0, comm->local_size, fit_own_unreclaimable());
+    if (comm->rank == 0) {
+        printf("largest model per stage: GPT-2 shapes (L = 1..48 blocks, C = 64..1600 channels in steps of 64, heads of 64 channels, "
+               "maxT %d, vocabulary %d) on %d rank%s, B=%d T=%d, in %.4g GB per rank (%s); the full predicted peak of a run of this build "
+               "(%s), --keep-logits%s, -r%s%s\n", a->max_seq_len > 0 ? a->max_seq_len : 1024, a->vocab > 0 ? a->vocab : 50257,
+               a->est_ranks, a->est_ranks > 1 ? "s" : "", a->B, a->T, bud.bytes / 1e9, bud.source, PROGRAM_PATH,
+               a->keep_logits_given ? " as given" : " 0 and 1", a->recompute_given ? " as given" : " 0..3",
+               a->offload == OFFLOAD_DISK ? ", the optimizer offloaded to disk as a last resort" : "");
+        for (int s = 0; s < 4; s++) {
+            LargestShape b, nx;
+            if (estimate_largest_stage(a, s, bud.bytes, 0, 0, &b, &nx)) { printf("  -z %d: nothing fits (not even L=1 C=64)\n", s); continue; }
+            char fl[400];
+            largest_flags(a, &b, s, fl, sizeof(fl));
+            printf("  -z %d: L=%d C=%d NH=%d, %.4g parameters, peak %.4g GB: %s%s %s\n", s, b.L, b.C, b.NH, b.params, b.c.mem.peak / 1e9,
+                   a->est_ranks > 1 ? "mpirun -np N " : "", PROGRAM_PATH, fl);
+            if (nx.found) printf("        next size up: L=%d C=%d NH=%d, %.4g parameters: over the budget in every configuration\n", nx.L, nx.C, nx.NH, nx.params);
+        }
+        if (a->est_ranks > 1) printf("  (N = %d)\n", a->est_ranks);
+    }
+    backend_finalize(comm);
+    comm_finalize(comm);
+    return 0;
+}
+
 static int run_estimate(Args* ap, Comm* comm) {
     Args a = *ap;
     char err[ERRLEN] = "";
+    if (!strcmp(a.init, "largest")) return run_estimate_largest(&a, comm);
     GPT2Config cfg;
     int from_ckpt = 0;
     double psi = a.est_params;
@@ -706,6 +814,12 @@ static int run_calibration(Comm* comm) {
         long long e = (long long)fit_status_bytes("VmRSS:") - (long long)base - (long long)m.ledger.current;
         if (e > extra) extra = e;
     }
+    /* the matmul scratch the fit check models from a run's shapes (the bf16
+       program's fp32 operand copies) is not part of the calibrated figure */
+    unsigned long long copies = backend_matmul_copy_bytes(), predicted_copies = 0;
+    unsigned long long scratch = backend_predict_kernel_scratch(cfg.num_layers, cfg.channels, cfg.num_heads, m.layout.chunk_rows, m.layout.last_rows,
+                                                                B, T, 0, &predicted_copies);
+    extra -= (long long)(scratch - predicted_copies + copies);   /* (the attention buffers as modelled, the copies as allocated) */
     char path[4200];
     unsigned long long dummy;
     fit_calibrated_workspace(&dummy, path, sizeof(path));
@@ -722,8 +836,10 @@ static int run_calibration(Comm* comm) {
     if (bad_w || rename(tmp, path) != 0) { set_err(err, ERRLEN, "--calibrate-workspace: cannot write %s (%s)", path, strerror(errno)); unlink(tmp); }
     intr_unwatch(slot);
     comm_check_all(comm, err);
-    printf("calibrated: training workspace %.2f MB beyond the ledger (d6, B=%d, T=%d, 1 rank, 3 steps, %s): wrote %s\n", extra / 1e6, B, T,
-           backend_matmul_desc(), path);
+    printf("calibrated: training workspace %.2f MB beyond the ledger%s (d6, B=%d, T=%d, 1 rank, 3 steps, %s): wrote %s\n", extra / 1e6,
+           scratch ? " and the modelled kernel scratch" : "", B, T, backend_matmul_desc(), path);
+    if (scratch) printf("calibrated: (the kernels' scratch of this shape, predicted for each run from its shapes: %.2f MB, of it the fp32 copies of "
+                        "the bf16 matmul operands %.2f MB)\n", (scratch - predicted_copies + copies) / 1e6, copies / 1e6);
     free(tok);
     gpt2_free(&m);
     backend_finalize(comm);
@@ -778,10 +894,11 @@ typedef struct {
     FitCandidate fit;            /* the configuration run and its predicted peak (fit_or_choose) */
     int secondary_by_node;       /* --secondary-shard node: hpZ's secondary groups are the nodes (comm_group_node_layout) */
     char group_nodes_text[1024]; /* the shard group's nodes and their ranks (comm_group_node_layout), for the start-up line */
+    int links_probed;            /* -e largest with -z auto measured the link rates (choose_largest) */
     int keep_logits_auto;        /* --keep-logits not given: 1 kept (they fit), -1 recomputed (they do not), 0 not decided (FitDecision) */
     unsigned long long keep_logits_peak; /* the per-rank peak with them kept (bytes) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
-    char budget_source[480];
+    char budget_source[640];
 } Run;
 
 /* Mean loss over the first nseq sequences of the val split (its file
@@ -991,7 +1108,8 @@ static void fit_or_choose(Run* r) {
     if (!fit_calibrated_workspace(&x.workspace, wpath, sizeof(wpath))) x.workspace = 0;
     x.loaders = backend_host_counts() ? dataloader_host_bytes(&r->train) * (r->have_train ? 1 : 0) +
                                         dataloader_host_bytes(&r->val) * (r->have_val ? 1 : 0) : 0;
-    FitRequest q = {a->memory_limit, a->zero_auto, a->fit_check, a->link_inside_gbps, a->link_across_gbps, a->init};
+    FitRequest q = {a->memory_limit, a->zero_auto, a->fit_check, a->link_inside_gbps, a->link_across_gbps, a->init,
+                    r->links_probed ? "measured by -e largest's probe, the slowest rank's" : NULL};
     FitDecision d;
     gpt2_fit_decide(comm, &x, &q, a->shard_group > 0 ? a->shard_group : r->N, &d);
     free(node_of);
@@ -1194,6 +1312,81 @@ static void resume_init(Run* r) {
     if (!a->init_given) a->init = r->resume_model;
 }
 
+/* -e largest in a run: the largest GPT-2 shape (as --estimate -e largest)
+   whose peak fits the agreed budget at the run's stage, or, with -z auto,
+   at any stage; chosen by rank 0 with the agreed budget and baseline and
+   the data loaders' buffers, broadcast, and set as -e d1 --layers L
+   --heads NH --channels C (r->cfg resolved again). At a fixed stage the
+   search's --keep-logits and -r become the run's where not given; -z auto
+   then chooses them itself. Collective. */
+static void choose_largest(Run* r) {
+    Args* a = &r->a;
+    Comm* comm = r->comm;
+    char err[ERRLEN] = "";
+    unsigned long long mine_held = fit_own_unreclaimable(), node_held = mine_held;
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &node);
+    fit_allreduce(&mine_held, &node_held, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node, "-e largest: the sum over the node's ranks");
+    MPI_Comm_free(&node);
+    FitBudget mb = fit_budget(a->memory_limit, comm->local_size, node_held), bud;
+    if (!a->memory_limit) backend_memory_budget(&mb.bytes, mb.source, sizeof(mb.source), comm->local_rank, comm->local_size);
+    fit_agree_budget(comm, &mb, &bud);
+    if (a->zero_auto) (void)backend_matmul_flops();   /* -z auto's compute-rate measurement leaves the libraries' matmul state resident: the same baseline */
+    if (a->zero_auto && a->link_inside_gbps <= 0) {
+        /* -z auto's link probe leaves MPI's buffers for its communicators
+           resident (gpt2_fit_auto measures its baseline after it): probe
+           here too, so that the shape is searched from that baseline */
+        double in_Bps, across_Bps;
+        unsigned long long probe;
+        fit_measure_links(comm, &in_Bps, &across_Bps, &probe);
+        malloc_trim(0);
+        /* ... and once: -z auto takes these rates (a second probe would
+           grow the baseline again, past the shape just searched) */
+        a->link_inside_gbps = (float)(in_Bps / 1.25e8); a->link_across_gbps = (float)(across_Bps / 1.25e8);
+        r->links_probed = 1;
+    }
+    unsigned long long base = backend_host_counts() ? fit_status_bytes("VmRSS:") : 0, hi = base;
+    fit_allreduce(&base, &hi, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "-e largest: the baseline (the largest rank's)");
+    unsigned long long loaders = backend_host_counts() ? dataloader_host_bytes(&r->train) * (r->have_train ? 1 : 0) +
+                                                         dataloader_host_bytes(&r->val) * (r->have_val ? 1 : 0) : 0;
+    int pickv[5] = {0, 0, 0, 0, 0};   /* L, C, stage, keep_logits, recompute */
+    comm_solo_begin("searching -e largest's shape");   /* rank 0 alone: the others wait under the solo bound, not the collective timeout */
+    if (comm->rank == 0) {
+        Args s = *a;
+        s.est_ranks = r->N;
+        LargestShape best, nx, b, n2;
+        memset(&best, 0, sizeof(best)); memset(&nx, 0, sizeof(nx));
+        int bs = -1;
+        for (int st = 0; st < 4; st++) {
+            if (!a->zero_auto && st != a->zero_stage) continue;
+            if (estimate_largest_stage(&s, st, bud.bytes, hi, loaders, &b, &n2)) continue;
+            if (!best.found || b.params > best.params) { best = b; nx = n2; bs = st; }
+        }
+        if (bs < 0) set_err(err, ERRLEN, "-e largest: no GPT-2 shape fits %.4g GB per rank (%s) at -b %d -t %d%s, not even L=1 C=64", bud.bytes / 1e9,
+                            bud.source, a->B, a->T, a->zero_auto ? "" : " at this -z");
+        else {
+            pickv[0] = best.L; pickv[1] = best.C; pickv[2] = bs; pickv[3] = best.c.opt.keep_logits; pickv[4] = best.c.opt.recompute;
+            printf("-e largest: L=%d C=%d NH=%d (%.4g parameters), the largest GPT-2 shape whose predicted peak fits %.4g GB per rank (%s): "
+                   "%.4g GB at -z %d%s; the next size up, L=%d C=%d NH=%d (%.4g parameters), fits in no configuration\n", best.L, best.C, best.C / 64,
+                   best.params, bud.bytes / 1e9, bud.source, best.c.mem.peak / 1e9, bs, a->zero_auto ? " (-z auto then chooses the fastest configuration of it)" : "",
+                   nx.L, nx.C, nx.NH, nx.params);
+        }
+        fflush(stdout);
+    }
+    comm_check_all(comm, err);
+    comm_solo_end();
+    MPI_Request rq;
+    MPI_Ibcast(pickv, 5, MPI_INT, 0, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "-e largest's shape (a broadcast from rank 0)");
+    a->layers = pickv[0]; a->channels = pickv[1]; a->heads = pickv[1] / 64;
+    if (!a->zero_auto) {
+        if (!a->keep_logits_given) { a->keep_logits = pickv[3]; a->keep_logits_given = 1; }
+        if (!a->recompute_given) { a->recompute = pickv[4]; a->recompute_given = 1; }
+    }
+    resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
+    comm_check_all(comm, err);
+}
+
 /* Setup: flags and their checks, the model's config, the data, the fit
    check (or -z auto's choice), shard groups, the backend, the model (plan,
    engine, activations: every byte through the ledger), its parameters
@@ -1209,6 +1402,11 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     check_args(a, comm->world_size, err, ERRLEN);
     comm_check_all(comm, err);
     resume_init(r);
+    int largest = !strcmp(a->init, "largest");   /* the shape is searched below, once the data and the baseline are known */
+    if (largest && (a->resume || a->layers > 0 || a->heads > 0 || a->channels > 0))
+        set_err(err, ERRLEN, "-e largest searches the shape: it takes no -y 1, --layers, --heads or --channels");
+    comm_check_all(comm, err);
+    if (largest) a->init = "d1";
     resolve_config(a, &r->cfg, &r->from_ckpt, err, ERRLEN);
     comm_check_all(comm, err);
     r->ckpt_version_in = r->from_ckpt ? gpt2_checkpoint_version(a->init) : 0;
@@ -1220,6 +1418,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     intr_phase(INTR_EXIT, "start-up (the matmul paths)", 0, -1);
     backend_agree_kernels(comm);   /* the kernel paths, decided by rank 0 for every rank, before any matmul (-z auto measures one) */
     intr_phase(INTR_EXIT, "start-up (the fit check, -z auto's choice)", 0, -1);
+    if (largest) choose_largest(r);
     fit_or_choose(r);
     intr_phase(INTR_EXIT, "start-up", 0, -1);
     char conf[COMM_CONFIG_TEXT];
@@ -1251,6 +1450,30 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     write_runs_txt(r);
 }
 
+/* The matmul paths this run takes, as the state records them (header word
+   26, llmc/state.h): the bf16 CPU program's per class; the fp32 program's
+   one path; 0 (not recorded) in the CUDA build. */
+static long long kernel_paths_word(void) {
+#if defined(__CUDACC__)
+    return 0;
+#elif defined(LLMC_BF16)
+    cpu_gemm_init();
+    long long w = STATE_PATHS_RECORDED | STATE_PATHS_BF16;
+    for (int k = 0; k < CPU_MM_NUM; k++) if (!cpu_gemm_state.fp32[k]) w |= 1LL << k;
+    return w;
+#else
+    return STATE_PATHS_RECORDED;
+#endif
+}
+/* ... as text: "the fp32 program's sgemm" or "fwd:fp32,dinp:primitive,..." */
+static void kernel_paths_text(long long w, char* out, size_t n) {
+    if (!(w & STATE_PATHS_BF16)) { snprintf(out, n, "the fp32 program's sgemm"); return; }
+    size_t k = 0;
+    out[0] = 0;
+    static const char* const names[] = {"fwd", "dinp", "dweight", "lm_fwd", "lm_dinp", "lm_dweight", "attention"};   /* llmc/cpu/matmul.h's classes */
+    for (int j = 0; j < 7 && k < n; j++) k += (size_t)snprintf(out + k, n - k, "%s%s:%s", j ? "," : "", names[j], (w >> j) & 1 ? "primitive" : "fp32");
+}
+
 /* -y 1: what was loaded, and what the flags change against the saved run
    (the lr schedule's horizon or shape, the global batch, T): said plainly,
    since the run goes on either way. Rank 0. */
@@ -1267,6 +1490,13 @@ static void print_resume_notes(const Run* r) {
                "so the schedule is recomputed over %d steps: step %d gets lr %.2e (the saved run's schedule would give %.2e)\n",
                o->max_steps, o->warmup, (double)o->lr, (double)o->final_frac, a->max_steps, a->warmup, (double)a->lr, (double)a->final_frac,
                a->max_steps, S + 1, (double)now, (double)then);
+    }
+    long long paths = kernel_paths_word();
+    if (o->kernel_paths && paths && o->kernel_paths != paths) {
+        char was[200], now[200];
+        kernel_paths_text(o->kernel_paths, was, sizeof(was)); kernel_paths_text(paths, now, sizeof(now));
+        printf("note: resume: the matmul paths differ from the saved run's (saved: %s; this run: %s): the same model and data, but from here on "
+               "the numbers are not bitwise those of an uninterrupted run\n", was, now);
     }
     if (o->tokens_per_step > 0 && (o->tokens_per_step != a->total_batch || o->seq_len != a->T))
         printf("note: resume: the global batch changes from %lld tokens per step (%lld sequences of T=%d) to %ld (%ld sequences of T=%d: "
@@ -1291,9 +1521,13 @@ static void print_banner(Run* r) {
                a->offload == OFFLOAD_DISK ? a->offload_dir : "");
         const FitPeak* f = &r->fit.mem;
         printf("memory: predicted peak %.4g GB per rank = ledger %.4g + baseline %.4g (code, libraries, MPI) + max(I/O staging %.4g, "
-               "host %.4g + workspace %.4g) GB; budget %.4g GB (%s)%s\n", f->peak / 1e9, f->ledger / 1e9, f->baseline / 1e9,
+               "host %.4g + workspace %.4g) GB; budget %.4g GB (%s)%s", f->peak / 1e9, f->ledger / 1e9, f->baseline / 1e9,
                f->staging / 1e9, f->host / 1e9, f->workspace / 1e9, r->budget / 1e9, r->budget_source,
                r->fit.fits ? "" : ": OVER the budget (--fit-check 0)");
+        if (f->decision)   /* -z auto's probe and candidate list: a phase before the model (fit_peak_total) */
+            printf("; before the model, -z auto's own buffers (the link probe's, the candidates' list) %.4g GB: %s", f->decision / 1e9,
+                   f->baseline + f->decision >= f->peak ? "the larger phase" : "a smaller phase than the model's");
+        printf("\n");
         if (r->keep_logits_auto)
             printf("logits: %s (--keep-logits not given: the predicted peak with the B*T*Vp logits kept is %.4g GB per rank, %s the budget; "
                    "--keep-logits %d %s)\n",
@@ -1370,7 +1604,7 @@ static void save_checkpoint(Run* r, int step) {
     double t1 = wall_seconds();
     if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s) in %.2f s\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32", t1 - t0);
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
-    StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T};
+    StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T, kernel_paths_word()};
     state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
     if (intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }   /* the state failed: comm_check_all ended the run before */
     r->saved_step = step;
@@ -1608,6 +1842,10 @@ static int finish(Run* r) {
             printf("fit check: predicted peak %.1f MB per rank, used %.1f MB (the largest %s over the ranks): used / predicted = %.3f; budget %.1f MB (%s)\n",
                    r->fit.mem.peak / 1e6, used_max / 1e6, backend_host_counts() ? "VmHWM" : "device memory", (double)used_max / (double)r->fit.mem.peak,
                    r->budget / 1e6, r->budget_source);
+        unsigned long long copies = backend_matmul_copy_bytes();
+        if (r->fit.mem.kernel_scratch || copies)
+            printf("fit check: the kernels' scratch of these shapes %.4g MB predicted (in the workspace); of it the fp32 copies of the bf16 "
+                   "matmul operands: predicted %llu B, allocated %llu B (rank 0)\n", r->fit.mem.kernel_scratch / 1e6, r->fit.mem.matmul_copies, copies);
         if (r->timed > 0) {
             double tps = (double)a->total_batch * r->timed / (r->total_ms / 1000.0);
             /* flops per token: 6 Psi (forward + backward of every weight) + 12 L C T (attention scores and values) */
@@ -1652,8 +1890,26 @@ int main(int argc, char** argv) {
         /* the program first: the fp32 and the bf16 program take different
            collectives from here on (backend_agree_kernels) */
         size_t k = (size_t)snprintf(flags, sizeof(flags), "program %s floatX_bytes %d", BACKEND_NAME, (int)sizeof(floatX));
-        for (int i = 1; i < argc && k + 32 < sizeof(flags); i++)
-            k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] %.1000s", i, argv[i]);
+        /* every byte of every argument counts: an argument longer than
+           the 1000 characters shown is preceded by its length and the
+           64-bit FNV-1a hash of all of it; arguments past the text's room
+           are hashed together (with their lengths) into one last pair */
+        for (int i = 1; i < argc; i++) {
+            size_t len = strlen(argv[i]);
+            unsigned long long h = 1469598103934665603ULL;
+            if (k + 1200 >= sizeof(flags)) {
+                for (int j = i; j < argc; j++) {
+                    size_t lj = strlen(argv[j]);
+                    for (size_t b = 0; b <= lj; b++) { h ^= (unsigned char)argv[j][b]; h *= 1099511628211ULL; }   /* the NUL separates */
+                }
+                snprintf(flags + k, sizeof(flags) - k, " argv[%d..%d] fnv1a:%016llx", i, argc - 1, h);
+                break;
+            }
+            if (len > 1000) {   /* the hash first: a mismatch's message shows a value's first 255 characters */
+                for (size_t b = 0; b < len; b++) { h ^= (unsigned char)argv[i][b]; h *= 1099511628211ULL; }
+                k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] (%zu-chars,fnv1a:%016llx)%.1000s", i, len, h, argv[i]);
+            } else k += (size_t)snprintf(flags + k, sizeof(flags) - k, " argv[%d] %s", i, argv[i]);
+        }
         comm_agree_config(&comm, "flags", flags);
     }
     if (want_help || want_md) {

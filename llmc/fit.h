@@ -126,6 +126,49 @@ typedef struct {
     char dir[1400];              /* its cgroup directory (usage and memory.stat are read there) */
 } FitCgroup;
 
+/* The mount of a cgroup hierarchy in a mountinfo file (proc(5): "ID PARENT
+   MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS",
+   octal escapes \040 etc. in ROOT and MOUNTPOINT): version 1, the "cgroup"
+   mount whose super options include "memory"; version 2, the "cgroup2"
+   mount. 1 with its root (the hierarchy's path mounted there) and mount
+   point, else 0. */
+static inline void fit_unescape(char* s) {
+    char* o = s;
+    for (char* p = s; *p; p++) {
+        if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] >= '0' && p[2] <= '7' && p[3] >= '0' && p[3] <= '7') {
+            *o++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+            p += 3;
+        } else *o++ = *p;
+    }
+    *o = 0;
+}
+static inline int fit_mountinfo_cgroup(const char* path, int version, char* root, size_t rn, char* point, size_t pn) {
+    FILE* f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = 0;
+        char* dash = strstr(line, " - ");
+        if (!dash) continue;
+        *dash = 0;
+        char fstype[64] = "", src[256] = "", sopts[1024] = "";
+        if (sscanf(dash + 3, "%63s %255s %1023s", fstype, src, sopts) < 2) continue;
+        if (version == 1) {
+            char so[1100];
+            snprintf(so, sizeof(so), ",%s,", sopts);
+            if (strcmp(fstype, "cgroup") || !strstr(so, ",memory,")) continue;
+        } else if (strcmp(fstype, "cgroup2")) continue;
+        char r[1500], m[1500];
+        if (sscanf(line, "%*s %*s %*s %1499s %1499s", r, m) != 2) continue;
+        fit_unescape(r); fit_unescape(m);
+        snprintf(root, rn, "%.*s", (int)(rn - 1), r); snprintf(point, pn, "%.*s", (int)(pn - 1), m);
+        found = 1;
+    }
+    fclose(f);
+    return found;
+}
+
 /* The memory cgroup of this process that binds it: of the memory limits on
    the path from its cgroup to the root of the memory hierarchy (a parent's
    limit counts when the leaf says "max"; limits of 2^62 and above are the
@@ -166,18 +209,42 @@ static inline int fit_cgroup_limit(FitCgroup* cg, unsigned long long ranks_held)
         }
     }
     fclose(f);
-    char base[600];
-    if (have1) {   /* a v1 memory hierarchy that is not mounted here (some containers): try v2 */
-        snprintf(base, sizeof(base), "%s/memory", root);
-        if (access(base, R_OK) != 0) {   /* co-mounted controllers without a memory link: ROOT/cpu,memory */
-            snprintf(base, sizeof(base), "%.300s/%.250s", root, v1ctrl);
-            if (access(base, R_OK) != 0) have1 = 0;
-        }
+    char base[600] = "";
+    int ver = 0;
+    /* where the hierarchy is mounted: /proc/self/mountinfo (a v1 memory
+       hierarchy need not be at ROOT/memory; a container mounts its own
+       subtree, whose root is taken off the path); read unless
+       LLMC_CGROUP_ROOT names a tree and LLMC_PROC_SELF_MOUNTINFO does not (a
+       test's fake tree). Else v1 at ROOT/memory or ROOT/<controllers>, v2
+       at ROOT. v1 first (a hybrid host), then v2. */
+    const char* mi = getenv("LLMC_PROC_SELF_MOUNTINFO");
+    const char* re = getenv("LLMC_CGROUP_ROOT");
+    int use_mi = (mi && mi[0]) || !re || !re[0];
+    if (!mi || !mi[0]) mi = "/proc/self/mountinfo";
+    for (int v = 1; v <= 2 && !ver; v++) {
+        char* cgpath = v == 1 ? v1 : v2;
+        if (!(v == 1 ? have1 : have2)) continue;
+        char mroot[760], mpoint[600];
+        if (use_mi && fit_mountinfo_cgroup(mi, v, mroot, sizeof(mroot), mpoint, sizeof(mpoint)) && access(mpoint, R_OK) == 0) {
+            size_t rl = strlen(mroot);
+            if (strcmp(mroot, "/") && !strncmp(cgpath, mroot, rl) && (cgpath[rl] == '/' || cgpath[rl] == 0)) {
+                char rest[760];
+                snprintf(rest, sizeof(rest), "%s", cgpath[rl] ? cgpath + rl : "/");
+                snprintf(cgpath, 760, "%s", rest);
+            }
+            snprintf(base, sizeof(base), "%s", mpoint);
+            ver = v;
+        } else if (v == 1) {   /* a v1 memory hierarchy that is not mounted here (some containers): try v2 */
+            snprintf(base, sizeof(base), "%s/memory", root);
+            if (access(base, R_OK) == 0) ver = 1;
+            else {   /* co-mounted controllers without a memory link: ROOT/cpu,memory */
+                snprintf(base, sizeof(base), "%.300s/%.250s", root, v1ctrl);
+                if (access(base, R_OK) == 0) ver = 1;
+            }
+        } else { snprintf(base, sizeof(base), "%s", root); ver = 2; }
     }
-    if (!have1 && !have2) return 0;
-    int ver = have1 ? 1 : 2;
+    if (!ver) return 0;
     const char* file = ver == 1 ? "memory.limit_in_bytes" : "memory.max";
-    if (ver == 2) snprintf(base, sizeof(base), "%s", root);
     char path[760];
     snprintf(path, sizeof(path), "%s", ver == 1 ? v1 : v2);
     unsigned long long best = ~0ULL, room = ~0ULL;
@@ -210,7 +277,7 @@ static inline unsigned long long fit_mem_available(void) { return proc_field_byt
 
 typedef struct {
     unsigned long long bytes;   /* this rank's budget */
-    char source[480];           /* where it comes from, e.g. "cgroup v1 /sys/fs/cgroup/memory/llmc/node1/memory.limit_in_bytes: 0.9 GB / 2 ranks of the node" */
+    char source[640];           /* where it comes from, e.g. "cgroup v1 /sys/fs/cgroup/memory/llmc/node1/memory.limit_in_bytes: 0.9 GB / 2 ranks of the node" */
 } FitBudget;
 
 /* This rank's memory budget (see the top). flag_bytes: --memory-limit (0:
@@ -245,10 +312,27 @@ static inline FitBudget fit_budget(unsigned long long flag_bytes, int ranks_on_n
     return b;
 }
 
-/* This process's resident memory that its cgroup cannot reclaim: RssAnon +
-   RssShmem of /proc/self/status (its file-backed pages are page cache). */
+/* A process's resident memory that its cgroup cannot reclaim, from its
+   status file (RssAnon) and its smaps_rollup (Pss_Shmem): its anonymous
+   pages plus its proportional share of the shared memory it maps (its
+   file-backed pages are page cache). Summed over the ranks of a node, a
+   shared segment they all map (MPI's shared-memory transport) counts once,
+   as the cgroup charges it; RssShmem counted it once per rank, so the
+   node's other residents were under-counted by (ranks - 1) x the segment.
+   Without Pss_Shmem (kernels before 5.x) RssShmem is taken. */
+static inline unsigned long long fit_unreclaimable_of(const char* status, const char* rollup) {
+    unsigned long long anon = proc_field_bytes(status, "RssAnon:");
+    FILE* f = fopen(rollup, "r");
+    int has_pss = 0;
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof(line), f)) if (!strncmp(line, "Pss_Shmem:", 10)) { has_pss = 1; break; }
+        fclose(f);
+    }
+    return anon + (has_pss ? proc_field_bytes(rollup, "Pss_Shmem:") : proc_field_bytes(status, "RssShmem:"));
+}
 static inline unsigned long long fit_own_unreclaimable(void) {
-    return proc_field_bytes("/proc/self/status", "RssAnon:") + proc_field_bytes("/proc/self/status", "RssShmem:");
+    return fit_unreclaimable_of("/proc/self/status", "/proc/self/smaps_rollup");
 }
 
 /* The training workspace of this program measured at build time
@@ -273,16 +357,22 @@ typedef struct {
     unsigned long long model_states, activations, transients; /* the ledger's parts */
     unsigned long long host;      /* host bookkeeping outside the ledger (model, data loaders, tokenizer) */
     unsigned long long staging;   /* parameter I/O staging (transient) */
-    unsigned long long workspace; /* the libraries' training workspace (calibrated) */
-    unsigned long long peak;      /* baseline + ledger + max(staging, host + workspace) */
+    unsigned long long workspace; /* the libraries' training workspace: calibrated, plus the modelled matmul scratch */
+    unsigned long long kernel_scratch; /* of which the kernels' shape-dependent scratch (the bf16 program's fp32 operand copies and attention buffers; backend_predict_kernel_scratch) */
+    unsigned long long matmul_copies;  /* of that, the fp32 operand copies (the part a run can read back: backend_matmul_copy_bytes) */
+    unsigned long long decision;  /* the decision's own buffers before the model (-z auto: the link probe's, rank 0's candidate list; freed) */
+    unsigned long long peak;      /* baseline + max(decision, ledger + max(staging, host + workspace)) */
 } FitPeak;
 
 /* The parameter I/O staging is freed before the first step touches the
    data loaders' buffers and the libraries' workspace: the peak is the
-   larger of the two phases. */
+   larger of the two phases. The decision's buffers (-z auto's link probe
+   and candidate list) are freed before the model is allocated: a third
+   phase, before both. */
 static inline void fit_peak_total(FitPeak* p) {
     unsigned long long run = p->host + p->workspace;
-    p->peak = p->baseline + p->ledger + (p->staging > run ? p->staging : run);
+    unsigned long long model = p->ledger + (p->staging > run ? p->staging : run);
+    p->peak = p->baseline + (p->decision > model ? p->decision : model);
 }
 
 #endif /* LLMC_FIT_H */

@@ -76,6 +76,7 @@ typedef struct {
     unsigned long long budget;    /* the smallest budget over the ranks */
     double flops_per_s;           /* measured compute rate (0: not measured) */
     double inside_Bps, across_Bps, disk_Bps; /* link and disk rates (0: not measured / not applicable) */
+    unsigned long long decision;  /* the decision's own buffers before the model (bytes per rank, the largest rank's: FitPeak.decision) */
 } FitContext;
 
 /* flops per token of the model (6 Psi + 12 L C T: forward and backward of
@@ -111,6 +112,7 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     ZeroPlan P;
     GPT2Layout y;
     Ledger L;
+    memset(&P, 0, sizeof(P)); memset(&y, 0, sizeof(y));   /* (gcc's -Wmaybe-uninitialized when gpt2_predict fails early) */
     int R = x->N / c->G;
     if (gpt2_predict(&P, &y, &L, x->cfg, &c->opt, c->G, 0, R, c->B, x->T, err, errlen)) return 1;
     FitPeak* m = &c->mem;
@@ -124,7 +126,14 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     m->baseline = x->baseline;
     m->host = held + x->loaders;
     m->staging = staging;
-    m->workspace = x->workspace;   /* (-x 0: the training step's workspace, an over-estimate of a forward's) */
+    /* the calibrated workspace (what the libraries take beyond the modelled
+       scratch) + the kernels' scratch of this run's shapes (the bf16
+       program's fp32 operand copies and attention buffers: training's, or
+       -x 0's forward alone) */
+    m->kernel_scratch = backend_predict_kernel_scratch(x->cfg->num_layers, x->cfg->channels, x->cfg->num_heads, y.chunk_rows, y.last_rows,
+                                                       c->B, x->T, c->opt.eval_only, &m->matmul_copies);
+    m->workspace = x->workspace + m->kernel_scratch;
+    m->decision = x->decision;
     fit_peak_total(m);
     c->fits = m->peak <= x->budget;
     /* traffic: ring wire bytes per rank of each collective per step; a
@@ -162,10 +171,11 @@ static inline int gpt2_fit_evaluate(const FitContext* x, FitCandidate* c, char* 
     return 0;
 }
 
-/* The candidates of -z auto (see the top), evaluated; at most max. Returns
-   the count. The user's flags stay fixed; offloaded candidates (stages 1-3)
-   are listed whether or not a DIR is given (gpt2_fit_choose takes them only
-   when one is). */
+/* The candidates of -z auto (see the top), evaluated; at most max (out
+   NULL: none evaluated, the count of the configurations the loops list:
+   gpt2_fit_count). Returns the count. The user's flags stay fixed;
+   offloaded candidates (stages 1-3) are listed whether or not a DIR is
+   given (gpt2_fit_choose takes them only when one is). */
 static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int max) {
     int n = 0;
     char err[ERRLEN];
@@ -189,6 +199,7 @@ static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int
                     for (int of = 0; of <= (s >= 1 && !ev ? 1 : 0); of++)
                         for (int ib = 0; ib < nb; ib++)
                             for (int rc = rc0; rc <= rc1 && n < max; rc++) {
+                                if (!out) { n++; continue; }
                                 FitCandidate* c = &out[n];
                                 memset(c, 0, sizeof(*c));
                                 c->opt = x->base;
@@ -201,6 +212,11 @@ static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int
         }
     return n;
 }
+
+/* How many configurations gpt2_fit_enumerate lists for x (an upper bound
+   of what it returns: a configuration the plan refuses is left out): the
+   size of the list that holds them all, no stage cut. */
+static inline int gpt2_fit_count(const FitContext* x) { return gpt2_fit_enumerate(x, NULL, 1 << 30); }
 
 /* The order after the predicted time: <0 when a goes first. Less
    recomputation, the lower stage, the smaller peak, then (a total order
@@ -270,14 +286,40 @@ static inline void gpt2_fit_header(FILE* f) {
             "configuration (the flags that give it)");
 }
 
+/* The link probe's bytes per rank of one all-gather over k ranks: 4 MiB,
+   less where the k-rank receive buffer would pass FIT_PROBE_RECV (16 MiB):
+   16 MiB / k rounded down to 4 KiB, at least 64 KiB. Its buffers hold
+   (k + 1) x that (the send and the receive buffer): at most 16.06 MiB per
+   rank for up to 256 ranks per node or nodes, and 4 MiB x 5 = 20 MiB for
+   k <= 4 (an all-gather's rate at 64 KiB per rank is still a bandwidth
+   figure: the ring moves (k-1) x 64 KiB per rank). */
+#define FIT_PROBE_MAX (4ULL << 20)
+#define FIT_PROBE_RECV (16ULL << 20)
+static inline unsigned long long fit_probe_per_rank(int k) {
+    if (k < 1) k = 1;
+    unsigned long long per = FIT_PROBE_RECV / (unsigned long long)k / 4096ULL * 4096ULL;
+    if (per > FIT_PROBE_MAX) per = FIT_PROBE_MAX;
+    if (per < (64ULL << 10)) per = 64ULL << 10;
+    return per;
+}
+/* ... and what the probe holds per rank (bytes) for a node of nl ranks
+   among nc nodes (the counting side of fit_measure_links). */
+static inline unsigned long long fit_probe_bytes(int nl, int nc) {
+    int k = nl > nc ? nl : nc;
+    return fit_probe_per_rank(k) * (unsigned long long)(k + 1);
+}
+
 /* The link rates of the cost model, bytes per second of ring wire bytes per
    rank: inside a node (shared memory) and across nodes (the network); 0
    where there is nothing to measure (one rank per node; one node).
-   Collective: each rate is the best of 3 all-gathers of 4 MB per rank on a
-   communicator of the ranks of one node, and of one rank per node (every
-   wait under the collective timeout: comm_wait_request); every rank takes
-   the slowest group's rate. */
-static inline void fit_measure_links(Comm* c, double* inside, double* across) {
+   Collective: each rate is the best of 3 all-gathers of
+   fit_probe_per_rank(k) bytes per rank (4 MiB up to 4 ranks, bounded so
+   that the receive buffer stays within 16 MiB) on a communicator of the
+   ranks of one node, and of one rank per node (every wait under the
+   collective timeout: comm_wait_request); every rank takes the slowest
+   group's rate. *held: the bytes its buffers held (fit_probe_bytes), the
+   largest over the ranks. */
+static inline void fit_measure_links(Comm* c, double* inside, double* across, unsigned long long* held) {
     *inside = *across = 0.0;
     MPI_Comm node, cross;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
@@ -286,8 +328,12 @@ static inline void fit_measure_links(Comm* c, double* inside, double* across) {
     MPI_Comm_split(MPI_COMM_WORLD, c->local_rank, c->rank, &cross);
     int nc;
     MPI_Comm_size(cross, &nc);
-    const int per = 1 << 22;
     int kmax = nl > nc ? nl : nc;
+    const int per = (int)fit_probe_per_rank(kmax);
+    unsigned long long mine = fit_probe_bytes(nl, nc);
+    MPI_Request hq;
+    MPI_Iallreduce(&mine, held, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &hq);
+    comm_wait_request(&hq, 0, "the link probe of -z auto (its size)");
     char* sbuf = (char*)malloc_or_die((size_t)per, "link probe");
     char* rbuf = (char*)malloc_or_die((size_t)per * (size_t)kmax, "link probe");
     memset(sbuf, 1, (size_t)per);
@@ -330,6 +376,7 @@ typedef struct {
     int fit_check;                     /* --fit-check 1: refuse a configuration over the budget */
     float link_inside_gbps, link_across_gbps; /* --link-gbps (0: measured) */
     const char* init;                  /* -e, for the refusal's message */
+    const char* link_source;           /* where the given link rates come from (NULL: --link-gbps) */
 } FitRequest;
 
 /* The outcome: the configuration to run with its predicted peak, and the
@@ -339,8 +386,33 @@ typedef struct {
     int keep_logits_auto;        /* --keep-logits not given, a training run that fits: 1 keeps the logits (they fit too), -1 recomputes them (they do not), 0 not decided here */
     unsigned long long keep_logits_peak; /* the per-rank peak with the logits kept (bytes; 0 unless keep_logits_auto != 0) */
     unsigned long long budget;   /* the smallest per-rank budget over the ranks */
-    char budget_source[480];     /* where rank 0's budget comes from */
+    char budget_source[640];     /* where it comes from: "rank R on node H, the smallest over the N ranks: SOURCE" (SOURCE: that rank's fit_budget text) */
+    int budget_rank;             /* the rank whose budget it is (the lowest of those with the smallest) */
 } FitDecision;
+
+/* The smallest budget over the ranks, with the text of the rank it is
+   (collective): *out gets its bytes and, with more than one rank, "rank R
+   on node H, the smallest over the N ranks: " before that rank's source
+   (R: the lowest rank among those with the smallest budget). Returns R. */
+static inline int fit_agree_budget(Comm* comm, const FitBudget* mine, FitBudget* out) {
+    int N = comm->world_size, who = 0;
+    unsigned long long* all = (unsigned long long*)malloc_or_die((size_t)N * sizeof(unsigned long long), "the ranks' budgets");
+    MPI_Request rq;
+    MPI_Iallgather(&mine->bytes, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the fit check's budget (every rank's)");
+    for (int r = 1; r < N; r++) if (all[r] < all[who]) who = r;
+    char src[sizeof(mine->source)];
+    snprintf(src, sizeof(src), "%s", mine->source);
+    MPI_Ibcast(src, (int)sizeof(src), MPI_CHAR, who, MPI_COMM_WORLD, &rq);
+    comm_wait_request(&rq, 0, "the fit check's budget (the source of the smallest)");
+    memset(out, 0, sizeof(*out));
+    out->bytes = all[who];
+    if (N > 1) snprintf(out->source, sizeof(out->source), "rank %d on node %.64s, the smallest over the %d ranks: %.500s", who,
+                        comm_watch.host ? comm_watch.host[who] : "?", N, src);
+    else snprintf(out->source, sizeof(out->source), "%s", src);
+    free(all);
+    return who;
+}
 
 /* Stable order of candidate indices idx[0..n) by a key (peak or step time),
    ties by gpt2_fit_tiebreak: the same order on every run. */
@@ -417,8 +489,9 @@ static inline void fit_allreduce(const void* in, void* out, MPI_Datatype t, MPI_
    when one is predicted to fit. */
 static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q, const FitBudget* bud, FitDecision* d) {
     char err[ERRLEN] = "";
-    if (q->link_inside_gbps > 0) { x->inside_Bps = q->link_inside_gbps * 1.25e8; x->across_Bps = q->link_across_gbps * 1.25e8; }
-    else fit_measure_links(comm, &x->inside_Bps, &x->across_Bps);
+    unsigned long long probe = 0;   /* the link probe's buffers (none with --link-gbps) */
+    if (q->link_inside_gbps > 0 || q->link_across_gbps > 0) { x->inside_Bps = q->link_inside_gbps * 1.25e8; x->across_Bps = q->link_across_gbps * 1.25e8; }
+    else fit_measure_links(comm, &x->inside_Bps, &x->across_Bps, &probe);
     double f = backend_matmul_flops(), lo = f;
     const char* scale = getenv("LLMC_TEST_FLOPS_SCALE");   /* test hook: this rank measures as if its cores were that much slower or faster */
     if (scale && atof(scale) > 0) f *= atof(scale);
@@ -445,16 +518,24 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
     comm_solo_begin("enumerating -z auto's configurations");
     if (comm->rank == 0) {   /* one decision, broadcast below */
         comm_test_slow_start();
-        int cap = 8192;
-        FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "-z auto candidates");
+        int cap = gpt2_fit_count(x);   /* every configuration: none cut */
+        unsigned long long list = (unsigned long long)(cap > 0 ? cap : 1) * sizeof(FitCandidate);
+        /* the decision's own buffers, counted in every candidate's peak: the
+           probe's (every rank, freed above) and this list (rank 0, freed below) */
+        x->decision = probe > list ? probe : list;
+        FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)(cap > 0 ? cap : 1) * sizeof(FitCandidate), "-z auto candidates");
         int n = gpt2_fit_enumerate(x, cs, cap), nallowed = 0;
         for (int i = 0; i < n; i++) nallowed += x->offload_dir_given || cs[i].opt.offload == OFFLOAD_NONE;
         best = gpt2_fit_choose(cs, n, 0, NULL, 0);
         if (best < 0 && x->offload_dir_given) best = gpt2_fit_choose(cs, n, 1, NULL, 0);
-        printf("-z auto: %d configurations on the plan, this rank's budget %.4g GB (%s), links %.3g Gbit/s inside a node, "
-               "%.3g across nodes (%s), compute %.1f GFLOP/s per rank (measured, the slowest rank's)%s\n", nallowed, x->budget / 1e9, bud->source,
-               x->inside_Bps / 1.25e8, x->across_Bps / 1.25e8, q->link_inside_gbps > 0 ? "--link-gbps" : "measured, the slowest rank's",
-               x->flops_per_s / 1e9, x->workspace ? "" : "; workspace not calibrated (make builds build/fit/)");
+        char probe_text[200] = "";
+        if (probe) snprintf(probe_text, sizeof(probe_text), "; the probe's buffers %.4g MB per rank", probe / 1e6);
+        printf("-z auto: %d configurations on the plan, the budget %.4g GB per rank (%s), links %.3g Gbit/s inside a node, "
+               "%.3g across nodes (%s%s), compute %.1f GFLOP/s per rank (measured, the slowest rank's)%s; counted in every peak: "
+               "the decision's buffers %.4g MB per rank before the model (the link probe's, the %d candidates' list)\n", nallowed, x->budget / 1e9, bud->source,
+               x->inside_Bps / 1.25e8, x->across_Bps / 1.25e8,
+               q->link_source ? q->link_source : q->link_inside_gbps > 0 || q->link_across_gbps > 0 ? "--link-gbps" : "measured, the slowest rank's", probe_text,
+               x->flops_per_s / 1e9, x->workspace ? "" : "; workspace not calibrated (make builds build/fit/)", x->decision / 1e6, cap);
         gpt2_fit_table(stdout, x, cs, n, best);
         if (best >= 0) {
             chosen = cs[best];
@@ -472,7 +553,7 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
                 gpt2_fit_flags(x, &cs[off], fl, sizeof(fl));
                 snprintf(hint, sizeof(hint), "; with the optimizer offloaded it would fit: %s (%.4g GB)", fl, cs[off].mem.peak / 1e9);
             }
-            set_err(err, ERRLEN, "-z auto: none of the %d configurations fits this rank's budget of %.4g GB (%s): lower -b/-t or the model size, "
+            set_err(err, ERRLEN, "-z auto: none of the %d configurations fits the budget of %.4g GB per rank (%s): lower -b/-t or the model size, "
                     "or add ranks or memory%s", nallowed, x->budget / 1e9, bud->source,
                     off >= 0 ? hint : x->base.eval_only || x->offload_dir_given ? "" : " (not even with the optimizer offloaded)");
         }
@@ -492,8 +573,8 @@ static inline void gpt2_fit_auto(Comm* comm, FitContext* x, const FitRequest* q,
    and up to three configurations predicted to fit (without offload first),
    or, when none does, what to change. */
 static inline void gpt2_fit_refusal(FitContext* x, const FitRequest* q, const FitBudget* bud, const FitCandidate* mine, char* out, size_t n) {
-    int cap = 8192;
-    FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)cap * sizeof(FitCandidate), "fit alternatives");
+    int cap = gpt2_fit_count(x);   /* every configuration: none cut */
+    FitCandidate* cs = (FitCandidate*)malloc_or_die((size_t)(cap > 0 ? cap : 1) * sizeof(FitCandidate), "fit alternatives");
     int nc = gpt2_fit_enumerate(x, cs, cap);
     char alts[2000];
     int shown = gpt2_fit_alternatives(x, cs, nc, alts, sizeof(alts));
@@ -511,7 +592,7 @@ static inline void gpt2_fit_refusal(FitContext* x, const FitRequest* q, const Fi
     if (mine->opt.offload != OFFLOAD_NONE) snprintf(form + strlen(form), sizeof(form) - strlen(form), ", the optimizer's k Psi/N offloaded");
     const FitPeak* m = &mine->mem;
     set_err(out, n, "-e %s (L=%d C=%d, %.4g parameters) at zero_stage %d needs %.4g GB per rank (model states %.4g GB = %s, activations %.4g GB, other %.4g GB); "
-            "this rank's budget is %.4g GB (%s). %s%s (--fit-check 0 runs it anyway)",
+            "the budget is %.4g GB per rank (%s). %s%s (--fit-check 0 runs it anyway)",
             q->init, x->cfg->num_layers, x->cfg->channels, (double)gpt2_count_parameters(x->cfg),
             mine->opt.zero_stage, m->peak / 1e9, m->model_states / 1e9, form, m->activations / 1e9,
             (m->peak - m->model_states - m->activations) / 1e9, x->budget / 1e9, bud->source, shown ? "Fits: " : nothing, shown ? alts : "");
@@ -536,14 +617,16 @@ static inline void gpt2_fit_decide(Comm* comm, FitContext* x, const FitRequest* 
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, comm->rank, MPI_INFO_NULL, &node);
     fit_allreduce(&mine_held, &node_held, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node, "the fit check's sum over the node's ranks");
     MPI_Comm_free(&node);
-    FitBudget bud = fit_budget(q->memory_limit, comm->local_size, node_held);
-    if (!q->memory_limit) backend_memory_budget(&bud.bytes, bud.source, sizeof(bud.source), comm->local_rank, comm->local_size); /* CUDA: the device's free memory */
-    /* one decision for all ranks: the smallest budget, the largest baseline */
-    unsigned long long lo = bud.bytes, hi = x->baseline;
-    fit_allreduce(&bud.bytes, &lo, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, "the fit check's budget (the smallest rank's)");
+    FitBudget mine_bud = fit_budget(q->memory_limit, comm->local_size, node_held);
+    if (!q->memory_limit) backend_memory_budget(&mine_bud.bytes, mine_bud.source, sizeof(mine_bud.source), comm->local_rank, comm->local_size); /* CUDA: the device's free memory */
+    /* one decision for all ranks: the smallest budget (named by its rank and
+       that rank's source text: the lowest such rank), the largest baseline */
+    FitBudget bud;
+    int who = fit_agree_budget(comm, &mine_bud, &bud);
+    unsigned long long hi = x->baseline;
     fit_allreduce(&x->baseline, &hi, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, "the fit check's baseline (the largest rank's)");
-    x->budget = lo; x->baseline = hi;
-    d->budget = lo;
+    x->budget = bud.bytes; x->baseline = hi;
+    d->budget = bud.bytes; d->budget_rank = who;
     snprintf(d->budget_source, sizeof(d->budget_source), "%s", bud.source);
     FitCandidate* mine = &d->run;
     mine->opt = x->base; mine->G = G; mine->B = x->B;
@@ -571,7 +654,7 @@ static inline void gpt2_fit_decide(Comm* comm, FitContext* x, const FitRequest* 
     }
     if (mine->fits || !q->fit_check) {
         if (comm->rank == 0 && !mine->fits)
-            printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over this rank's budget of %.4g GB (%s): running anyway\n",
+            printf("warning: --fit-check 0: zero_stage %d needs %.4g GB per rank, over the budget of %.4g GB per rank (%s): running anyway\n",
                    mine->opt.zero_stage, mine->mem.peak / 1e9, x->budget / 1e9, bud.source);
         return;
     }

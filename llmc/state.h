@@ -36,7 +36,13 @@
         (the global batch: ranks x B x T x micro-steps), [25] T: what a
         resume compares with its own flags to say what changed (0 in older
         files: not known)
-   [26..127] 0 (reserved; a file of the first layout, with 0 at [18], [19],
+   [26] the matmul paths the run took (STATE_PATHS_*: 0 not recorded, in
+        older files; else bit 20 set, bit 19 for the bf16 program, and bit k
+        for each class k of llmc/cpu/matmul.h on oneDNN's bf16 primitive
+        rather than the fp32-copy path): a resume that takes other paths
+        says so (the numbers from there on are not bitwise an uninterrupted
+        run's)
+   [27..127] 0 (reserved; a file of the first layout, with 0 at [18], [19],
         reads as unshuffled, epoch 0)
  Nothing in the file depends on the ZeRO stage or the rank count: at one
  rank count, runs at stages 0-3 write byte-identical states (and model
@@ -112,7 +118,10 @@ typedef struct {
     float lr, final_frac;         /* -l, -q */
     long long tokens_per_step;    /* ranks x B x T x micro-steps */
     int seq_len;                  /* T */
+    long long kernel_paths;       /* the matmul paths (header word 26: STATE_PATHS_RECORDED | STATE_PATHS_BF16 | bit k = class k on the primitive; 0: not recorded) */
 } StateRun;
+#define STATE_PATHS_RECORDED (1LL << 20)
+#define STATE_PATHS_BF16 (1LL << 19)
 
 static inline int64_t state_float_word(float f) { uint32_t u; memcpy(&u, &f, 4); return (int64_t)u; }
 static inline float state_word_float(int64_t w) { uint32_t u = (uint32_t)w; float f; memcpy(&f, &u, 4); return f; }
@@ -189,6 +198,8 @@ static inline int state_read_header(const char* path, TrainState* s, char* err, 
     if (h[20] < 0 || h[20] > (1LL << 30) || h[21] < 0 || h[21] > (1LL << 30) || h[24] < 0 || h[25] < 0 || h[25] > 100000000)
         return set_err(err, errlen, "state %s: run record (steps %lld, warmup %lld, tokens per step %lld, T %lld) is invalid", path,
                        (long long)h[20], (long long)h[21], (long long)h[24], (long long)h[25]);
+    if (h[26] != 0 && (!(h[26] & STATE_PATHS_RECORDED) || h[26] >= 2 * STATE_PATHS_RECORDED || (h[26] & (STATE_PATHS_BF16 - 1) && !(h[26] & STATE_PATHS_BF16))))
+        return set_err(err, errlen, "state %s: header word 26 (the matmul paths) is %lld, not a record of them", path, (long long)h[26]);
     if (h[17] != 0 && h[17] != 1) return set_err(err, errlen, "state %s: has_master flag %lld must be 0 or 1", path, (long long)h[17]);
     if (h[18] != 0 && h[18] != 1) return set_err(err, errlen, "state %s: shuffle flag %lld must be 0 or 1", path, (long long)h[18]);
     if (h[19] < 0 || h[19] > (1LL << 40)) return set_err(err, errlen, "state %s: data epoch %lld out of range", path, (long long)h[19]);
@@ -202,6 +213,7 @@ static inline int state_read_header(const char* path, TrainState* s, char* err, 
     s->run.max_steps = (int)h[20]; s->run.warmup = (int)h[21];
     s->run.lr = state_word_float(h[22]); s->run.final_frac = state_word_float(h[23]);
     s->run.tokens_per_step = h[24]; s->run.seq_len = (int)h[25];
+    s->run.kernel_paths = h[26];
     return 0;
 }
 
@@ -317,7 +329,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     h[14] = (int64_t)seed; h[17] = has_master;
     h[18] = train->shuffle; h[19] = train->epoch;
     h[20] = run->max_steps; h[21] = run->warmup; h[22] = state_float_word(run->lr); h[23] = state_float_word(run->final_frac);
-    h[24] = run->tokens_per_step; h[25] = run->seq_len;
+    h[24] = run->tokens_per_step; h[25] = run->seq_len; h[26] = run->kernel_paths;
     CollectiveFile f;
     cfile_begin(&f, c, "state", path, h, sizeof(h), total, err);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");

@@ -65,6 +65,7 @@ suite "overlap and hsdp" bash tests/suites/overlap.sh
 suite "overlap and hsdp bf16" env PROG=./train_gpt_cpu_bf16 bash tests/suites/overlap.sh
 suite "memory by stage" bash tests/suites/memory.sh
 suite "fit check and -z auto" bash tests/suites/fit.sh
+suite "fit details" bash tests/suites/fit_details.sh
 suite "activation recompute" bash tests/suites/recompute.sh
 suite "zero++" bash tests/suites/zeropp.sh
 suite "training" bash tests/suites/train.sh

@@ -338,6 +338,23 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
     }
 }
 
+/* The fp32 path's per-thread attention scratch, predicted (bytes): each
+   thread's cpu_thread_scratch buffer is kept at its largest, forward
+   4 T hs + T^2 floats, backward 7 T hs + 2 T^2 (training); it is resident
+   in the threads that run at least one (b, h) of the B*NH (the dynamic
+   schedule: min(nth, B NH)), a page-rounded malloc each. 0 where attention
+   takes the primitive (its scratch, att_buf, is in the calibrated
+   workspace). */
+static inline unsigned long long cpu_attention_scratch_predict(int B, int T, int C, int NH, int eval_only, int nth) {
+    cpu_gemm_init();
+    if (!cpu_gemm_state.fp32[CPU_MM_ATTENTION] || NH <= 0 || nth <= 0) return 0;
+    size_t th = (size_t)T * (size_t)(C / NH), tt = (size_t)T * T;
+    size_t n = eval_only ? 4 * th + tt : 7 * th + 2 * tt;
+    unsigned long long per = ((unsigned long long)n * sizeof(float) + 4095) / 4096 * 4096;
+    int active = B * NH < nth ? B * NH : nth;
+    return per * (unsigned long long)active;
+}
+
 #else /* fp32 program */
 
 /* Causal multi-head self-attention, one (b, h) per task, tasks split among

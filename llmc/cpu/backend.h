@@ -363,6 +363,36 @@ static inline unsigned long long backend_internal_bytes(void) {
 #endif
 }
 
+/* The fit check's model of the kernels' scratch that depends on the
+   shapes (bytes per rank), on this rank's threads: the bf16 program's fp32
+   copies of the matmul operands (cpu_gemm_copy_predict_model: L blocks, C
+   channels, LM-head chunks of Vc rows (the last of last_rows), B*T rows per
+   micro-step, training or eval_only; also into *copies) and its fp32
+   attention's per-thread buffers (cpu_attention_scratch_predict: NH
+   heads, T^2 and T*C/NH floats); 0 in the fp32 program (oneDNN's sgemm
+   buffers are in the calibrated workspace). backend_matmul_copy_bytes:
+   what the run holds of the copies (after the steps: the same buffers,
+   as allocated). */
+static inline unsigned long long backend_predict_kernel_scratch(int L, int C, int NH, int Vc, int last_rows, int B, int T, int eval_only,
+                                                                unsigned long long* copies) {
+#ifdef LLMC_BF16
+    int nth = cpu_num_threads();
+    *copies = cpu_gemm_copy_predict_model(L, C, Vc, last_rows, B * T, eval_only, nth);
+    return *copies + cpu_attention_scratch_predict(B, T, C, NH, eval_only, nth);
+#else
+    (void)L; (void)C; (void)NH; (void)Vc; (void)last_rows; (void)B; (void)T; (void)eval_only;
+    *copies = 0;
+    return 0;
+#endif
+}
+static inline unsigned long long backend_matmul_copy_bytes(void) {
+#ifdef LLMC_BF16
+    return cpu_gemm_copy_bytes();
+#else
+    return 0;
+#endif
+}
+
 /* The fit check (llmc/fit.h): on the CPU the backend's memory is the
    process's host memory, so the budget is the host's (cgroup, MemAvailable
    or --memory-limit: nothing to change here) and the process's baseline,

@@ -75,6 +75,7 @@ typedef struct {
     float rate[2][CPU_MM_NUM];
     int how;                 /* CPU_GEMM_BY_* */
     int threads;             /* OpenMP threads of the measurement (0: none) */
+    int provisional;         /* 1: measured at a start-up (one timed call per shape), not by --calibrate-matmul: the next calibration replaces it */
     char impl[64];           /* oneDNN's implementation of the bf16 primitive, e.g. brg:avx512_core_bf16 ("": none) */
     char where[640];         /* the calibration file and what was done with it */
 } CpuGemmChoice;
@@ -489,6 +490,71 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
     if (dinp) cpu_gemm_bf16(CPU_MM_DINP + lm, 0, 0, N, C, OC, dout, OC, weight, C, 1, dinp, C, NULL);
     cpu_gemm_bf16(CPU_MM_DWEIGHT + lm, 1, 0, OC, C, N, dout, OC, inp, C, 1, dweight, C, NULL);
     if (dbias) cpu_bias_backward(dbias, dout, N, OC);
+}
+
+/* The fp32-copy path's buffers (cpu_gemm_bf16_fp32), predicted: for one
+   product op(A) (M,K) x op(B) (K,N) on nth threads, the shared operand
+   (the one whose output dimension is not split: N*K floats when M >= N,
+   else M*K) and every working thread's panel buffer (CPU_GEMM_PANEL x
+   min(K, CPU_GEMM_KTILE) + CPU_GEMM_PANEL x the other dimension; thread 0
+   alone below CPU_GEMM_SPLIT_MIN flops, else the threads whose
+   cpu_split_range share of the split dimension is not empty). Each buffer
+   keeps the largest size it was grown to (cpu_gemm_grow): *shared and
+   tcap[0..nth) take the max. Floats. */
+static inline void cpu_gemm_copy_predict(size_t* shared, size_t* tcap, int nth, int M, int N, int K) {
+    const int split_m = M >= N;
+    size_t S = split_m ? (size_t)N * K : (size_t)M * K;
+    if (S > *shared) *shared = S;
+    const int whole = (double)M * N * K < CPU_GEMM_SPLIT_MIN;
+    const int KT = K < CPU_GEMM_KTILE ? K : CPU_GEMM_KTILE;
+    size_t need = (size_t)CPU_GEMM_PANEL * KT + (size_t)CPU_GEMM_PANEL * (size_t)(split_m ? N : M);
+    size_t dim = (size_t)(split_m ? M : N);
+    for (int ith = 0; ith < nth && ith < 256; ith++) {
+        size_t lo = 0, hi = 0;
+        if (whole || nth <= 1) { if (ith == 0) hi = dim; }
+        else cpu_split_range(dim, ith, nth, 64, &lo, &hi);
+        if (hi > lo && need > tcap[ith]) tcap[ith] = need;
+    }
+}
+
+/* The bytes the fp32-copy path holds after a training step (or an
+   evaluation's forward, eval_only) of a GPT-2 of L blocks and C channels,
+   the LM head in chunks of Vc rows (the last of last_rows), `rows` = B*T
+   rows per micro-step, on nth threads: every class on the fp32-copy path
+   (cpu_gemm_state.fp32) contributes its products (forward: (rows, OC, Cin)
+   for qkv, attproj, fc, fcproj and (rows, Vc, C) per LM-head chunk;
+   backward: dinp (rows, Cin, OC) and dweight (OC, Cin, rows)). What
+   cpu_gemm_copy_bytes() then reads, exactly (tests/suites/fit_details.sh). */
+static inline unsigned long long cpu_gemm_copy_predict_model(int L, int C, int Vc, int last_rows, int rows, int eval_only, int nth) {
+    cpu_gemm_init();
+    size_t shared = 0, tcap[256];
+    memset(tcap, 0, sizeof(tcap));
+    const int io[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};   /* (Cin, OC) of qkv, attproj, fc, fcproj */
+    const int* fp = cpu_gemm_state.fp32;
+    for (int j = 0; j < 4 && L > 0; j++) {
+        if (fp[CPU_MM_FWD]) cpu_gemm_copy_predict(&shared, tcap, nth, rows, io[j][1], io[j][0]);
+        if (eval_only) continue;
+        if (fp[CPU_MM_DINP]) cpu_gemm_copy_predict(&shared, tcap, nth, rows, io[j][0], io[j][1]);
+        if (fp[CPU_MM_DWEIGHT]) cpu_gemm_copy_predict(&shared, tcap, nth, io[j][1], io[j][0], rows);
+    }
+    int vr[2] = {Vc, last_rows};
+    for (int k = 0; k < 2; k++) {
+        if (vr[k] <= 0) continue;
+        if (fp[CPU_MM_LM_FWD]) cpu_gemm_copy_predict(&shared, tcap, nth, rows, vr[k], C);
+        if (eval_only) continue;
+        if (fp[CPU_MM_LM_DINP]) cpu_gemm_copy_predict(&shared, tcap, nth, rows, C, vr[k]);
+        if (fp[CPU_MM_LM_DWEIGHT]) cpu_gemm_copy_predict(&shared, tcap, nth, vr[k], C, rows);
+    }
+    unsigned long long b = (shared * sizeof(float) + 63) / 64 * 64;
+    for (int i = 0; i < 256; i++) b += (tcap[i] * sizeof(float) + 63) / 64 * 64;
+    return b;
+}
+
+/* What the fp32-copy path holds now (bytes, as allocated: 64-byte rounded). */
+static inline unsigned long long cpu_gemm_copy_bytes(void) {
+    unsigned long long b = cpu_gemm_state.shared_cap ? (cpu_gemm_state.shared_cap * sizeof(float) + 63) / 64 * 64 : 0;
+    for (int i = 0; i < 256; i++) if (cpu_gemm_state.tcap[i]) b += (cpu_gemm_state.tcap[i] * sizeof(float) + 63) / 64 * 64;
+    return b;
 }
 
 #else /* fp32 program */

@@ -32,9 +32,15 @@
  *      build), when it is for this CPU and build: the same CPUID brand,
  *      ISA level, oneDNN ISA, oneDNN version and build id (LLMC_KERNELS_ID:
  *      the Makefile's hash of the CPU kernels' sources and flags);
+ *      and the same thread count ("threads": a file of another count is
+ *      used where there is nothing to choose, below avx512, with a line
+ *      saying whose threads its rates are; else measured again);
  *   4. else a short measurement (one timed call per shape instead of the
  *      best of 3), written to the same file (atomically, by rename) so that
- *      the next start reads it instead of measuring again.
+ *      the next start reads it instead of measuring again, marked
+ *      "provisional 1" (taken at a start-up, maybe beside other work): the
+ *      start-up line says so, make's rule and --calibrate-matmul replace
+ *      it, and a start-up measurement never replaces a calibrated file.
  * Test hook: LLMC_BF16_MATMUL_RATES="fwd=P/F,dinp=P/F,..." (GFLOP/s of the
  * primitive P and of the fp32-copy path F per class; a class not named is
  * 0/0) replaces the timing of steps 3-4 (the selection logic then runs on
@@ -282,6 +288,8 @@ static inline int cpu_gemm_write_file(const char* path, const CpuGemmChoice* c, 
     fprintf(f, "%s (./train_gpt_cpu_bf16 --calibrate-matmul, or a start-up that found none; llmc/cpu/matmul_choice.h)\n", CPU_GEMM_FILE_MAGIC);
     fprintf(f, "cpu %s\nlevel %s\nonednn_isa %s\nonednn %s\nbuild %s\nthreads %d\nimpl %s\n", id.cpu, id.level, id.onednn_isa, id.onednn,
             id.build, c->threads, c->impl[0] ? c->impl : "-");
+    fprintf(f, "# provisional 1: measured at a start-up (one timed call per shape, maybe beside other work); make and --calibrate-matmul replace it\n"
+               "provisional %d\n", c->provisional ? 1 : 0);
     fprintf(f, "# class, GFLOP/s of oneDNN's bf16 primitive (0: %s), GFLOP/s of the fp32-copy path, the path taken\n",
             prim_ok ? "not measured" : "unavailable on this CPU (oneDNN 2.6 needs AVX512_CORE)");
     for (int k = 0; k < CPU_MM_NUM; k++)
@@ -321,6 +329,7 @@ static inline int cpu_gemm_read_file(const char* path, CpuGemmChoice* c, char* w
         else if (!strcmp(key, "onednn")) snprintf(have.onednn, sizeof(have.onednn), "%s", val);
         else if (!strcmp(key, "build")) snprintf(have.build, sizeof(have.build), "%s", val);
         else if (!strcmp(key, "threads")) c->threads = atoi(val);
+        else if (!strcmp(key, "provisional")) c->provisional = atoi(val) != 0;
         else if (!strcmp(key, "impl")) snprintf(c->impl, sizeof(c->impl), "%s", strcmp(val, "-") ? val : "");
         else if (!strcmp(key, "class")) {
             char name[32], p[16];
@@ -371,28 +380,44 @@ static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size
         return;
     }
     int have = cpu_gemm_read_file(path, c, why, sizeof(why));
+    /* the thread count is part of the calibration's identity: make's one
+       process on all cores and N ranks of cores/N threads can want other
+       paths. A file of another count: where there is a choice, measured
+       again (rank 0, this run's threads); the measurement replaces a
+       provisional file, never a calibrated one. Where there is none, the
+       file is used and the line says whose threads its rates are. */
+    int threads = cpu_num_threads(), other_threads = have && c->threads != threads;
+    const char* prov = have && c->provisional ? "; provisional: measured at a start-up, `./train_gpt_cpu_bf16 --calibrate-matmul` (make) replaces it" : "";
     if (!prim_ok) {   /* the rates of the file (if it is this CPU's) say what the fp32 path does; nothing to choose */
         if (!have) memset(c, 0, sizeof(*c));
         c->how = CPU_GEMM_BY_UNAVAILABLE;
         for (int k = 0; k < CPU_MM_NUM; k++) { c->fp32[k] = 1; c->rate[0][k] = 0; }
         c->impl[0] = 0;
-        if (have) snprintf(c->where, sizeof(c->where), "%.400s", path);
+        if (have && other_threads)
+            snprintf(c->where, sizeof(c->where), "%.400s; its rates are of %d thread%s, this run has %d: used, there is nothing to choose at this level%s",
+                     path, c->threads, c->threads == 1 ? "" : "s", threads, prov);
+        else if (have) snprintf(c->where, sizeof(c->where), "%.400s%s", path, prov);
         else snprintf(c->where, sizeof(c->where), "%.400s: %.200s", path, why);
         return;
     }
-    if (have) {
+    if (have && !other_threads) {
         c->how = CPU_GEMM_BY_FILE;
-        snprintf(c->where, sizeof(c->where), "%.400s", path);
+        snprintf(c->where, sizeof(c->where), "%.400s%s", path, prov);
         return;
     }
+    int keep = have && !c->provisional;   /* a calibrated file of another thread count stays */
+    int file_threads = c->threads;
+    if (have) snprintf(why, sizeof(why), "for %d thread%s (this run: %d)%s", file_threads, file_threads == 1 ? "" : "s", threads,
+                       keep ? ", calibrated: kept" : "");
     memset(c, 0, sizeof(*c));
     double t0 = cpu_gemm_now();
     if (cpu_gemm_measure(c, 1, 1, err, errlen)) return;
     c->how = CPU_GEMM_BY_MEASURED;
+    c->provisional = 1;
     char werr[150] = "";
-    int w = cpu_gemm_write_file(path, c, 1, werr, sizeof(werr));
+    int w = keep ? 0 : cpu_gemm_write_file(path, c, 1, werr, sizeof(werr));
     snprintf(c->where, sizeof(c->where), "measured at start-up in %.1f s: the calibration file %.300s is %.120s; %.150s", cpu_gemm_now() - t0,
-             path, why, w ? werr : "written for the next start");
+             path, why, keep ? "this measurement is not written" : w ? werr : "written for the next start, provisional (--calibrate-matmul replaces it)");
 }
 
 /* --calibrate-matmul: measures every class on both paths (best of 3 per
@@ -408,6 +433,7 @@ static inline int cpu_gemm_calibrate(char* err, size_t errlen) {
     int prim_ok = cpu_isa() >= CPU_ISA_AVX512;
     double t0 = cpu_gemm_now();
     if (cpu_gemm_measure(&c, prim_ok, 3, err, errlen)) return -1;
+    c.provisional = 0;   /* the calibration: replaces a provisional file */
     if (cpu_gemm_write_file(path, &c, prim_ok, err, errlen)) return -1;
     c.how = CPU_GEMM_BY_FILE;
     snprintf(c.where, sizeof(c.where), "%.400s", path);

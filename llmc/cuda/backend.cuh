@@ -89,6 +89,14 @@ static inline void cuda_mem_sample(void) {
 static inline void backend_preinit(char** argv) { (void)argv; }
 
 static inline unsigned long long backend_internal_bytes(void) { return cuda_ctx.internal_bytes; }
+/* the CPU bf16 program's shape-dependent matmul scratch (llmc/cpu/backend.h): none here */
+static inline unsigned long long backend_predict_kernel_scratch(int L, int C, int NH, int Vc, int last_rows, int B, int T, int eval_only,
+                                                                unsigned long long* copies) {
+    (void)L; (void)C; (void)NH; (void)Vc; (void)last_rows; (void)B; (void)T; (void)eval_only;
+    *copies = 0;
+    return 0;
+}
+static inline unsigned long long backend_matmul_copy_bytes(void) { return 0; }
 
 /* The fit check (llmc/fit.h) on a GPU: the budget is the free memory of this
    rank's device (cudaMemGetInfo, device local_rank mod the devices, as

@@ -38,7 +38,7 @@ cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
-NAME=llmcfit
+NAME=${LLMC_FIT_CLUSTER_NAME:-llmcfit}   # (another name beside a concurrent run of this suite)
 cleanup() { [ "$(id -u)" = 0 ] && scripts/cluster.sh --name $NAME down >/dev/null 2>&1; rm -rf "$tmp"; }
 trap cleanup EXIT
 trap 'echo "interrupted"; exit 130' INT TERM
@@ -81,7 +81,7 @@ P0=$(sed -n 's/^memory: predicted peak \([0-9.]*\) GB per rank.*/\1/p' <<<"$out"
 LIM=$(awk -v p="$P0" 'BEGIN { printf "%.0f", p * 1e9 * 0.9 }')   # 10% below the stage-0 peak
 out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -z 0 --keep-logits 0 --memory-limit $LIM -o "$tmp/refused/ck" 2>&1); rc=$?
 n_err=$(grep -c "^error: " <<<"$out")
-if [ $rc -ne 0 ] && [ "$n_err" = 1 ] && grep -q "^error: -e d2 (L=2 C=128, [0-9.e+]* parameters) at zero_stage 0 needs [0-9.]* GB per rank (model states [0-9.]* GB = (p+g+k) Psi = 16 Psi, .*this rank's budget is [0-9.]* GB (--memory-limit: .*Fits: -z [123]" <<<"$out"; then
+if [ $rc -ne 0 ] && [ "$n_err" = 1 ] && grep -q "^error: -e d2 (L=2 C=128, [0-9.e+]* parameters) at zero_stage 0 needs [0-9.]* GB per rank (model states [0-9.]* GB = (p+g+k) Psi = 16 Psi, .*the budget is [0-9.]* GB per rank (rank 0 on node [^,]*, the smallest over the 2 ranks: --memory-limit: .*Fits: -z [123]" <<<"$out"; then
   ok "-z 0 --memory-limit $LIM (90% of its peak $P0 GB): refused, exit $rc, one error line naming the budget and what fits"
 else bad "-z 0 --memory-limit $LIM: rc $rc, $n_err error lines: $(grep -m1 '^error' <<<"$out")"; fi
 if grep -q "^step\|^memory ledger" <<<"$out"; then bad "the refused run allocated or trained"; else ok "the refused run printed no ledger and no step (refused before allocating)"; fi
@@ -248,7 +248,7 @@ lim=$(cat "$CG0/memory.limit_in_bytes" 2>/dev/null || cat "$CG0/memory.max" 2>/d
 [ -n "$lim" ] && [ $((MEM - lim)) -ge 0 ] && [ $((MEM - lim)) -lt 4096 ] && ok "node 0's cgroup limit $lim B (= $MEM rounded to a page)" || bad "node 0's cgroup limit '$lim' (wanted $MEM)"
 run_cl() { timeout 300 $CL run -np 2 --map-by ppr:1:node -- $BIN $DATA -v 0 -s 0 $ARGS "$@" 2>&1; }
 out=$(run_cl -z 0); rc=$?
-if [ $rc -ne 0 ] && grep -q "^error: -e d2 .* at zero_stage 0 needs .*this rank's budget is [0-9.]* GB (cgroup v[12] .*llmc-$NAME/$NAME-node[01]/memory\.\(limit_in_bytes\|max\): [0-9.]* GB, less [0-9.]* GB held by other processes of the cgroup, / 1 rank of the node)" <<<"$out"; then
+if [ $rc -ne 0 ] && grep -q "^error: -e d2 .* at zero_stage 0 needs .*the budget is [0-9.]* GB per rank (rank \([01]\) on node $NAME-node\1, the smallest over the 2 ranks: cgroup v[12] .*llmc-$NAME/$NAME-node\1/memory\.\(limit_in_bytes\|max\): [0-9.]* GB, less [0-9.]* GB held by other processes of the cgroup, / 1 rank of the node)" <<<"$out"; then
   ok "-z 0 on nodes of $MEM B: refused, names the node's cgroup file"
 else bad "-z 0 on nodes of $MEM B: rc $rc: $(grep -m1 '^error' <<<"$out")"; fi
 # the node's other resident (Open MPI's daemon) is taken off the budget

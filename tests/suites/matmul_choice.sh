@@ -15,12 +15,18 @@
 #   - avx512 and above: a per-class mix of paths (LLMC_BF16_MATMUL_RATES,
 #     the test hook) passes the float64 reference and keeps stages 0 and
 #     3 bitwise equal; LLMC_BF16_MATMUL=primitive names oneDNN's
-#     implementation and ISA, never AMX below amx.
+#     implementation and ISA, never AMX below amx;
 #   - rank 0's start-up work alone (the measurement of a missing file, -z
 #     auto's enumeration) does not trip a short --collective-timeout (5 s):
 #     the others wait under a bound sized to that work and say what rank 0
 #     is doing (the test hook LLMC_TEST_SLOW_START_S on every CPU; a real
-#     measurement at avx512 and above).
+#     measurement at avx512 and above);
+#   - the calibration is part of the run's identity: a file of another
+#     thread count is used with a line saying so where there is nothing to
+#     choose (avx2), measured again where there is (the calibrated file
+#     kept); a start-up measurement is "provisional 1", said on the line,
+#     and --calibrate-matmul replaces it; the state records the paths
+#     (header word 26) and a resume that meets other paths says so.
 # Checks that need AVX-512 are skipped and counted on a CPU without it.
 set -u
 cd "$(dirname "$0")/../.."
@@ -56,6 +62,9 @@ if timeout 600 ./train_gpt_cpu_bf16 --calibrate-matmul > "$tmp/cal.out" 2>&1 && 
 else
   bad "--calibrate-matmul failed: $(tail -3 "$tmp/cal.out")"
 fi
+
+cp "$cal" "$tmp/cal.good" 2>/dev/null
+grep -q "^provisional 0$" "$cal" && ok "--calibrate-matmul writes 'provisional 0' (a calibration, not a start-up measurement)" || bad "--calibrate-matmul: no 'provisional 0' line"
 
 # 2. a run reading it: the start-up line, runs.txt
 if timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 2 -o "$tmp/run" > "$tmp/run.out" 2>&1; then
@@ -145,4 +154,47 @@ else
   echo "$line" | grep -q "oneDNN's bf16 matmul primitive (implementation [a-z]*:[a-z0-9_]*, oneDNN ISA $onednn), fp32 accumulation, every class (forced by LLMC_BF16_MATMUL=primitive)" &&
     { [ "$detected" = amx ] || ! echo "$line" | grep -qi amx; } && ok "LLMC_BF16_MATMUL=primitive: $line" || bad "LLMC_BF16_MATMUL=primitive: $line"
 fi
+# 6. the calibration is part of the run's identity: its thread count, provisional files, the state
+cp "$tmp/cal.good" "$cal"
+sed -i 's/^threads .*/threads 7/' "$cal"
+if [ $avx512 = 0 ]; then
+  line=$(timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 2>&1 | grep '^matmul:')
+  echo "$line" | grep -q "($cal; its rates are of 7 threads, this run has 1: used, there is nothing to choose at this level)" &&
+    ok "a file of 7 threads at $detected, this run 1 thread: used, the line says whose threads its rates are" || bad "a file of another thread count: $line"
+  skip "a calibrated file of another thread count where the primitive can run: measured again, the file kept: $why"
+else
+  line=$(LLMC_BF16_MATMUL_RATES="fwd=300/200,dinp=100/200,dweight=300/200,lm_fwd=100/200,lm_dinp=300/200,lm_dweight=100/200,attention=300/200" \
+         timeout 300 $MPIRUN -np 1 -x LLMC_BF16_MATMUL_RATES ./train_gpt_cpu_bf16 $MODEL -x 1 2>&1 | grep '^matmul:')
+  echo "$line" | grep -q "measured at start-up in .* is for 7 threads (this run: 1), calibrated: kept; this measurement is not written" && grep -q "^threads 7$" "$cal" &&
+    ok "a calibrated file of 7 threads, this run 1: measured again, the file kept" || bad "a file of another thread count: $line"
+fi
+cp "$tmp/cal.good" "$cal"
+sed -i 's/^provisional .*/provisional 1/' "$cal"
+line=$(timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 2>&1 | grep '^matmul:')
+echo "$line" | grep -q "provisional: measured at a start-up, \`./train_gpt_cpu_bf16 --calibrate-matmul\` (make) replaces it)" &&
+  ok "a provisional file: used, the start-up line says it is provisional" || bad "a provisional file: $line"
+timeout 600 ./train_gpt_cpu_bf16 --calibrate-matmul > /dev/null 2>&1
+grep -q "^provisional 0$" "$cal" && ok "--calibrate-matmul replaces the provisional file" || bad "after --calibrate-matmul: $(grep provisional "$cal")"
+# the paths are recorded in the state (header word 26: 1<<20 recorded | 1<<19 bf16 | bit k = class k on the primitive)
+word26() { od -A n -t d8 -j 208 -N 8 "$1" | tr -d ' '; }
+timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 2 -n 1 -o "$tmp/st" > "$tmp/st.out" 2>&1
+mask=$(awk '$1 == "class" {if ($5 == "primitive") m += 2 ^ n; n++} END {print m + 0}' "$cal")
+w=$(word26 "$tmp/st/state_00000001.bin" 2>/dev/null)
+[ "$w" = $(( (1 << 20) + (1 << 19) + mask )) ] && ok "the state records the bf16 paths: word 26 = $w (recorded, bf16, primitive classes mask $mask)" || bad "state word 26: '$w' (expected $(( (1 << 20) + (1 << 19) + mask )))"
+timeout 300 $MPIRUN -np 1 ./train_gpt_cpu $MODEL -x 1 -o "$tmp/st32" > /dev/null 2>&1
+w=$(word26 "$tmp/st32/state_00000001.bin" 2>/dev/null)
+[ "$w" = $(( 1 << 20 )) ] && ok "the fp32 program's state: word 26 = $w (recorded, one path)" || bad "fp32 state word 26: '$w'"
+# a resume that meets other paths says so (the saved state hand-edited: class fwd on the primitive)
+rm -f "$tmp/st/model_00000002.bin" "$tmp/st/state_00000002.bin"
+/usr/bin/python3 -c "
+import struct, sys
+p = sys.argv[1]; f = open(p, 'r+b'); f.seek(208); w = struct.unpack('<q', f.read(8))[0]; f.seek(208); f.write(struct.pack('<q', w ^ 1)); f.close()" "$tmp/st/state_00000001.bin"
+out=$(timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 2 -y 1 -o "$tmp/st" 2>&1); rc=$?
+fwd_was=$([ $((mask & 1)) = 1 ] && echo fp32 || echo primitive); fwd_now=$([ $((mask & 1)) = 1 ] && echo primitive || echo fp32)
+if [ $rc = 0 ] && grep -q "^note: resume: the matmul paths differ from the saved run's (saved: fwd:$fwd_was,.*; this run: fwd:$fwd_now,.*): .*not bitwise" <<<"$out"; then
+  ok "a resume whose state recorded other paths (fwd:$fwd_was): one note naming both"
+else bad "resume with other paths: rc $rc: $(grep -m1 -E '^note: resume|^error' <<<"$out")"; fi
+out=$(timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 3 -y 1 -o "$tmp/st" 2>&1)
+grep -q "^note: resume: the matmul paths" <<<"$out" && bad "a resume with the same paths printed a paths note" || ok "a resume with the same paths: no note"
+
 summary

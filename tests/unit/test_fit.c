@@ -141,12 +141,67 @@ int main(void) {
     put("fs/cpu,memory/job/memory.limit_in_bytes", "650000000\n");
     CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 1 && cg.limit == 650000000ULL && ends_with(cg.file, "/fs/cpu,memory/job/memory.limit_in_bytes"),
           "v1 with co-mounted controllers (ROOT/cpu,memory): v%d %llu from %s", cg.version, cg.limit, cg.file);
+    /* a v1 memory hierarchy mounted elsewhere than ROOT/memory: found through
+       mountinfo (a space in the mount point, escaped \040 as the kernel writes it) */
+    tree("elsewhere", "4:memory:/job\n0::/\n");
+    char mi[4096], mp[1024];
+    snprintf(mi, sizeof(mi), "31 23 0:28 / %s/fs rw,relatime - tmpfs tmpfs rw\n32 31 0:29 / %s/fs/cpu rw - cgroup cgroup rw,cpu\n"
+             "35 31 0:32 / %s/mnt/mem\\040v1 rw,relatime shared:9 - cgroup cgroup rw,memory\n41 31 0:38 / %s/fs/unified rw - cgroup2 cgroup2 rw\n",
+             root, root, root, root);
+    put("mountinfo", mi);
+    put("mnt/mem v1/job/memory.limit_in_bytes", "710000000\n");
+    put("fs/memory.max", "100\n");   /* what the fallback (v2 at ROOT) would read */
+    CHECK(fit_cgroup_limit(&cg, 0) == 0 || cg.limit != 710000000ULL, "without mountinfo the hierarchy at ROOT/mnt is not found (the fallback's rules)");
+    snprintf(mp, sizeof(mp), "%s/mountinfo", root);
+    setenv("LLMC_PROC_SELF_MOUNTINFO", mp, 1);
+    memset(&cg, 0, sizeof(cg));
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 1 && cg.limit == 710000000ULL && ends_with(cg.file, "/mnt/mem v1/job/memory.limit_in_bytes"),
+          "v1 mounted at ROOT/mnt/mem v1 (mountinfo): v%d %llu from %s", cg.version, cg.limit, cg.file);
+    /* a container's own subtree: mount root /kube/pod1 at ROOT/ctr, the process in /kube/pod1/c1 */
+    tree("subtree", "4:memory:/kube/pod1/c1\n");
+    snprintf(mi, sizeof(mi), "35 31 0:32 /kube/pod1 %s/ctr rw - cgroup cgroup rw,memory,nosuid\n", root);
+    put("mountinfo", mi);
+    put("ctr/memory.limit_in_bytes", "400000000\n");
+    put("ctr/c1/memory.limit_in_bytes", "500000000\n");
+    snprintf(mp, sizeof(mp), "%s/mountinfo", root);
+    setenv("LLMC_PROC_SELF_MOUNTINFO", mp, 1);
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 1 && cg.limit == 400000000ULL && ends_with(cg.file, "/ctr/memory.limit_in_bytes"),
+          "a mounted subtree: the path below the mount's root, up to it: v%d %llu from %s", cg.version, cg.limit, cg.file);
+    /* v2 mounted elsewhere than ROOT */
+    tree("v2elsewhere", "0::/a\n");
+    snprintf(mi, sizeof(mi), "41 31 0:38 / %s/u2 rw - cgroup2 cgroup2 rw,nsdelegate\n", root);
+    put("mountinfo", mi);
+    put("u2/a/memory.max", "820000000\n");
+    snprintf(mp, sizeof(mp), "%s/mountinfo", root);
+    setenv("LLMC_PROC_SELF_MOUNTINFO", mp, 1);
+    CHECK(fit_cgroup_limit(&cg, 0) == 1 && cg.version == 2 && cg.limit == 820000000ULL && ends_with(cg.file, "/u2/a/memory.max"),
+          "v2 mounted at ROOT/u2 (mountinfo): v%d %llu from %s", cg.version, cg.limit, cg.file);
+    unsetenv("LLMC_PROC_SELF_MOUNTINFO");
     tree("noproc", "");
     setenv("LLMC_PROC_SELF_CGROUP", "/nonexistent/llmc/cgroup", 1);
     CHECK(fit_cgroup_limit(&cg, 0) == 0, "no /proc/self/cgroup: no limit");
     b = fit_budget(0, 4, 0);
     CHECK(strstr(b.source, "MemAvailable") && b.bytes == fit_mem_available() / 4, "no cgroup: MemAvailable / 4 ranks (%s)", b.source);
-    check_group_end("hybrid hosts, an unmounted v1 hierarchy, co-mounted v1 controllers, no cgroup file");
+    check_group_end("hybrid hosts, an unmounted v1 hierarchy, co-mounted v1 controllers, mountinfo (v1 elsewhere, a subtree, v2), no cgroup file");
+
+    check_group_begin();
+    /* what a rank holds that its cgroup cannot reclaim: RssAnon + its share of
+       the shared memory it maps (Pss_Shmem): two ranks mapping one 5000 kB
+       segment count it once between them */
+    tree("pss", "");
+    put("status", "Name:\ttrain\nRssAnon:\t    1000 kB\nRssFile:\t 300 kB\nRssShmem:\t    5000 kB\n");
+    put("rollup", "Rss:   6300 kB\nPss_Anon:  1000 kB\nPss_Shmem:   2500 kB\n");
+    put("rollup_old", "Rss:   6300 kB\nPss:   3800 kB\n");
+    char st[1024], ro[1024], ro2[1024];
+    snprintf(st, sizeof(st), "%s/status", root); snprintf(ro, sizeof(ro), "%s/rollup", root); snprintf(ro2, sizeof(ro2), "%s/rollup_old", root);
+    unsigned long long u = fit_unreclaimable_of(st, ro);
+    CHECK(u == 3500ULL * 1024, "RssAnon 1000 kB + Pss_Shmem 2500 kB = 3500 kB: %llu", u);
+    CHECK(2 * u == (2 * 1000ULL + 5000ULL) * 1024, "two such ranks: 2 x 1000 kB + the 5000 kB segment once (RssShmem counted it twice: 12000 kB)");
+    u = fit_unreclaimable_of(st, ro2);
+    CHECK(u == 6000ULL * 1024, "no Pss_Shmem (an older kernel): RssAnon + RssShmem = 6000 kB: %llu", u);
+    u = fit_own_unreclaimable();
+    CHECK(u > 0 && u <= proc_field_bytes("/proc/self/status", "VmRSS:"), "this process: %llu bytes, within its VmRSS", u);
+    check_group_end("a rank's unreclaimable memory: shared segments by their proportional share");
 
     check_group_begin();
     struct { const char* s; unsigned long long v; } good[] = {

@@ -110,6 +110,43 @@ int main(int argc, char** argv) {
     k = gpt2_fit_alternatives(&x, a, 5, txt, sizeof(txt));
     CHECK(k == 2 && strstr(txt, "-z 1 (") == txt && strstr(txt, ", or -z 1 --offload-optimizer disk:DIR ("), "then an offloaded one: %s", txt);
     check_group_end("alternatives: up to three, without offload first");
+
+    check_group_begin();
+    /* -z auto's link probe: bounded (4 MiB per rank up to 4 ranks, then a
+       16 MiB receive buffer at most, 64 KiB per rank at least) and counted */
+    CHECK(fit_probe_per_rank(1) == 4ULL << 20 && fit_probe_per_rank(4) == 4ULL << 20, "the probe: 4 MiB per rank up to 4 ranks");
+    CHECK(fit_probe_per_rank(64) == 256ULL << 10 && fit_probe_bytes(8, 64) == (256ULL << 10) * 65,
+          "64 nodes: 256 KiB per rank, (64 + 1) x 256 KiB held (before: 4 MiB x 64 = 256 MiB): %llu", fit_probe_bytes(8, 64));
+    CHECK(fit_probe_per_rank(3) == 4ULL << 20 && fit_probe_per_rank(6) == (16ULL << 20) / 6 / 4096 * 4096 && fit_probe_per_rank(100000) == 64ULL << 10,
+          "6 ranks: 16 MiB / 6 rounded down to 4 KiB; 100000: the 64 KiB floor");
+    FitPeak pk;
+    memset(&pk, 0, sizeof(pk));
+    pk.baseline = 100; pk.ledger = 50; pk.staging = 10; pk.host = 5; pk.workspace = 3; pk.decision = 40;
+    fit_peak_total(&pk);
+    CHECK(pk.peak == 160, "the decision's buffers below the model's phase: baseline + ledger + staging = 160: %llu", pk.peak);
+    pk.decision = 70;
+    fit_peak_total(&pk);
+    CHECK(pk.peak == 170, "the decision's buffers above it: baseline + decision = 170: %llu", pk.peak);
+    check_group_end("the link probe: bounded, and counted in the peak as a phase before the model");
+
+    check_group_begin();
+    /* the candidate list holds every configuration: 720 ranks (30 divisors,
+       29 shard groups for stages 1-3), -d with -b 16 not given (5
+       micro-batches), -r 0..3, --keep-logits 0/1, stage 3's
+       --reshard-embedding 0/1, offload: 40 + 2 x 2320 + 4640 = 9320, more
+       than the 8192 the list held before (which dropped the last 1128, all
+       at stage 3) */
+    memset(&x, 0, sizeof(x));
+    x.cfg = &cfg; x.base = gpt2_default_options(); x.N = 720; x.B = 16; x.T = 64; x.total_batch = 16L * 64 * 720;
+    x.batch_given = 1; x.budget = ~0ULL;
+    int cnt = gpt2_fit_count(&x);
+    CHECK(cnt == 9320, "720 ranks: %d configurations listed, expected 9320", cnt);
+    FitCandidate* all = (FitCandidate*)malloc_or_die((size_t)cnt * sizeof(FitCandidate), "test candidates");
+    int ne = gpt2_fit_enumerate(&x, all, cnt), s3 = 0;
+    for (int i = 0; i < ne; i++) s3 += all[i].opt.zero_stage == 3;
+    CHECK(ne == cnt && s3 == 4640, "enumerated into a list of the count: %d configurations, %d at stage 3 (expected 9320, 4640)", ne, s3);
+    free(all);
+    check_group_end("the candidate list: sized to the count");
     MPI_Finalize();
     return check_summary();
 }
