@@ -64,6 +64,7 @@ typedef struct {
     int *inputs, *targets;      /* backend memory */
     float* host_losses;
     float dloss;                /* of the last forward */
+    double loss_sum;            /* --invariant 1: the last forward's B*T losses summed as a tree over its sequences */
     /* embedding gradient: every rank's d(embedding) rows (N*B*T, C) and token
        ids, their order by token and by position, the accumulator of stages
        0-1 with grad accumulation (own shards of the root and chunk units) */
@@ -364,6 +365,19 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     backend_to_host(m->host_losses, m->losses, BT * sizeof(float));
     double s = 0.0;
     for (size_t i = 0; i < BT; i++) s += m->host_losses[i];
+    if (m->opt.invariant) {   /* the sum of the B*T losses as a pairwise tree over the sequences (each in order, in double) */
+        double q[64];
+        int nq = 0;
+        for (int b = 0; b < B; b++) {
+            double v = 0.0;
+            for (int t = 0; t < T; t++) v += m->host_losses[(size_t)b * T + t];
+            int c = b;
+            while (c & 1) { v = q[--nq] + v; c >>= 1; }
+            q[nq++] = v;
+        }
+        while (nq > 1) { double v = q[--nq]; q[nq - 1] = q[nq - 1] + v; }
+        m->loss_sum = q[0];
+    }
     return (float)(s / (double)BT);
 }
 
@@ -448,7 +462,12 @@ static inline void gpt2_embedding_backward(GPT2* m, int B, int T) {
     qsort(pairs, n, 2 * sizeof(int), gpt2_cmp_pair);
     for (size_t i = 0; i < n; i++) m->emb_order_tok[i] = pairs[2 * i + 1];
     free(pairs);
-    if (P->zero_stage >= 2) {
+    if (P->invariant && P->grad_accum_steps > 1) {
+        /* --invariant 1: the embedding part of the wte and wpe grads is a
+           tree over the sequences of its own, added to the LM head's part
+           once, after the last micro-step (gpt2_reduce_grads) */
+        gpt2_embedding_apply(m, B, T, GPT2_EMB_TO_ACC);
+    } else if (P->zero_stage >= 2) {
         zero_wait_grads(&m->engine);
         gpt2_embedding_apply(m, B, T, GPT2_EMB_TO_GRADS);
     } else if (P->grad_accum_steps > 1) {
@@ -584,7 +603,7 @@ static inline void gpt2_reduce_grads(GPT2* m) {
     ZeroEngine* E = &m->engine;
     trace_begin(TRACE_TID_COMPUTE, -1, "reduce grads");
     zero_reduce_scatter_grads(E);
-    if (P->zero_stage <= 1) {
+    if (P->zero_stage <= 1 || P->invariant) {
         if (m->emb_pending) {
             gpt2_embedding_apply(m, m->B, m->T, GPT2_EMB_TO_GRADS);
             m->emb_pending = 0;

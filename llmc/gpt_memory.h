@@ -81,7 +81,7 @@ static inline void gpt2_emb_bytes(const ZeroPlan* P, const GPT2Layout* y, int C,
     *rows = P->num_ranks > 1 && !P->eval_only ? (unsigned long long)P->num_ranks * B * T * C * sizeof(floatX) : 0;
     *acc = 0;
     if (P->eval_only) return;   /* no backward */
-    if (P->zero_stage <= 1 && P->grad_accum_steps > 1)
+    if ((P->zero_stage <= 1 || P->invariant) && P->grad_accum_steps > 1)   /* --invariant 1: at every stage (gpt2_embedding_backward) */
         for (int u = 0; u < 1 + y->num_chunks; u++) *acc += (unsigned long long)P->units[u].shard * sizeof(floatX);
 }
 

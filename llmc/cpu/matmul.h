@@ -494,6 +494,76 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
 #else /* fp32 program */
 
 /* ------------------------------------------------------------------------ */
+/* layout-invariant products (cpu_inv_T != 0, common.h)                     */
+
+/* out (N,OC) = inp (N,C) @ weight (OC,C)^T [+ bias] (beta = 0: overwrite,
+   1: accumulate into out) on fixed tiles of cpu_inv_rows(T) rows x
+   CPU_INV_COLS columns, one single-threaded sgemm per tile: a row's bits do
+   not depend on N (= B*T) or on the thread count. tb: weight stored (OC,C)
+   (1) or (C,OC) (0, the dinp product: dinp = dout @ weight). */
+static inline void cpu_inv_rows_gemm(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                                     int tb, float beta) {
+    cpu_blas_init();
+    int R = cpu_inv_rows(cpu_inv_T), nr = N / R, nc = (OC + CPU_INV_COLS - 1) / CPU_INV_COLS;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < nr * nc; k++) {
+        int i0 = (k / nc) * R, c0 = (k % nc) * CPU_INV_COLS, cw = OC - c0 < CPU_INV_COLS ? OC - c0 : CPU_INV_COLS;
+        float* o = out + (size_t)i0 * OC + c0;
+        float b = beta;
+        if (bias) { for (int i = 0; i < R; i++) memcpy(o + (size_t)i * OC, bias + c0, sizeof(float) * cw); b = 1.0f; }
+        cpu_sgemm(0, tb, R, cw, C, 1.0f, inp + (size_t)i0 * C, C, tb ? weight + (size_t)c0 * C : weight + c0, tb ? C : OC, b, o, OC);
+    }
+}
+
+/* dweight (OC,C) += sum over the N/T sequences of dout_s^T (OC,T) @ inp_s
+   (T,C), each sequence's product one sgemm (K = T) per output tile of 64
+   rows x CPU_INV_COLS columns, the sequences' products added as a pairwise
+   tree (cpu_tree_push), then added to dweight: one fixed tree per
+   element whatever B and the thread count. */
+static inline void cpu_inv_dweight(float* dweight, const float* dout, const float* inp, int N, int C, int OC) {
+    cpu_blas_init();
+    int T = cpu_inv_T, nseq = N / T, no = (OC + 63) / 64, nc = (C + CPU_INV_COLS - 1) / CPU_INV_COLS;
+    int levels = 1;
+    while ((1 << (levels - 1)) < nseq) levels++;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < no * nc; k++) {
+        int o0 = (k / nc) * 64, c0 = (k % nc) * CPU_INV_COLS;
+        int ow = OC - o0 < 64 ? OC - o0 : 64, cw = C - c0 < CPU_INV_COLS ? C - c0 : CPU_INV_COLS;
+        size_t w = (size_t)ow * cw;
+        float* sc = cpu_thread_scratch((size_t)(levels + 1) * w);
+        float* stack[40] = {0};
+        float* freel[40];
+        int nfree = 0;
+        for (int l = 0; l <= levels; l++) freel[nfree++] = sc + (size_t)l * w;
+        for (int s = 0; s < nseq; s++) {
+            float* leaf = freel[--nfree];
+            cpu_sgemm(1, 0, ow, cw, T, 1.0f, dout + (size_t)s * T * OC + o0, OC, inp + (size_t)s * T * C + c0, C, 0.0f, leaf, cw);
+            cpu_tree_push(stack, freel, &nfree, leaf, w);
+        }
+        float* root = cpu_tree_root(stack, levels + 1, w);
+        for (int i = 0; i < ow && root; i++) {
+            float* d = dweight + (size_t)(o0 + i) * C + c0;
+            const float* r = root + (size_t)i * cw;
+#pragma omp simd
+            for (int j = 0; j < cw; j++) d[j] = d[j] + r[j];
+        }
+    }
+}
+
+/* dbias (OC) += the pairwise tree over sequences of their column sums
+   (cpu_inv_column_sums), the columns split among threads. */
+static inline void cpu_inv_dbias(floatX* dbias, const floatX* dout, int N, int OC) {
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        size_t lo, hi;
+        cpu_split_range((size_t)OC, ith, nth, 16, &lo, &hi);
+        if (hi > lo) cpu_inv_column_sums(dbias, dout, NULL, NULL, NULL, N / cpu_inv_T, cpu_inv_T, (size_t)OC, lo, hi);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* matmul                                                                   */
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
@@ -503,6 +573,7 @@ static inline void matmul_forward(floatX* out, const floatX* inp,
                                   const floatX* weight, const floatX* bias,
                                   int N, int C, int OC) {
     cpu_blas_init();
+    if (cpu_inv_T && N % cpu_inv_rows(cpu_inv_T) == 0) { cpu_inv_rows_gemm(out, inp, weight, bias, N, C, OC, 1, 0.0f); return; }
     float beta = bias ? 1.0f : 0.0f;
 #ifdef LLMC_BLAS_THREADED
     if (bias) {
@@ -533,6 +604,12 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
                                    const floatX* inp, const floatX* weight,
                                    int N, int C, int OC) {
     cpu_blas_init();
+    if (cpu_inv_T && N % cpu_inv_T == 0) {
+        if (dinp) cpu_inv_rows_gemm(dinp, dout, weight, NULL, N, OC, C, 0, 1.0f);
+        cpu_inv_dweight(dweight, dout, inp, N, C, OC);
+        if (dbias) cpu_inv_dbias(dbias, dout, N, OC);
+        return;
+    }
 #ifdef LLMC_BLAS_THREADED
     if (dinp) cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
