@@ -1165,9 +1165,6 @@ static void setup_invariant(Run* r) {
     if (!why && !is_pow2(r->N)) why = "the rank count must be a power of two (the cross-rank sums are a complete binary tree)";
     else if (!why && !is_pow2(a->B)) why = "-b must be a power of two (each rank's sequences are a subtree of the global tree)";
     else if (!why && !is_pow2(r->accum)) why = "the micro-steps per step (-d / (B*T*ranks)) must be a power of two";
-    else if (!why && r->accum > 2) why = "more than 2 micro-steps per step: their sums are not a tree yet (use more ranks, a larger -b or a smaller -d)";
-    else if (!why && r->accum > 1 && r->N > 1 && a->zero_stage <= 1)
-        why = "stages 0-1 accumulate over micro-steps before the reduce-scatter, so a rank's micro-steps are not a subtree: use -z 2 or 3, or one micro-step";
     if (why) set_err(err, ERRLEN, "--invariant 1 with %d ranks, -b %d, %d micro-step%s, -z %d: %s", r->N, a->B, r->accum, r->accum > 1 ? "s" : "",
                      a->zero_stage, why);
     comm_check_all(r->comm, err);
@@ -1283,8 +1280,8 @@ static void print_banner(Run* r) {
             long D = a->total_batch / a->T;   /* sequences per step */
             char ns[256] = "";
             for (long n = 1; n <= D && strlen(ns) < 200; n *= 2) snprintf(ns + strlen(ns), sizeof(ns) - strlen(ns), "%s%ld", n > 1 ? ", " : "", n);
-            printf("invariant: bitwise equal to any run of this model and global batch %ld x %d tokens with a power-of-two micro-batch "
-                   "and at most 2 micro-steps (1 at stages 0-1 on more than one rank): N = %s, stages 0-3\n", D, a->T, ns);
+            printf("invariant: bitwise equal to any run of this model and global batch %ld x %d tokens on N ranks x B sequences x A "
+                   "micro-steps, all powers of two: N = %s, stages 0-3\n", D, a->T, ns);
         }
         if (r->have_train) printf("data: train %zu tokens in %d shard(s) (%s), %s; -x %d steps x %ld tokens = %.4g epochs of it",
                                   r->train.num_tokens, r->train.num_shards, a->train_pattern,
@@ -1407,7 +1404,8 @@ static StepStats train_step(Run* r, int step) {
     backend_comm_seconds(&busy0, &wait0);
     double t0 = wall_seconds();
     gpt2_begin_step(m);
-    double loss = 0.0, lsum[2] = {0.0, 0.0};
+    double loss = 0.0;
+    double* lsum = a->invariant ? (double*)calloc_or_die((size_t)r->accum, sizeof(double), "losses") : NULL;
     test_hang(r->comm, step + 1);
     for (int micro = 0; micro < r->accum; micro++) {
         flight.micro = micro;
@@ -1415,7 +1413,7 @@ static StepStats train_step(Run* r, int step) {
         dataloader_next_batch(&r->train, err, ERRLEN);
         comm_check_all(r->comm, err);
         loss += gpt2_forward(m, r->train.inputs, r->train.targets, a->B, a->T, r->dloss);
-        if (a->invariant) lsum[micro] = m->loss_sum;   /* accum <= 2 (setup_invariant) */
+        if (a->invariant) lsum[micro] = m->loss_sum;
         gpt2_backward(m, a->B, a->T);
     }
     flight.micro = 0;
@@ -1428,7 +1426,10 @@ static StepStats train_step(Run* r, int step) {
     trace_end(TRACE_TID_COMPUTE);
     if (a->invariant) {   /* each micro-step's sum over the ranks, then over the micro-steps: the global tree */
         comm_allreduce_sum_host(r->comm, lsum, r->accum);
-        s.loss = (r->accum > 1 ? lsum[0] + lsum[1] : lsum[0]) / ((double)a->total_batch);
+        for (int h = 1; h < r->accum; h *= 2)
+            for (int q = 0; q + h < r->accum; q += 2 * h) lsum[q] = lsum[q] + lsum[q + h];
+        s.loss = lsum[0] / ((double)a->total_batch);
+        free(lsum);
     } else {
         comm_allreduce_sum_host(r->comm, &loss, 1);
         s.loss = loss / ((double)r->accum * r->N);

@@ -496,6 +496,15 @@ static inline size_t zero_offload_unit_max(const ZeroPlan* P) { return zero_is_f
 
 /* Predicted traffic of one optimizer step (bytes handed per collective, per
    rank), for comparison with Comm's PHASE_TRAIN counters divided by steps. */
+/* --invariant 1 with A > 1 micro-steps (A a power of two): the buffers of
+   the micro-step tree, log2(A) + 1 (engine.h, ZeroInvTree); else 0. */
+static inline int zero_inv_tree_buffers(const ZeroPlan* P) {
+    if (!P->invariant || P->eval_only || P->grad_accum_steps < 2) return 0;
+    int h = 0;
+    while ((1 << h) < P->grad_accum_steps) h++;
+    return h + 1;
+}
+
 static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long handed[COLL_NUM]) {
     unsigned long long p = (unsigned long long)P->param_bytes, g = (unsigned long long)P->grad_bytes;
     unsigned long long full = P->padded_parameters, A = (unsigned long long)P->grad_accum_steps;
@@ -506,8 +515,9 @@ static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long ha
     if (P->num_ranks == 1) return;  /* nothing to communicate in the group; the engine skips the calls */
     handed[COLL_EMB_GATHER] = A * P->emb_gather_bytes;
     switch (P->zero_stage) {
-        case 0: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = g * full; break; /* all-reduce = RS + AG */
-        case 1: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = p * full; break;
+        /* --invariant 1 with A > 1: stages 0-1 reduce every micro-step (engine.h, zero_inv_end_micro) */
+        case 0: handed[COLL_REDUCE_SCATTER] = (zero_inv_tree_buffers(P) ? A : 1) * g * full; handed[COLL_ALL_GATHER] = g * full; break; /* all-reduce = RS + AG */
+        case 1: handed[COLL_REDUCE_SCATTER] = (zero_inv_tree_buffers(P) ? A : 1) * g * full; handed[COLL_ALL_GATHER] = p * full; break;
         case 2: handed[COLL_REDUCE_SCATTER] = A * g * full; handed[COLL_ALL_GATHER] = p * full; break;
         default:
             if (P->quant_grads_bits) {   /* qgZ: per micro-step and unit, N records inside the node, M across */
