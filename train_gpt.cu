@@ -1159,9 +1159,6 @@ static void setup_invariant(Run* r) {
     char err[ERRLEN] = "";
     if (!a->invariant) return;
     const char* why = NULL;
-#ifdef LLMC_BF16
-    why = "the bf16 program's matmul paths are not layout-invariant yet: use ./train_gpt_cpu (fp32)";
-#endif
     if (!why && !is_pow2(r->N)) why = "the rank count must be a power of two (the cross-rank sums are a complete binary tree)";
     else if (!why && !is_pow2(a->B)) why = "-b must be a power of two (each rank's sequences are a subtree of the global tree)";
     else if (!why && !is_pow2(r->accum)) why = "the micro-steps per step (-d / (B*T*ranks)) must be a power of two";
@@ -1170,6 +1167,9 @@ static void setup_invariant(Run* r) {
     comm_check_all(r->comm, err);
 #ifndef __CUDACC__
     cpu_inv_T = a->T;
+#endif
+#ifdef LLMC_BF16
+    cpu_gemm_set_all(1);   /* one path for every class whatever the thread count: the fp32-copy path, on fixed tiles (matmul.h) */
 #endif
     hostcoll_pairwise = 1;
 }

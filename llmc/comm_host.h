@@ -121,7 +121,9 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
             if (tree) {
                 float v[1024];
                 for (int q = 0; q < n; q++) v[q] = bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
-                s = hostcoll_tree_sum(v, n);
+                for (int h = 1; h < n; h *= 2)   /* rounded to bf16 at every node: the tree of the kernels (cpu_inv_round) */
+                    for (int q = 0; q + h < n; q += 2 * h) v[q] = bf16_bits_to_float(bf16_bits_from_float(v[q] + v[q + h]));
+                s = v[0];
             } else
                 for (int q = 1; q < n; q++) s += bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
             s += add ? bf16_bits_to_float(out[i]) : 0.0f;

@@ -384,6 +384,11 @@ static inline float* cpu_thread_scratch(size_t n) {
      the B sequences (cpu_tree_push), B a power of two: the rank's part is
      a subtree of the global batch's tree. */
 static int cpu_inv_T = 0;
+/* the tree's rounding at every node (and of every leaf): to the storage
+   type, so that the bf16 program's tree is the same whichever rank or
+   micro-step forms a node (a rank's subtree is stored and sent as bf16);
+   the identity in the fp32 program */
+static inline float cpu_inv_round(float x) { return ldx(stx(x)); }
 #define CPU_INV_COLS 256
 /* the row tile: the largest power of two <= 64 that divides T (tiles never
    cross a sequence, so their shapes do not depend on B) */
@@ -400,7 +405,7 @@ static inline void cpu_tree_push(float** stack, float** freel, int* nfree, float
     while (stack[l]) {
         const float* a = stack[l];
 #pragma omp simd
-        for (size_t i = 0; i < w; i++) leaf[i] = a[i] + leaf[i];
+        for (size_t i = 0; i < w; i++) leaf[i] = cpu_inv_round(a[i] + leaf[i]);
         freel[(*nfree)++] = stack[l];
         stack[l] = NULL;
         l++;
@@ -414,7 +419,7 @@ static inline float* cpu_tree_root(float** stack, int levels, size_t w) {
     for (int l = 0; l < levels; l++) {
         if (!stack[l]) continue;
         if (!r) { r = stack[l]; continue; }
-        for (size_t i = 0; i < w; i++) r[i] = stack[l][i] + r[i];
+        for (size_t i = 0; i < w; i++) r[i] = cpu_inv_round(stack[l][i] + r[i]);
     }
     return r;
 }
@@ -453,12 +458,25 @@ static inline void cpu_inv_column_sums(floatX* dst, const floatX* rows, const fl
             }
         }
         float* leaf = freel[--nfree];
-        for (size_t j = 0; j < w; j++) leaf[j] = (float)acc[j];
+        for (size_t j = 0; j < w; j++) leaf[j] = cpu_inv_round((float)acc[j]);
         cpu_tree_push(stack, freel, &nfree, leaf, w);
     }
     float* root = cpu_tree_root(stack, levels + 1, w);
     if (root)
         for (size_t j = 0; j < w; j++) dst[lo + j] = stx(ldx(dst[lo + j]) + root[j]);
+}
+
+/* dbias (OC) += the pairwise tree over sequences of their column sums
+   (cpu_inv_column_sums), the columns split among threads. */
+static inline void cpu_inv_dbias(floatX* dbias, const floatX* dout, int N, int OC) {
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        size_t lo, hi;
+        cpu_split_range((size_t)OC, ith, nth, 16, &lo, &hi);
+        if (hi > lo) cpu_inv_column_sums(dbias, dout, NULL, NULL, NULL, N / cpu_inv_T, cpu_inv_T, (size_t)OC, lo, hi);
+    }
 }
 
 #endif /* LLMC_CPU_COMMON_H */

@@ -164,7 +164,7 @@ static inline void embedding_seq_tree(float* out, float* scratch, const floatX* 
         if (jm == j0) { s0 = mid; span /= 2; continue; }
         embedding_seq_tree(out, scratch + C, rows, order, j0, jm, s0, span / 2, c0, c1, C);
         embedding_seq_tree(scratch, scratch + C, rows, order, jm, j1, mid, span / 2, c0, c1, C);
-        for (int c = c0; c < c1; c++) out[c] = out[c] + scratch[c];
+        for (int c = c0; c < c1; c++) out[c] = cpu_inv_round(out[c] + scratch[c]);
         return;
     }
     for (int c = c0; c < c1; c++) out[c] = 0.0f;
@@ -173,6 +173,7 @@ static inline void embedding_seq_tree(float* out, float* scratch, const floatX* 
 #pragma omp simd
         for (int c = c0; c < c1; c++) out[c] += ldx(r[c]);
     }
+    for (int c = c0; c < c1; c++) out[c] = cpu_inv_round(out[c]);
 }
 
 static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* order,
