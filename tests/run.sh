@@ -66,6 +66,7 @@ suite "overlap and hsdp bf16" env PROG=./train_gpt_cpu_bf16 bash tests/suites/ov
 suite "memory by stage" bash tests/suites/memory.sh
 suite "fit check and -z auto" bash tests/suites/fit.sh
 suite "activation recompute" bash tests/suites/recompute.sh
+suite "layout invariance" bash tests/suites/invariance.sh
 suite "zero++" bash tests/suites/zeropp.sh
 suite "training" bash tests/suites/train.sh
 suite "cluster" bash tests/suites/cluster.sh
