@@ -1168,7 +1168,7 @@ static void setup_invariant(Run* r) {
 #ifndef __CUDACC__
     cpu_inv_T = a->T;
 #endif
-#ifdef LLMC_BF16
+#if defined(LLMC_BF16) && !defined(__CUDACC__)
     cpu_gemm_set_all(1);   /* one path for every class whatever the thread count: the fp32-copy path, on fixed tiles (matmul.h) */
 #endif
     hostcoll_pairwise = 1;

@@ -13,7 +13,9 @@
 #  2. the control: without the flag, 1 rank x 8 and 4 ranks x 2 give
 #     different checkpoints (what the flag is for; if this ever passes
 #     without it, the test above proves nothing);
-#  3. the start-up line says what the run is equal to;
+#  3. the start-up line says what the run is equal to; a run of 3 steps on
+#     4 ranks at stage 3, resumed (-y 1) on 2 ranks at stage 1 to step 5,
+#     ends bitwise where 1 rank at stage 0 ends after 5 steps (fp32);
 #  4. a layout it cannot make equal is refused with one line on every rank
 #     (3 ranks, -b 3, --quantize-grads, --shard-group).
 set -u
@@ -67,6 +69,16 @@ EOF
         bad "$p: without --invariant 1, 1 rank x 8 and 4 ranks x 2 are bitwise equal: the checks above prove nothing" ||
         ok "$p: without --invariant 1, 1 rank x 8 and 4 ranks x 2 differ (the control)"; }
 done
+
+# a resume on another rank count and stage
+B5=$(echo "$BASE" | sed 's/-x 3/-x 5/')
+if OMP_NUM_THREADS=1 timeout 300 $MPIRUN -np 4 ./train_gpt_cpu $DATA $BASE -b 2 -z 3 -n 3 --invariant 1 -o "$tmp/res" > "$tmp/res1.log" 2>&1 </dev/null &&
+   OMP_NUM_THREADS=1 timeout 300 $MPIRUN -np 2 ./train_gpt_cpu $DATA $B5 -b 4 -z 1 -y 1 --invariant 1 -o "$tmp/res" > "$tmp/res2.log" 2>&1 </dev/null &&
+   OMP_NUM_THREADS=1 timeout 300 $MPIRUN -np 1 ./train_gpt_cpu $DATA $B5 -b 8 -z 0 --invariant 1 -o "$tmp/res5" > "$tmp/res5.log" 2>&1 </dev/null; then
+  cmp -s "$tmp/res/model_00000005.bin" "$tmp/res5/model_00000005.bin" && cmp -s "$tmp/res/state_00000005.bin" "$tmp/res5/state_00000005.bin" &&
+    ok "4 ranks z3 for 3 steps, resumed on 2 ranks z1 to 5 = 1 rank z0 for 5 steps (model and state)" ||
+    bad "the resumed run differs from the uninterrupted one: $(cmp "$tmp/res/model_00000005.bin" "$tmp/res5/model_00000005.bin" 2>&1)"
+else bad "the resume runs failed: $(cat "$tmp"/res*.log | grep -m1 error)"; fi
 
 # refusals: one line, every rank, non-zero exit
 refuse() { # np want args...
