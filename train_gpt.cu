@@ -79,6 +79,7 @@ typedef struct {
     unsigned long long memory_limit; /* --memory-limit per rank (0: the cgroup's or MemAvailable) */
     int fit_check;               /* --fit-check 1: refuse a configuration over the budget before allocating */
     int zero_auto;               /* -z auto */
+    int invariant;               /* --invariant 1: bits independent of the layout (docs/design.md section 13) */
     float link_inside_gbps, link_across_gbps; /* --link-gbps (0: measured) */
     int calibrate_workspace;     /* --calibrate-workspace (make runs it once per program and build) */
     int calibrate_matmul;        /* --calibrate-matmul (make runs it once per build of the bf16 program) */
@@ -412,6 +413,10 @@ static const Flag FLAGS[] = {
       "node when G = ranks per node, in any placement), replicate across the N/G\n"
       "groups (stages 1-3; G must divide N)"),
     I(NULL, "--overlap", "<0|1>", overlap, 0, 1, 0, "run collectives beside computation (CPU: a communication thread)"),
+    I(NULL, "--invariant", "<0|1>", invariant, 0, 1, 0, "1: layout-invariant training: the losses, checkpoints and state are bit for bit\n"
+      "those of any run of the same model and global batch (-d) on a power-of-two\n"
+      "number of ranks, micro-batch and micro-steps (the start-up line says which);\n"
+      "every sum over sequences follows one fixed pairwise tree (docs/design.md 13)"),
     FN("memory (docs/estimator.md)", "--memory-limit", "<size>", flag_memory_limit, "cgroup or MemAvailable",
        "this rank's budget (e.g. 450M, 1.5G); else its cgroup's limit / ranks of the node,\n"
        "else MemAvailable / ranks of the node"),
@@ -486,6 +491,15 @@ static int check_args(const Args* a, int world, char* err, size_t errlen) {
     if (a->secondary && (a->zero_stage != 3 || a->zero_auto))
         return set_err(err, errlen, "--secondary-shard: hpZ keeps a secondary copy of the stage-3 params; needs -z 3%s",
                        a->zero_auto ? " (-z auto does not consider it yet: give -z 3)" : "");
+    if (a->invariant && (a->quant_weights || a->quant_grads))
+        return set_err(err, errlen, "--invariant 1: --quantize-%s changes the numbers with the layout (its blocks are per shard); use one or the other",
+                       a->quant_weights ? "weights" : "grads");
+    if (a->invariant && G != world)
+        return set_err(err, errlen, "--invariant 1: --shard-group %d (HSDP) sums across the replica groups in an order the tree does not have yet; "
+                       "drop --shard-group", G);
+#ifdef __CUDACC__
+    if (a->invariant) return set_err(err, errlen, "--invariant 1: the CUDA build does not have the layout-invariant kernels yet (the fp32 CPU program does)");
+#endif
 #ifdef __CUDACC__
     if (a->quant_weights) return set_err(err, errlen, "--quantize-weights int8: the CUDA build has no quantized all-gather yet (the CPU programs do)");
     if (a->secondary) return set_err(err, errlen, "--secondary-shard: the CUDA build has no secondary all-gather yet (the CPU programs do)");
@@ -527,7 +541,7 @@ static GPT2Options model_options(const Args* a, int accum) {
     GPT2Options o = gpt2_default_options();
     o.zero_stage = a->zero_stage; o.reshard_after_forward = a->reshard_after_forward; o.prefetch = a->prefetch;
     o.reshard_embedding = a->reshard_embedding; o.vocab_chunk = a->vocab_chunk; o.keep_logits = a->keep_logits;
-    o.overlap = a->overlap; o.grad_accum_steps = accum; o.offload = a->offload; o.recompute = a->recompute;
+    o.overlap = a->overlap; o.grad_accum_steps = accum; o.invariant = a->invariant; o.offload = a->offload; o.recompute = a->recompute;
     o.quant_weights_block = a->quant_weights ? a->quant_weights_block : 0;
     o.secondary = a->secondary > 1 ? a->secondary : a->secondary == -1 && a->node_size > 1 ? a->node_size : 0;   /* node: resolved at start; the estimator takes --node-size */
     o.quant_grads_bits = a->quant_grads; o.quant_grads_block = a->quant_grads_block; o.quant_grads_local = a->node_size > 0 ? a->node_size : 1;
@@ -1392,6 +1406,31 @@ static void choose_largest(Run* r) {
    engine, activations: every byte through the ledger), its parameters
    (checkpoint or init), log, resume. Every error ends every rank with one
    message (comm_check_all). */
+static int is_pow2(long x) { return x > 0 && (x & (x - 1)) == 0; }
+
+/* --invariant 1 (docs/design.md section 13): the layouts it holds for, or
+   one line saying why not, on every rank; then the kernels' and the
+   collectives' invariant sums are switched on. */
+static void setup_invariant(Run* r) {
+    const Args* a = &r->a;
+    char err[ERRLEN] = "";
+    if (!a->invariant) return;
+    const char* why = NULL;
+    if (!why && !is_pow2(r->N)) why = "the rank count must be a power of two (the cross-rank sums are a complete binary tree)";
+    else if (!why && !is_pow2(a->B)) why = "-b must be a power of two (each rank's sequences are a subtree of the global tree)";
+    else if (!why && !is_pow2(r->accum)) why = "the micro-steps per step (-d / (B*T*ranks)) must be a power of two";
+    if (why) set_err(err, ERRLEN, "--invariant 1 with %d ranks, -b %d, %d micro-step%s, -z %d: %s", r->N, a->B, r->accum, r->accum > 1 ? "s" : "",
+                     a->zero_stage, why);
+    comm_check_all(r->comm, err);
+#ifndef __CUDACC__
+    cpu_inv_T = a->T;
+#endif
+#if defined(LLMC_BF16) && !defined(__CUDACC__)
+    cpu_gemm_set_all(1);   /* one path for every class whatever the thread count: the fp32-copy path, on fixed tiles (matmul.h) */
+#endif
+    hostcoll_pairwise = 1;
+}
+
 static void setup_run(Run* r, const Args* args, Comm* comm) {
     char err[ERRLEN] = "";
     memset(r, 0, sizeof(*r));
@@ -1421,6 +1460,7 @@ static void setup_run(Run* r, const Args* args, Comm* comm) {
     if (largest) choose_largest(r);
     fit_or_choose(r);
     intr_phase(INTR_EXIT, "start-up", 0, -1);
+    setup_invariant(r);
     char conf[COMM_CONFIG_TEXT];
     run_config_text(r, conf, sizeof(conf));
     comm_agree_config(comm, "configurations", conf);   /* taken once, run by all: a mismatch is one error, never a hang */
@@ -1544,6 +1584,13 @@ static void print_banner(Run* r) {
                r->start_step > 0 ? "from the resumed checkpoint" : r->from_ckpt ? a->init : "random");
         printf("batch: B=%d T=%d per rank, %ld tokens per micro-step, %d micro-step%s per optimizer step (%ld tokens)\n",
                a->B, a->T, r->tokens_per_micro, r->accum, r->accum > 1 ? "s" : "", a->total_batch);
+        if (a->invariant) {
+            long D = a->total_batch / a->T;   /* sequences per step */
+            char ns[256] = "";
+            for (long n = 1; n <= D && strlen(ns) < 200; n *= 2) snprintf(ns + strlen(ns), sizeof(ns) - strlen(ns), "%s%ld", n > 1 ? ", " : "", n);
+            printf("invariant: bitwise equal to any run of this model and global batch %ld x %d tokens on N ranks x B sequences x A "
+                   "micro-steps, all powers of two: N = %s, stages 0-3\n", D, a->T, ns);
+        }
         if (r->have_train) printf("data: train %zu tokens in %d shard(s) (%s), %s; -x %d steps x %ld tokens = %.4g epochs of it",
                                   r->train.num_tokens, r->train.num_shards, a->train_pattern,
                                   a->shuffle ? "shuffled (--shuffle 1: sequences and shards in a seeded random order, new each epoch)" : "in file order (--shuffle 0)",
@@ -1704,6 +1751,7 @@ static StepStats train_step(Run* r, int step) {
     double t0 = wall_seconds();
     gpt2_begin_step(m);
     double loss = 0.0;
+    double* lsum = a->invariant ? (double*)calloc_or_die((size_t)r->accum, sizeof(double), "losses") : NULL;
     test_hang(r->comm, step + 1);
     intr_test_slow("step", r->comm->rank);   /* test hook LLMC_TEST_SLOW=step:S (interrupt.h) */
     for (int micro = 0; micro < r->accum; micro++) {
@@ -1712,6 +1760,7 @@ static StepStats train_step(Run* r, int step) {
         dataloader_next_batch(&r->train, err, ERRLEN);
         comm_check_all(r->comm, err);
         loss += gpt2_forward(m, r->train.inputs, r->train.targets, a->B, a->T, r->dloss);
+        if (a->invariant) lsum[micro] = m->loss_sum;
         gpt2_backward(m, a->B, a->T);
     }
     flight.micro = 0;
@@ -1722,8 +1771,16 @@ static StepStats train_step(Run* r, int step) {
     s.norm = zero_optimizer_step(&m->engine, &r->opt, step + 1);
     s.opt_ms = 1000.0 * (wall_seconds() - t_opt);
     trace_end(TRACE_TID_COMPUTE);
-    comm_allreduce_sum_host(r->comm, &loss, 1);
-    s.loss = loss / ((double)r->accum * r->N);
+    if (a->invariant) {   /* each micro-step's sum over the ranks, then over the micro-steps: the global tree */
+        comm_allreduce_sum_host(r->comm, lsum, r->accum);
+        for (int h = 1; h < r->accum; h *= 2)
+            for (int q = 0; q + h < r->accum; q += 2 * h) lsum[q] = lsum[q] + lsum[q + h];
+        s.loss = lsum[0] / ((double)a->total_batch);
+        free(lsum);
+    } else {
+        comm_allreduce_sum_host(r->comm, &loss, 1);
+        s.loss = loss / ((double)r->accum * r->N);
+    }
     backend_synchronize();
     s.ms = 1000.0 * (wall_seconds() - t0);
     trace_end(TRACE_TID_COMPUTE);

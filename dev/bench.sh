@@ -19,6 +19,9 @@
 # "unavailable" below AVX-512), a forced row that equals the chosen paths
 # is not run again; pytorch-bf16 the best bf16 instruction this CPU has
 # (AMX, else AVX512-BF16, else the fp32 peak).
+# Rows ours-fp32-inv and ours-bf16-inv: the same runs with --invariant 1
+# (layout-invariant training, docs/design.md section 13), and their price
+# against the plain rows (INVARIANT=0 skips them).
 # Then the optimizer against the memory bandwidth: a STREAM-style triad
 # (bench_kernels stream, all threads), the bytes the optimizer streams per
 # step (grad norm: g; AdamW: g, m, v, master or p read, m, v, master and p
@@ -36,7 +39,7 @@
 # CONFIGS="d6 124M".
 set -u
 cd "$(dirname "$0")/.."
-STEPS=${STEPS:-8}; REPS=${REPS:-3}; PRECISIONS=${PRECISIONS:-"fp32 bf16"}; PYTORCH=${PYTORCH:-1}; CONFIGS=${CONFIGS:-"d6 124M"}
+INVARIANT=${INVARIANT:-1}; STEPS=${STEPS:-8}; REPS=${REPS:-3}; PRECISIONS=${PRECISIONS:-"fp32 bf16"}; PYTORCH=${PYTORCH:-1}; CONFIGS=${CONFIGS:-"d6 124M"}
 PY=/usr/bin/python3
 mkdir -p build
 prog() { [ "$1" = bf16 ] && echo ./train_gpt_cpu_bf16 || echo ./train_gpt_cpu; }
@@ -59,6 +62,8 @@ PEAK[ours-bf16]=$(peak_of "$out16" bf16-program)
 PEAK[ours-bf16-fp32]=$(peak_of "$out16" bf16-fp32-path)
 PEAK[ours-bf16-prim]=$(peak_of "$out16" bf16-primitive-path)
 PEAK[pytorch-fp32]=${PEAK[ours-fp32]}
+PEAK[ours-fp32-inv]=${PEAK[ours-fp32]}
+PEAK[ours-bf16-inv]=${PEAK[ours-bf16-fp32]}   # --invariant 1 forces the fp32-copy path
 pb=$(peak_of "$out16" amx); pbn=amx
 awk -v x="${pb:-0}" 'BEGIN {exit !(x > 0)}' || { pb=$(peak_of "$out16" avx512_bf16); pbn=avx512_bf16; }
 awk -v x="${pb:-0}" 'BEGIN {exit !(x > 0)}' || { pb=${PEAK[ours-fp32]}; pbn="fp32 (no bf16 instructions)"; }
@@ -92,7 +97,7 @@ for cfg in "d6|6 6 384 4 256" "124M|12 12 768 4 64"; do
   case " $CONFIGS " in *" $name "*) ;; *) continue ;; esac
   fpt=$(flops_per_token "$L" "$C" "$T")
   kinds=""
-  for p in $PRECISIONS; do kinds="$kinds ours-$p"; [ "$p" = bf16 ] && kinds="$kinds ours-bf16-fp32 ours-bf16-prim"; done
+  for p in $PRECISIONS; do kinds="$kinds ours-$p"; [ "$INVARIANT" = 1 ] && kinds="$kinds ours-$p-inv"; [ "$p" = bf16 ] && kinds="$kinds ours-bf16-fp32 ours-bf16-prim"; done
   [ "$PYTORCH" = 1 ] && for p in $PRECISIONS; do kinds="$kinds pytorch-$p"; done
   for kind in $kinds; do
     env=()
@@ -103,11 +108,12 @@ for cfg in "d6|6 6 384 4 256" "124M|12 12 768 4 64"; do
                       case $CHOSEN in primitive) printf "%-6s %-14s %s\n" "$name" "$kind" "= ours-bf16 (the chosen paths: the primitive for every class)"; continue ;; esac
                       env=(LLMC_BF16_MATMUL=primitive) ;;
     esac
+    inv=(); case $kind in *-inv) inv=(--invariant 1) ;; esac
     ms=(); oth=0; opt=()
     for r in $(seq "$REPS"); do
       case $kind in
         ours-*) p=${kind#ours-}; p=${p%%-*}
-                timed build/bench_run.log env "${env[@]}" "$(prog "$p")" -e "d$L" --heads "$NH" --channels "$C" -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0
+                timed build/bench_run.log env "${env[@]}" "$(prog "$p")" -e "d$L" --heads "$NH" --channels "$C" -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0 "${inv[@]}"
                 m=$(awk '/^average/ {print $2}' build/bench_run.log)
                 opt+=("$(sed -n 's/^average .* the optimizer (.*) \([0-9.]*\) ms$/\1/p' build/bench_run.log)")
                 PSI[$name]=$(sed -n 's/^model: .*, \([0-9]*\) parameters, .*/\1/p' build/bench_run.log)
@@ -140,6 +146,9 @@ echo
 echo "ours / PyTorch (tokens/s, best runs):"
 for r in "${rows[@]}"; do echo "$r"; done | awk '{tok[$1 " " $2] = $5} END {
   for (k in tok) { split(k, a, " "); if (a[2] ~ /^ours-(fp32|bf16)$/) { p = a[1] " pytorch-" substr(a[2], 6); if (p in tok && tok[p] > 0) printf "  %-6s %-10s %.2fx\n", a[1], substr(a[2], 6), tok[k] / tok[p] } } }' | sort
+echo "price of --invariant 1 (tokens/s of the plain row / of the -inv row, best runs; 1.10 = 10% slower):"
+for r in "${rows[@]}"; do echo "$r"; done | awk '{tok[$1 " " $2] = $5} END {
+  for (k in tok) { split(k, a, " "); if (a[2] ~ /-inv$/) { p = a[1] " " substr(a[2], 1, length(a[2]) - 4); if (p in tok && tok[k] > 0) printf "  %-6s %-14s %.3fx\n", a[1], a[2], tok[p] / tok[k] } } }' | sort
 echo "ours bf16 / ours fp32 (tokens/s, best runs):"
 for r in "${rows[@]}"; do echo "$r"; done | awk '{tok[$1 " " $2] = $5} END {
   for (k in tok) { split(k, a, " "); if (a[2] ~ /^ours-bf16/ && (a[1] " ours-fp32") in tok) printf "  %-6s %-14s %.2fx\n", a[1], a[2], tok[k] / tok[a[1] " ours-fp32"] } }' | sort

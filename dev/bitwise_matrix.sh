@@ -15,6 +15,13 @@
 # depend only on the code and this CPU's ISA level (LLMC_CPU_ISA is passed
 # through). About 2 minutes on 2 cores. PROGS="./train_gpt_cpu
 # ./train_gpt_cpu_bf16" by default. Exit 1 if a run fails.
+# Then the invariance section (--invariant 1, docs/design.md section 13;
+# INVARIANCE=0 skips it): per program, one global batch (-d 256: 8
+# sequences of 32 tokens) on N = 1, 2, 4 ranks (B = 8, 4, 2) and with
+# accumulation (N = 1 B = 2 x 4 micro-steps, N = 2 B = 1 x 4), every stage:
+# one line per run as above, then "invariance <prog>: all K runs equal" or
+# "invariance <prog>: NOT EQUAL" (exit 1) after comparing every model and
+# state with cmp. About 3 more minutes.
 set -u
 cd "$(dirname "$0")/.."
 PROGS=${PROGS:-"./train_gpt_cpu ./train_gpt_cpu_bf16"}
@@ -53,4 +60,26 @@ for prog in $PROGS; do
     echo "$p N=2 z3 resume 3->5  FAILED: $(grep -m1 error "$tmp/log")"; rc=1
   fi
 done
+if [ "${INVARIANCE:-1}" = 1 ]; then
+  for prog in $PROGS; do
+    p=$(basename "$prog"); ref=""; n_eq=0; n_all=0
+    for lay in "1 8" "2 4" "4 2" "1 2" "2 1"; do
+      set -- $lay; np=$1; b=$2
+      for z in 0 1 2 3; do
+        out=$tmp/inv-$np-$b-$z; rm -rf "$out"
+        if ! timeout 300 $MPIRUN -np "$np" "$prog" -e d2 --channels 64 --heads 2 -t 32 -v 0 -s 0 --seed 7 -d 256 -b "$b" -z "$z" \
+             --invariant 1 -x 3 -o "$out" > "$tmp/log" 2>&1; then
+          echo "$p --invariant 1 N=$np B=$b z$z  FAILED: $(grep -m1 error "$tmp/log")"; rc=1; continue
+        fi
+        echo "$p --invariant 1 N=$np B=$b A=$((8 / np / b)) z$z  $(md5sum < "$out/model_00000003.bin" | cut -c1-32)  $(md5sum < "$out/state_00000003.bin" | cut -c1-32)"
+        n_all=$((n_all + 1))
+        if [ -z "$ref" ]; then ref=$out; n_eq=1; continue; fi
+        cmp -s "$ref/model_00000003.bin" "$out/model_00000003.bin" && cmp -s "$ref/state_00000003.bin" "$out/state_00000003.bin" && n_eq=$((n_eq + 1))
+        [ "$out" != "$ref" ] && rm -rf "$out"
+      done
+    done
+    if [ "$n_eq" = "$n_all" ] && [ "$n_all" = 20 ]; then echo "invariance $p: all $n_all runs equal (cmp of every model and state)"
+    else echo "invariance $p: NOT EQUAL ($n_eq of $n_all runs equal the first; 20 expected)"; rc=1; fi
+  done
+fi
 exit $rc

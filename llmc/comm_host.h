@@ -30,6 +30,21 @@
  element: bf16 stays bf16 on the wire and is never summed in bf16.
 */
 
+/* --invariant 1 (docs/design.md section 13): the sums of the reduce-scatter
+   over the n ranks (n a power of two) follow the complete binary tree,
+   ((x0 + x1) + (x2 + x3)) ..., instead of the rank order: each rank's input
+   is then a subtree of the global batch's tree of sequences. Set once at
+   start-up, the same on every rank. */
+static int hostcoll_pairwise = 0;
+
+/* the pairwise (complete binary tree) sum of v[0..n-1] in fp32; v is
+   overwritten */
+static inline float hostcoll_tree_sum(float* v, int n) {
+    for (int h = 1; h < n; h *= 2)
+        for (int q = 0; q + h < n; q += 2 * h) v[q] = v[q] + v[q + h];
+    return v[0];
+}
+
 static inline MPI_Datatype hostcoll_type(int eb) { return eb == 2 ? MPI_UINT16_T : MPI_FLOAT; }
 
 /* The messages of one collective over mc (n ranks, this one r), shard
@@ -84,21 +99,33 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
     if (eb == 4) {
         const float* x = (const float*)scratch;
         float* out = acc ? (float*)acc : (float*)buf + (size_t)r * shard;
-        int add = acc != NULL;
+        int add = acc != NULL, tree = hostcoll_pairwise && n <= 1024;
 #pragma omp parallel for schedule(static) if (threads)
         for (long i = 0; i < ns; i++) {
             float s = x[i];
-            for (int q = 1; q < n; q++) s += x[(size_t)q * shard + (size_t)i];
+            if (tree) {
+                float v[1024];
+                for (int q = 0; q < n; q++) v[q] = x[(size_t)q * shard + (size_t)i];
+                s = hostcoll_tree_sum(v, n);
+            } else
+                for (int q = 1; q < n; q++) s += x[(size_t)q * shard + (size_t)i];
             out[i] = s + (add ? out[i] : 0.0f); /* + 0 either way: -0 sums become +0 as in an accumulator */
         }
     } else {
         const uint16_t* x = (const uint16_t*)scratch;
         uint16_t* out = acc ? (uint16_t*)acc : (uint16_t*)buf + (size_t)r * shard;
-        int add = acc != NULL;
+        int add = acc != NULL, tree = hostcoll_pairwise && n <= 1024;
 #pragma omp parallel for schedule(static) if (threads)
         for (long i = 0; i < ns; i++) {
             float s = bf16_bits_to_float(x[i]);
-            for (int q = 1; q < n; q++) s += bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
+            if (tree) {
+                float v[1024];
+                for (int q = 0; q < n; q++) v[q] = bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
+                for (int h = 1; h < n; h *= 2)   /* rounded to bf16 at every node: the tree of the kernels (cpu_inv_round) */
+                    for (int q = 0; q + h < n; q += 2 * h) v[q] = bf16_bits_to_float(bf16_bits_from_float(v[q] + v[q + h]));
+                s = v[0];
+            } else
+                for (int q = 1; q < n; q++) s += bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
             s += add ? bf16_bits_to_float(out[i]) : 0.0f;
             out[i] = bf16_bits_from_float(s);
         }
@@ -137,7 +164,12 @@ static inline void hostcoll_sum_doubles(MPI_Comm mc, double* x, int k) {
     hostcoll_exchange(mc, n, r, all, all, (size_t)(2 * k), 4, 0, 0, comm_ctx_what ? comm_ctx_what : "scalar all-gather (loss, grad norm)");
     for (int j = 0; j < k; j++) {
         double s = all[j];
-        for (int q = 1; q < n; q++) s += all[(size_t)q * k + j];
+        if (hostcoll_pairwise && (n & (n - 1)) == 0) {   /* --invariant 1: the complete binary tree over the ranks */
+            for (int h = 1; h < n; h *= 2)
+                for (int q = 0; q + h < n; q += 2 * h) all[(size_t)q * k + j] = all[(size_t)q * k + j] + all[(size_t)(q + h) * k + j];
+            s = all[j];
+        } else
+            for (int q = 1; q < n; q++) s += all[(size_t)q * k + j];
         x[j] = s;
     }
     free(all);

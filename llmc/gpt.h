@@ -64,6 +64,7 @@ typedef struct {
     int *inputs, *targets;      /* backend memory */
     float* host_losses;
     float dloss;                /* of the last forward */
+    double loss_sum;            /* --invariant 1: the last forward's B*T losses summed as a tree over its sequences */
     /* embedding gradient: every rank's d(embedding) rows (N*B*T, C) and token
        ids, their order by token and by position, the accumulator of stages
        0-1 with grad accumulation (own shards of the root and chunk units) */
@@ -72,6 +73,7 @@ typedef struct {
     size_t* emb_acc_off;        /* per unit: offset in emb_acc (units 0..K) */
     int *host_tokens, *emb_tokens, *emb_positions, *emb_order_tok, *emb_order_pos, *emb_seg, *emb_seg_key;
     int emb_pending;            /* stages 0-1, one micro-step: rows kept for gpt2_reduce_grads */
+    ZeroInvTree emb_tree;       /* --invariant 1, A > 1: the micro-step tree of the embedding gradient (emb_acc: its leaf) */
     /* stage-3 use schedules (gpt2_schedules): forward (the first sched_fwd_len
        entries of sched_train), forward + backward, chunks only */
     int *sched_train, *sched_chunks;
@@ -187,6 +189,11 @@ static inline void gpt2_alloc_activations(GPT2* m, int B, int T) {
     m->targets = (int*)gpt2_act(m, BT * sizeof(int));
     m->emb_rows = emb_rows ? (floatX*)gpt2_alloc(m, MEM_EMB_ROWS, emb_rows) : m->dres;
     m->emb_acc = emb_acc ? (floatX*)gpt2_alloc(m, MEM_EMB_ACC, emb_acc) : NULL;
+    int nb = zero_inv_tree_buffers(&m->plan);
+    if (nb) {
+        size_t n = gpt2_emb_shard_elems(&m->plan, y);
+        zero_inv_tree_init(&m->emb_tree, (floatX*)gpt2_alloc(m, MEM_INV_TREE, (size_t)nb * n * sizeof(floatX)), nb, n);
+    }
 }
 
 /* Host-side bookkeeping outside the ledger: the losses, the embedding
@@ -364,6 +371,19 @@ static inline float gpt2_forward(GPT2* m, const int* inputs, const int* targets,
     backend_to_host(m->host_losses, m->losses, BT * sizeof(float));
     double s = 0.0;
     for (size_t i = 0; i < BT; i++) s += m->host_losses[i];
+    if (m->opt.invariant) {   /* the sum of the B*T losses as a pairwise tree over the sequences (each in order, in double) */
+        double q[64];
+        int nq = 0;
+        for (int b = 0; b < B; b++) {
+            double v = 0.0;
+            for (int t = 0; t < T; t++) v += m->host_losses[(size_t)b * T + t];
+            int c = b;
+            while (c & 1) { v = q[--nq] + v; c >>= 1; }
+            q[nq++] = v;
+        }
+        while (nq > 1) { double v = q[--nq]; q[nq - 1] = q[nq - 1] + v; }
+        m->loss_sum = q[0];
+    }
     return (float)(s / (double)BT);
 }
 
@@ -448,7 +468,12 @@ static inline void gpt2_embedding_backward(GPT2* m, int B, int T) {
     qsort(pairs, n, 2 * sizeof(int), gpt2_cmp_pair);
     for (size_t i = 0; i < n; i++) m->emb_order_tok[i] = pairs[2 * i + 1];
     free(pairs);
-    if (P->zero_stage >= 2) {
+    if (m->emb_tree.nbuf) {
+        /* --invariant 1: the embedding part of the wte and wpe grads is a
+           tree over the sequences of its own, added to the LM head's part
+           once, after the last micro-step (gpt2_reduce_grads) */
+        gpt2_embedding_apply(m, B, T, GPT2_EMB_TO_ACC);
+    } else if (P->zero_stage >= 2) {
         zero_wait_grads(&m->engine);
         gpt2_embedding_apply(m, B, T, GPT2_EMB_TO_GRADS);
     } else if (P->grad_accum_steps > 1) {
@@ -487,6 +512,10 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
     size_t BT = (size_t)B * T, x = sizeof(floatX);
     if (B != m->B || T != m->T) comm_fatal(m->comm, "gpt2_backward: micro-batch %dx%d differs from the allocated %dx%d", B, T, m->B, m->T);
     trace_begin(TRACE_TID_COMPUTE, -1, "backward");
+    if (m->emb_tree.nbuf) {   /* --invariant 1, A > 1: this micro-step's leaves */
+        zero_inv_begin_micro(E);
+        m->emb_acc = zero_inv_tree_leaf(&m->emb_tree);
+    }
     floatX* root = zero_unit_params(E, gpt2_unit_root());
     /* LM head: per vocabulary chunk, dlogits from the saved statistics, dlnf
        += dlogits W, dW = dlogits^T lnf, handed to the engine at once */
@@ -569,6 +598,10 @@ static inline void gpt2_backward(GPT2* m, int B, int T) {
     trace_begin(TRACE_TID_COMPUTE, -1, "embedding");
     gpt2_embedding_backward(m, B, T);
     trace_end(TRACE_TID_COMPUTE);
+    if (m->emb_tree.nbuf) {
+        zero_inv_end_micro(E);
+        zero_inv_tree_push(&m->emb_tree);
+    }
     trace_end(TRACE_TID_COMPUTE);
 }
 
@@ -584,7 +617,8 @@ static inline void gpt2_reduce_grads(GPT2* m) {
     ZeroEngine* E = &m->engine;
     trace_begin(TRACE_TID_COMPUTE, -1, "reduce grads");
     zero_reduce_scatter_grads(E);
-    if (P->zero_stage <= 1) {
+    if (m->emb_tree.nbuf) m->emb_acc = zero_inv_tree_root(&m->emb_tree);   /* --invariant 1, A > 1 */
+    if (P->zero_stage <= 1 || m->emb_tree.nbuf) {
         if (m->emb_pending) {
             gpt2_embedding_apply(m, m->B, m->T, GPT2_EMB_TO_GRADS);
             m->emb_pending = 0;
@@ -604,10 +638,11 @@ static inline void gpt2_reduce_grads(GPT2* m) {
 /* Start of an optimizer step: zero the gradient accumulators. */
 static inline void gpt2_begin_step(GPT2* m) {
     zero_begin_step(&m->engine);
-    if (m->emb_acc) {
+    if (m->emb_acc && !m->emb_tree.nbuf) {
         unsigned long long acc_bytes = m->ledger.allocated[MEM_EMB_ACC];
         backend_memset_zero(m->emb_acc, (size_t)acc_bytes);
     }
+    if (m->emb_tree.nbuf) { zero_inv_tree_reset(&m->emb_tree); m->emb_acc = NULL; }
     m->emb_pending = 0;
 }
 

@@ -77,11 +77,19 @@ static inline size_t gpt2_activation_bytes(const GPT2Config* c, const GPT2Layout
 /* Bytes of the embedding-gradient buffers of plan P (C channels): the
    all-gathered rows (N > 1) and the accumulator (stages 0-1 with more than
    one micro-step): the own shards of units 0..K. */
+/* elements of the own shards of units 0..K (wpe and the wte chunks): the
+   embedding gradient's accumulator */
+static inline size_t gpt2_emb_shard_elems(const ZeroPlan* P, const GPT2Layout* y) {
+    size_t n = 0;
+    for (int u = 0; u < 1 + y->num_chunks; u++) n += P->units[u].shard;
+    return n;
+}
+
 static inline void gpt2_emb_bytes(const ZeroPlan* P, const GPT2Layout* y, int C, int B, int T, unsigned long long* rows, unsigned long long* acc) {
     *rows = P->num_ranks > 1 && !P->eval_only ? (unsigned long long)P->num_ranks * B * T * C * sizeof(floatX) : 0;
     *acc = 0;
     if (P->eval_only) return;   /* no backward */
-    if (P->zero_stage <= 1 && P->grad_accum_steps > 1)
+    if (P->zero_stage <= 1 && P->grad_accum_steps > 1 && !zero_inv_tree_buffers(P))   /* --invariant 1: the micro-step tree (gpt.h) */
         for (int u = 0; u < 1 + y->num_chunks; u++) *acc += (unsigned long long)P->units[u].shard * sizeof(floatX);
 }
 
@@ -101,6 +109,7 @@ static inline int gpt2_predict(ZeroPlan* P, GPT2Layout* y, Ledger* L, const GPT2
     size_t act = gpt2_activation_bytes(cfg, y, opt, B, T);
     zero_predict_memory(P, act, L);
     gpt2_emb_bytes(P, y, cfg->channels, B, T, &L->predicted[MEM_EMB_ROWS], &L->predicted[MEM_EMB_ACC]);
+    L->predicted[MEM_INV_TREE] += (unsigned long long)zero_inv_tree_buffers(P) * gpt2_emb_shard_elems(P, y) * sizeof(floatX);
     L->predicted[MEM_RECOMPUTE] = gpt2_recompute_bytes(cfg, opt, B, T);
     /* the closed forms beside the ledger's activation rows */
     static const char* kept_form[4] = {"18C x + NH T x + 16", "14C x + NH T x + 16", "12C x + NH T x + 16", "C x"};

@@ -130,12 +130,13 @@ typedef struct {
     int quant_grads_bits;       /* stage 3, qgZ (--quantize-grads): 8 or 4; 0 off */
     int quant_grads_block;      /* qgZ: elements per fp32 scale */
     int quant_grads_local;      /* qgZ: ranks per node (the first hop) */
+    int invariant;              /* --invariant 1: the layout-invariant sums (docs/design.md section 13) */
     int eval_only;              /* 1: no training (-x 0): no grads or optimizer states, no backward buffers;
                                    the blocks' forward writes one layer's buffers (recompute = 3's layout) */
 } GPT2Options;
 
 static inline GPT2Options gpt2_default_options(void) {
-    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE, 0, 0, 0, 0, 256, 1, 0};
+    GPT2Options o = {0, 1, 1, 1, 1, 8192, 0, 1, OFFLOAD_NONE, 0, 0, 0, 0, 256, 1, 0, 0};
     return o;
 }
 
@@ -178,6 +179,7 @@ static inline int gpt2_plan_init(ZeroPlan* P, GPT2Layout* y, const GPT2Config* c
     s.secondary = opt->secondary;
     s.quant_grads_bits = opt->quant_grads_bits; s.quant_grads_block = (size_t)opt->quant_grads_block; s.quant_grads_local = opt->quant_grads_local;
     s.eval_only = opt->eval_only;
+    s.invariant = opt->invariant;
     s.emb_gather_bytes = G > 1 ? (unsigned long long)G * BT * (C * (size_t)elem_bytes + sizeof(int)) : 0; /* exchanged inside the shard group */
     int rc = zero_plan_init(P, &s, err, errlen);
     free(ts); free(uc);

@@ -67,6 +67,7 @@ suite "memory by stage" bash tests/suites/memory.sh
 suite "fit check and -z auto" bash tests/suites/fit.sh
 suite "fit details" bash tests/suites/fit_details.sh
 suite "activation recompute" bash tests/suites/recompute.sh
+suite "layout invariance" bash tests/suites/invariance.sh
 suite "zero++" bash tests/suites/zeropp.sh
 suite "training" bash tests/suites/train.sh
 suite "cluster" bash tests/suites/cluster.sh

@@ -371,4 +371,112 @@ static inline float* cpu_thread_scratch(size_t n) {
     return buf;
 }
 
+/* ------------------------------------------------------------------------ */
+/* layout-invariant mode (--invariant 1, docs/design.md section 13)         */
+/* cpu_inv_T: 0 = off; else the rows per sequence (T) of the kernels' row
+   dimension (N = B*T). Set once at start-up (backend_set_invariant). Then:
+   - every product (matmul forward, dinp) runs on fixed tiles of
+     CPU_INV_ROWS(T) rows x CPU_INV_COLS columns, one single-threaded BLAS
+     call per tile, so a row's bits depend neither on B nor on the thread
+     count;
+   - every sum over rows (dweight, dbias, LayerNorm's dweight and dbias) is
+     one sum per sequence (its T rows in order), then a pairwise tree over
+     the B sequences (cpu_tree_push), B a power of two: the rank's part is
+     a subtree of the global batch's tree. */
+static int cpu_inv_T = 0;
+/* the tree's rounding at every node (and of every leaf): to the storage
+   type, so that the bf16 program's tree is the same whichever rank or
+   micro-step forms a node (a rank's subtree is stored and sent as bf16);
+   the identity in the fp32 program */
+static inline float cpu_inv_round(float x) { return ldx(stx(x)); }
+#define CPU_INV_COLS 256
+/* the row tile: the largest power of two <= 64 that divides T (tiles never
+   cross a sequence, so their shapes do not depend on B) */
+static inline int cpu_inv_rows(int T) { int r = 64; while (r > 1 && T % r) r /= 2; return r; }
+
+/* One leaf of a pairwise (binary-counter) sum of w floats: leaf (w floats)
+   joins the pending subtrees of stack[0..]: while level l holds one, leaf =
+   stack[l] + leaf (elementwise; fp32 addition is commutative, so only the
+   pairing matters) and the level's buffer goes back to the free list
+   (freel, *nfree). After 2^k leaves, stack[k] holds the sum of all, as the
+   complete binary tree over them adds it. */
+static inline void cpu_tree_push(float** stack, float** freel, int* nfree, float* leaf, size_t w) {
+    int l = 0;
+    while (stack[l]) {
+        const float* a = stack[l];
+#pragma omp simd
+        for (size_t i = 0; i < w; i++) leaf[i] = cpu_inv_round(a[i] + leaf[i]);
+        freel[(*nfree)++] = stack[l];
+        stack[l] = NULL;
+        l++;
+    }
+    stack[l] = leaf;
+}
+/* The root after the last leaf: the lowest-level pending sums folded
+   upwards (for 2^k leaves there is exactly one, returned as is). */
+static inline float* cpu_tree_root(float** stack, int levels, size_t w) {
+    float* r = NULL;
+    for (int l = 0; l < levels; l++) {
+        if (!stack[l]) continue;
+        if (!r) { r = stack[l]; continue; }
+        for (size_t i = 0; i < w; i++) r[i] = cpu_inv_round(stack[l][i] + r[i]);
+    }
+    return r;
+}
+
+/* dst[j] (+)= the pairwise tree over the nseq sequences of T rows of the
+   per-sequence column sums (in double over the sequence's rows in order,
+   rounded to float once) of f(row), for the columns [lo, hi) of rows with
+   leading dimension ld; one rounding more for dst[j] + tree. Runs on the
+   calling thread. Used for the bias gradients (rows2 == NULL: f = dout)
+   and LayerNorm's dweight (f = dout * (x - mean) * rstd). */
+static inline void cpu_inv_column_sums(floatX* dst, const floatX* rows, const floatX* x, const float* mean, const float* rstd,
+                                       int nseq, int T, size_t ld, size_t lo, size_t hi) {
+    size_t w = hi - lo;
+    int levels = 1;
+    while ((1 << (levels - 1)) < nseq) levels++;
+    size_t nf = ((size_t)(levels + 1) * w + 1) / 2 * 2;   /* the doubles start 8-byte aligned */
+    float* sc = cpu_thread_scratch(nf + 2 * w);
+    double* acc = (double*)(sc + nf);
+    float* stack[40] = {0};
+    float* freel[40];
+    int nfree = 0;
+    for (int l = 0; l <= levels; l++) freel[nfree++] = sc + (size_t)l * w;
+    for (int s = 0; s < nseq; s++) {
+        for (size_t j = 0; j < w; j++) acc[j] = 0.0;
+        for (int t = 0; t < T; t++) {
+            size_t n = (size_t)s * T + t;
+            const floatX* d = rows + n * ld + lo;
+            if (x) {
+                const floatX* xx = x + n * ld + lo;
+                float m = mean[n], r = rstd[n];
+#pragma omp simd
+                for (size_t j = 0; j < w; j++) acc[j] += ldx(d[j]) * ((ldx(xx[j]) - m) * r);
+            } else {
+#pragma omp simd
+                for (size_t j = 0; j < w; j++) acc[j] += ldx(d[j]);
+            }
+        }
+        float* leaf = freel[--nfree];
+        for (size_t j = 0; j < w; j++) leaf[j] = cpu_inv_round((float)acc[j]);
+        cpu_tree_push(stack, freel, &nfree, leaf, w);
+    }
+    float* root = cpu_tree_root(stack, levels + 1, w);
+    if (root)
+        for (size_t j = 0; j < w; j++) dst[lo + j] = stx(ldx(dst[lo + j]) + root[j]);
+}
+
+/* dbias (OC) += the pairwise tree over sequences of their column sums
+   (cpu_inv_column_sums), the columns split among threads. */
+static inline void cpu_inv_dbias(floatX* dbias, const floatX* dout, int N, int OC) {
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        size_t lo, hi;
+        cpu_split_range((size_t)OC, ith, nth, 16, &lo, &hi);
+        if (hi > lo) cpu_inv_column_sums(dbias, dout, NULL, NULL, NULL, N / cpu_inv_T, cpu_inv_T, (size_t)OC, lo, hi);
+    }
+}
+
 #endif /* LLMC_CPU_COMMON_H */

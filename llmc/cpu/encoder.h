@@ -148,22 +148,54 @@ static inline void encoder_forward_rows(floatX* out, const int* inp, const float
    (two roundings to floatX, none in fp32), so the result does not depend on
    how the rows were split among ranks or on which rank holds the range.
    Distinct table rows are independent: threads split the segments. */
+/* --invariant 1: out[c0..c1) = the pairwise tree over sequences (row index
+   / cpu_inv_T; sequences [s0, s0 + span), span a power of two, an empty
+   half skipped, so any span covering the rows gives the same sums) of each
+   sequence's rows summed in order (fp32) over order[j0..j1) (j1 > j0, row
+   indices ascending). scratch: C floats per level below. */
+static inline void embedding_seq_tree(float* out, float* scratch, const floatX* rows, const int* order, int j0, int j1,
+                                      long s0, long span, int c0, int c1, int C) {
+    int T = cpu_inv_T;
+    while (span > 1) {   /* descend while one half is empty */
+        long mid = s0 + span / 2;
+        int jm = j0;
+        while (jm < j1 && order[jm] / T < mid) jm++;
+        if (jm == j1) { span /= 2; continue; }
+        if (jm == j0) { s0 = mid; span /= 2; continue; }
+        embedding_seq_tree(out, scratch + C, rows, order, j0, jm, s0, span / 2, c0, c1, C);
+        embedding_seq_tree(scratch, scratch + C, rows, order, jm, j1, mid, span / 2, c0, c1, C);
+        for (int c = c0; c < c1; c++) out[c] = cpu_inv_round(out[c] + scratch[c]);
+        return;
+    }
+    for (int c = c0; c < c1; c++) out[c] = 0.0f;
+    for (int j = j0; j < j1; j++) {
+        const floatX* r = rows + (size_t)order[j] * (size_t)C;
+#pragma omp simd
+        for (int c = c0; c < c1; c++) out[c] += ldx(r[c]);
+    }
+    for (int c = c0; c < c1; c++) out[c] = cpu_inv_round(out[c]);
+}
+
 static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* order,
                                             const int* seg, const int* seg_key, int nseg, int C) {
 #pragma omp parallel
     {
-        float* acc = (float*)malloc((size_t)C * sizeof(float));
+        float* acc = (float*)malloc((size_t)C * (cpu_inv_T ? 34 : 1) * sizeof(float));
         if (!acc) { fprintf(stderr, "error: out of host memory in embedding_backward_range\n"); exit(1); }
 #pragma omp for schedule(dynamic, 4)
         for (int s = 0; s < nseg; s++) {
             size_t row_lo = (size_t)seg_key[s] * (size_t)C, row_hi = row_lo + (size_t)C;
             size_t e0 = row_lo > lo ? row_lo : lo, e1 = row_hi < hi ? row_hi : hi;
             int c0 = (int)(e0 - row_lo), c1 = (int)(e1 - row_lo);
-            for (int c = c0; c < c1; c++) acc[c] = 0.0f;
-            for (int j = seg[s]; j < seg[s + 1]; j++) {
-                const floatX* r = rows + (size_t)order[j] * (size_t)C;
+            if (cpu_inv_T) {   /* --invariant 1: per sequence, then a pairwise tree over them */
+                embedding_seq_tree(acc, acc + C, rows, order, seg[s], seg[s + 1], 0, 1L << 31, c0, c1, C);
+            } else {
+                for (int c = c0; c < c1; c++) acc[c] = 0.0f;
+                for (int j = seg[s]; j < seg[s + 1]; j++) {
+                    const floatX* r = rows + (size_t)order[j] * (size_t)C;
 #pragma omp simd
-                for (int c = c0; c < c1; c++) acc[c] += ldx(r[c]);
+                    for (int c = c0; c < c1; c++) acc[c] += ldx(r[c]);
+                }
             }
             floatX* d = dst + (e0 - lo);
 #pragma omp simd

@@ -78,7 +78,10 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight,
         cpu_thread_id(&ith, &nth);
         size_t lo, hi;
         cpu_split_range((size_t)C, ith, nth, 16, &lo, &hi);
-        if (hi > lo) {
+        if (hi > lo && cpu_inv_T && N % cpu_inv_T == 0) {   /* layout-invariant mode: per sequence, then a pairwise tree */
+            cpu_inv_column_sums(dweight, dout, inp, mean, rstd, N / cpu_inv_T, cpu_inv_T, (size_t)C, lo, hi);
+            cpu_inv_column_sums(dbias, dout, NULL, NULL, NULL, N / cpu_inv_T, cpu_inv_T, (size_t)C, lo, hi);
+        } else if (hi > lo) {
             size_t w = hi - lo;
             double* aw = (double*)calloc(w, sizeof(double));
             for (int n = 0; n < N; n++) {

@@ -434,6 +434,87 @@ static void cpu_gemm_bf16_prim(int batch, int M, int N, int K, float alpha, cons
     cpu_gemm_check(dnnl_stream_wait(cpu_gemm_state.stream), "stream_wait");
 }
 
+/* --invariant 1 (cpu_inv_T != 0, common.h), the bf16 program: the
+   fp32-copy path on fixed tiles. C (N,OC) = A (N,K) @ op(W) [+ bias]
+   [+ C] with W stored (OC,K) (tb = 1, the forward) or (K,OC) (tb = 0,
+   dinp): W converted to fp32 once, then per tile of cpu_inv_rows(T) rows
+   x CPU_INV_COLS columns the tile's rows of A converted, one
+   single-threaded sgemm over the whole K, and one rounding in the
+   epilogue: a row's bits depend neither on N nor on the thread count. */
+static void cpu_inv_gemm_rows_bf16(floatX* C, const floatX* A, const floatX* W, const floatX* bias, int N, int K, int OC,
+                                   int tb, int accumulate) {
+    cpu_blas_init();
+    float* Wf = cpu_gemm_grow(&cpu_gemm_state.shared, &cpu_gemm_state.shared_cap, (size_t)OC * K);
+    int R = cpu_inv_rows(cpu_inv_T), nr = N / R, nc = (OC + CPU_INV_COLS - 1) / CPU_INV_COLS;
+    int Wr = tb ? OC : K, Wc = tb ? K : OC;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int r = 0; r < Wr; r++) cpu_gemm_cvt(Wf + (size_t)r * Wc, W, r, 1, 0, Wc, Wc);
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        float* buf = cpu_gemm_grow(&cpu_gemm_state.tbuf[ith], &cpu_gemm_state.tcap[ith], (size_t)R * K + (size_t)R * CPU_INV_COLS);
+        float* Af = buf;
+        float* Cf = buf + (size_t)R * K;
+        int last_i0 = -1;
+#pragma omp for schedule(static)
+        for (int k = 0; k < nr * nc; k++) {
+            int i0 = (k / nc) * R, c0 = (k % nc) * CPU_INV_COLS, cw = OC - c0 < CPU_INV_COLS ? OC - c0 : CPU_INV_COLS;
+            if (i0 != last_i0) { cpu_gemm_cvt(Af, A, i0, R, 0, K, K); last_i0 = i0; }
+            cpu_sgemm(0, tb, R, cw, K, 1.0f, Af, K, tb ? Wf + (size_t)c0 * K : Wf + c0, tb ? K : OC, 0.0f, Cf, cw);
+            cpu_gemm_epilogue(C, OC, i0, R, c0, cw, Cf, bias, accumulate);
+        }
+    }
+}
+
+/* --invariant 1, the bf16 program: dweight (OC,C) += the pairwise tree
+   over the N/T sequences of dout_s^T inp_s, on fp32 copies: per output
+   tile of 64 x CPU_INV_COLS, each sequence's product one sgemm (K = T),
+   rounded to bf16, the tree rounded at every node (cpu_tree_push), then
+   dweight = round(dweight + root). */
+static void cpu_inv_dweight_bf16(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC) {
+    cpu_blas_init();
+    float* Df = cpu_gemm_grow(&cpu_gemm_state.shared, &cpu_gemm_state.shared_cap, (size_t)N * OC + (size_t)N * C);
+    float* If = Df + (size_t)N * OC;
+    int T = cpu_inv_T, nseq = N / T, no = (OC + 63) / 64, nc = (C + CPU_INV_COLS - 1) / CPU_INV_COLS;
+    int levels = 1;
+    while ((1 << (levels - 1)) < nseq) levels++;
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int r = 0; r < N; r++) {
+            cpu_gemm_cvt(Df + (size_t)r * OC, dout, r, 1, 0, OC, OC);
+            cpu_gemm_cvt(If + (size_t)r * C, inp, r, 1, 0, C, C);
+        }
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        size_t w = (size_t)64 * CPU_INV_COLS;
+        float* sc = cpu_gemm_grow(&cpu_gemm_state.tbuf[ith], &cpu_gemm_state.tcap[ith], (size_t)(levels + 1) * w);
+#pragma omp for schedule(static)
+        for (int k = 0; k < no * nc; k++) {
+            int o0 = (k / nc) * 64, c0 = (k % nc) * CPU_INV_COLS;
+            int ow = OC - o0 < 64 ? OC - o0 : 64, cw = C - c0 < CPU_INV_COLS ? C - c0 : CPU_INV_COLS;
+            size_t tw = (size_t)ow * cw;
+            float* stack[40] = {0};
+            float* freel[40];
+            int nfree = 0;
+            for (int l = 0; l <= levels; l++) freel[nfree++] = sc + (size_t)l * w;
+            for (int s = 0; s < nseq; s++) {
+                float* leaf = freel[--nfree];
+                cpu_sgemm(1, 0, ow, cw, T, 1.0f, Df + (size_t)s * T * OC + o0, OC, If + (size_t)s * T * C + c0, C, 0.0f, leaf, cw);
+                for (size_t i = 0; i < tw; i++) leaf[i] = cpu_inv_round(leaf[i]);
+                cpu_tree_push(stack, freel, &nfree, leaf, tw);
+            }
+            float* root = cpu_tree_root(stack, levels + 1, tw);
+            for (int i = 0; i < ow && root; i++) {
+                floatX* d = dweight + (size_t)(o0 + i) * C + c0;
+                const float* r = root + (size_t)i * cw;
+                for (int j = 0; j < cw; j++) d[j] = stx(ldx(d[j]) + r[j]);
+            }
+        }
+    }
+}
+
 /* cpu_gemm_bf16 on the path of class cls (CpuMmClass; see the top) */
 static void cpu_gemm_bf16(int cls, int ta, int tb, int M, int N, int K, const floatX* A, int lda,
                           const floatX* B, int ldb, int accumulate, floatX* C, int ldc,
@@ -475,6 +556,7 @@ static inline void cpu_bias_backward(floatX* dbias, const floatX* dout, int N, i
 static inline void matmul_forward(floatX* out, const floatX* inp,
                                   const floatX* weight, const floatX* bias,
                                   int N, int C, int OC) {
+    if (cpu_inv_T && N % cpu_inv_rows(cpu_inv_T) == 0) { cpu_inv_gemm_rows_bf16(out, inp, weight, bias, N, C, OC, 1, 0); return; }
     cpu_gemm_bf16(cpu_gemm_state.lm_head ? CPU_MM_LM_FWD : CPU_MM_FWD, 0, 1, N, OC, C, inp, C, weight, C, 0, out, OC, bias);
 }
 
@@ -486,6 +568,12 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
                                    floatX* dbias, const floatX* dout,
                                    const floatX* inp, const floatX* weight,
                                    int N, int C, int OC) {
+    if (cpu_inv_T && N % cpu_inv_T == 0) {   /* --invariant 1 */
+        if (dinp) cpu_inv_gemm_rows_bf16(dinp, dout, weight, NULL, N, OC, C, 0, 1);
+        cpu_inv_dweight_bf16(dweight, dout, inp, N, C, OC);
+        if (dbias) cpu_inv_dbias(dbias, dout, N, OC);
+        return;
+    }
     const int lm = cpu_gemm_state.lm_head ? 3 : 0;
     if (dinp) cpu_gemm_bf16(CPU_MM_DINP + lm, 0, 0, N, C, OC, dout, OC, weight, C, 1, dinp, C, NULL);
     cpu_gemm_bf16(CPU_MM_DWEIGHT + lm, 1, 0, OC, C, N, dout, OC, inp, C, 1, dweight, C, NULL);
@@ -560,6 +648,63 @@ static inline unsigned long long cpu_gemm_copy_bytes(void) {
 #else /* fp32 program */
 
 /* ------------------------------------------------------------------------ */
+/* layout-invariant products (cpu_inv_T != 0, common.h)                     */
+
+/* out (N,OC) = inp (N,C) @ weight (OC,C)^T [+ bias] (beta = 0: overwrite,
+   1: accumulate into out) on fixed tiles of cpu_inv_rows(T) rows x
+   CPU_INV_COLS columns, one single-threaded sgemm per tile: a row's bits do
+   not depend on N (= B*T) or on the thread count. tb: weight stored (OC,C)
+   (1) or (C,OC) (0, the dinp product: dinp = dout @ weight). */
+static inline void cpu_inv_rows_gemm(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                                     int tb, float beta) {
+    cpu_blas_init();
+    int R = cpu_inv_rows(cpu_inv_T), nr = N / R, nc = (OC + CPU_INV_COLS - 1) / CPU_INV_COLS;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < nr * nc; k++) {
+        int i0 = (k / nc) * R, c0 = (k % nc) * CPU_INV_COLS, cw = OC - c0 < CPU_INV_COLS ? OC - c0 : CPU_INV_COLS;
+        float* o = out + (size_t)i0 * OC + c0;
+        float b = beta;
+        if (bias) { for (int i = 0; i < R; i++) memcpy(o + (size_t)i * OC, bias + c0, sizeof(float) * cw); b = 1.0f; }
+        cpu_sgemm(0, tb, R, cw, C, 1.0f, inp + (size_t)i0 * C, C, tb ? weight + (size_t)c0 * C : weight + c0, tb ? C : OC, b, o, OC);
+    }
+}
+
+/* dweight (OC,C) += sum over the N/T sequences of dout_s^T (OC,T) @ inp_s
+   (T,C), each sequence's product one sgemm (K = T) per output tile of 64
+   rows x CPU_INV_COLS columns, the sequences' products added as a pairwise
+   tree (cpu_tree_push), then added to dweight: one fixed tree per
+   element whatever B and the thread count. */
+static inline void cpu_inv_dweight(float* dweight, const float* dout, const float* inp, int N, int C, int OC) {
+    cpu_blas_init();
+    int T = cpu_inv_T, nseq = N / T, no = (OC + 63) / 64, nc = (C + CPU_INV_COLS - 1) / CPU_INV_COLS;
+    int levels = 1;
+    while ((1 << (levels - 1)) < nseq) levels++;
+#pragma omp parallel for schedule(static)
+    for (int k = 0; k < no * nc; k++) {
+        int o0 = (k / nc) * 64, c0 = (k % nc) * CPU_INV_COLS;
+        int ow = OC - o0 < 64 ? OC - o0 : 64, cw = C - c0 < CPU_INV_COLS ? C - c0 : CPU_INV_COLS;
+        size_t w = (size_t)ow * cw;
+        float* sc = cpu_thread_scratch((size_t)(levels + 1) * w);
+        float* stack[40] = {0};
+        float* freel[40];
+        int nfree = 0;
+        for (int l = 0; l <= levels; l++) freel[nfree++] = sc + (size_t)l * w;
+        for (int s = 0; s < nseq; s++) {
+            float* leaf = freel[--nfree];
+            cpu_sgemm(1, 0, ow, cw, T, 1.0f, dout + (size_t)s * T * OC + o0, OC, inp + (size_t)s * T * C + c0, C, 0.0f, leaf, cw);
+            cpu_tree_push(stack, freel, &nfree, leaf, w);
+        }
+        float* root = cpu_tree_root(stack, levels + 1, w);
+        for (int i = 0; i < ow && root; i++) {
+            float* d = dweight + (size_t)(o0 + i) * C + c0;
+            const float* r = root + (size_t)i * cw;
+#pragma omp simd
+            for (int j = 0; j < cw; j++) d[j] = d[j] + r[j];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* matmul                                                                   */
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be NULL.
@@ -569,6 +714,7 @@ static inline void matmul_forward(floatX* out, const floatX* inp,
                                   const floatX* weight, const floatX* bias,
                                   int N, int C, int OC) {
     cpu_blas_init();
+    if (cpu_inv_T && N % cpu_inv_rows(cpu_inv_T) == 0) { cpu_inv_rows_gemm(out, inp, weight, bias, N, C, OC, 1, 0.0f); return; }
     float beta = bias ? 1.0f : 0.0f;
 #ifdef LLMC_BLAS_THREADED
     if (bias) {
@@ -599,6 +745,12 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
                                    const floatX* inp, const floatX* weight,
                                    int N, int C, int OC) {
     cpu_blas_init();
+    if (cpu_inv_T && N % cpu_inv_T == 0) {
+        if (dinp) cpu_inv_rows_gemm(dinp, dout, weight, NULL, N, OC, C, 0, 1.0f);
+        cpu_inv_dweight(dweight, dout, inp, N, C, OC);
+        if (dbias) cpu_inv_dbias(dbias, dout, N, OC);
+        return;
+    }
 #ifdef LLMC_BLAS_THREADED
     if (dinp) cpu_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
     cpu_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);

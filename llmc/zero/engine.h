@@ -24,6 +24,67 @@
 #include "../offload.h"
 #include "ledger.h"
 
+/* --invariant 1 with A > 1 micro-steps (docs/design.md section 13): the
+   micro-steps' sums (each the complete tree over its sequences, formed in a
+   leaf buffer of n elements) added as the complete binary tree over the
+   micro-steps: a binary counter of log2(A) + 1 buffers; stack[l] holds a
+   pending sum of 2^l micro-steps. Each node is one floatX rounding
+   (backend_add), so the bf16 program rounds at every node. */
+#define ZERO_INV_MAX 24
+typedef struct {
+    floatX* stack[ZERO_INV_MAX];
+    floatX* freel[ZERO_INV_MAX];
+    floatX* mem;
+    int nfree, nbuf;
+    size_t n;
+    floatX* cur;        /* the current micro-step's leaf (NULL: no tree) */
+} ZeroInvTree;
+
+static inline void zero_inv_tree_reset(ZeroInvTree* t) {
+    t->nfree = 0;
+    for (int i = 0; i < ZERO_INV_MAX; i++) t->stack[i] = NULL;
+    for (int i = 0; i < t->nbuf; i++) t->freel[t->nfree++] = t->mem + (size_t)i * t->n;
+    t->cur = NULL;
+}
+/* nbuf buffers of n elements at mem (nbuf = 0: no tree) */
+static inline void zero_inv_tree_init(ZeroInvTree* t, floatX* mem, int nbuf, size_t n) {
+    memset(t, 0, sizeof(*t));
+    t->mem = mem; t->nbuf = mem ? nbuf : 0; t->n = n;
+    zero_inv_tree_reset(t);
+}
+/* a zeroed leaf for the next micro-step (t->cur); NULL without a tree */
+static inline floatX* zero_inv_tree_leaf(ZeroInvTree* t) {
+    if (!t->nbuf) return NULL;
+    if (!t->nfree) { fprintf(stderr, "error: internal: the micro-step tree ran out of buffers\n"); exit(2); }
+    t->cur = t->freel[--t->nfree];
+    backend_memset_zero(t->cur, t->n * sizeof(floatX));
+    return t->cur;
+}
+/* the current leaf joins the pending sums (binary counter) */
+static inline void zero_inv_tree_push(ZeroInvTree* t) {
+    if (!t->cur) return;
+    floatX* leaf = t->cur;
+    int l = 0;
+    while (t->stack[l]) {
+        backend_add(leaf, t->stack[l], t->n);   /* leaf = round(leaf + pending): commutative, the pairing is the tree's */
+        t->freel[t->nfree++] = t->stack[l];
+        t->stack[l] = NULL;
+        l++;
+    }
+    t->stack[l] = leaf;
+    t->cur = NULL;
+}
+/* the sum of all pushed leaves (A a power of two: the one pending sum) */
+static inline floatX* zero_inv_tree_root(ZeroInvTree* t) {
+    floatX* r = NULL;
+    for (int l = 0; l < ZERO_INV_MAX; l++) {
+        if (!t->stack[l]) continue;
+        if (!r) r = t->stack[l];
+        else backend_add(r, t->stack[l], t->n);
+    }
+    return r;
+}
+
 typedef struct {
     ZeroPlan* plan;
     Ledger* ledger;
@@ -74,6 +135,7 @@ typedef struct {
        into the first weight all-gather or unit grad of step S, to see the
        quantized collectives refuse it */
     int test_nan_weights, test_nan_grads;
+    ZeroInvTree inv;          /* --invariant 1, A > 1: the micro-step tree of the own grad shards (shard space) */
 } ZeroEngine;
 
 /* The bytes in use per ledger category right now, for the trace's memory
@@ -215,6 +277,10 @@ static inline void zero_engine_init(ZeroEngine* E, ZeroPlan* P, Ledger* L, Comm*
         c->rs_scratch = E->comm_scratch;
         c->rs_scratch_bytes = E->comm_scratch ? zero_comm_scratch_bytes(P) : 0;
     }
+    if (zero_inv_tree_buffers(P)) {
+        int nb = zero_inv_tree_buffers(P);
+        zero_inv_tree_init(&E->inv, (floatX*)ledger_alloc(L, MEM_INV_TREE, gb * (size_t)nb * P->shard_parameters), nb, P->shard_parameters);
+    }
     if (P->secondary > 1) {
         E->secondary = (floatX*)ledger_alloc(L, MEM_SECONDARY, pb * P->secondary_elements);
         E->sec_valid = (unsigned char*)calloc_or_die((size_t)P->num_units, 1, "hpZ flags");
@@ -255,6 +321,8 @@ static inline void zero_engine_free(ZeroEngine* E) {
     if (E->comm_scratch) { E->comm->rs_scratch = NULL; E->comm->rs_scratch_bytes = 0; }
     ledger_free(L, MEM_SECONDARY, E->secondary, pb * P->secondary_elements);
     free(E->sec_valid); E->sec_valid = NULL;
+    if (E->inv.mem) ledger_free(L, MEM_INV_TREE, E->inv.mem, gb * (size_t)E->inv.nbuf * P->shard_parameters);
+    E->inv.mem = NULL; E->inv.nbuf = 0;
     free(E->qseg); free(E->qlayout); free(E->glayout); free((void*)E->qnames);
     E->qseg = NULL; E->qlayout = NULL; E->glayout = NULL; E->qnames = NULL;
 }
@@ -417,7 +485,7 @@ static inline void zero_unit_grads_done(ZeroEngine* E, int u) {
     const ZeroUnit* U = &P->units[u];
     int b = U->idx % P->classes[U->cls].grad_buffers;
     floatX* g = E->unit_grads[U->cls][b];
-    floatX* dst = E->grads + U->shard_offset;
+    floatX* dst = (E->inv.cur ? E->inv.cur : E->grads) + U->shard_offset;   /* --invariant 1, A > 1: the micro-step's leaf */
     if (E->test_nan_grads && E->test_nan_grads == comm_watch.step && P->rank == 0) {
         E->test_nan_grads = 0;
         backend_memset_nan(g, sizeof(floatX));
@@ -445,6 +513,36 @@ static inline void zero_wait_grads(ZeroEngine* E) {
 static inline void zero_begin_step(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     backend_memset_zero(E->grads, (size_t)P->grad_bytes * zero_held_elements(P, ZB_GRADS));
+    if (E->inv.nbuf) zero_inv_tree_reset(&E->inv);
+}
+
+/* --invariant 1, A > 1: before a micro-step's backward, a zeroed leaf of
+   the micro-step tree receives the micro-step's reduced own shards. */
+static inline void zero_inv_begin_micro(ZeroEngine* E) {
+    if (E->inv.nbuf) zero_inv_tree_leaf(&E->inv);
+}
+
+/* --invariant 1, A > 1: after a micro-step's backward: stages 0-1
+   reduce-scatter the full grads into the leaf now (every micro-step, as
+   stages 2-3 do: a rank's micro-step is then a subtree) and zero them for
+   the next one; stages 2-3 wait for their reduce-scatters. Then the leaf
+   joins the tree. */
+static inline void zero_inv_end_micro(ZeroEngine* E) {
+    const ZeroPlan* P = E->plan;
+    if (!E->inv.nbuf || !E->inv.cur) return;
+    zero_wait_grads(E);
+    if (P->zero_stage <= 1) {
+        unsigned long long f = 0;
+        for (int u = 0; u < P->num_units; u++) {
+            const ZeroUnit* U = &P->units[u];
+            E->comm->cur_unit = u;
+            if (P->num_ranks > 1) f = backend_reduce_scatter_start(E->comm, E->grads + U->offset, U->shard, E->inv.cur + U->shard_offset);
+            else backend_add(E->inv.cur + U->shard_offset, E->grads + U->offset, U->shard);
+        }
+        backend_wait_comm(f);
+        backend_memset_zero(E->grads, (size_t)P->grad_bytes * zero_held_elements(P, ZB_GRADS));
+    }
+    zero_inv_tree_push(&E->inv);
 }
 
 /* After the last micro-step, stages 0-1: reduce-scatter each unit of the
@@ -455,6 +553,15 @@ static inline void zero_begin_step(ZeroEngine* E) {
 static inline void zero_reduce_scatter_grads(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
     zero_wait_grads(E);
+    if (E->inv.nbuf) {   /* --invariant 1, A > 1: the tree's root into the own shards (zero: 0 + root) */
+        floatX* root = zero_inv_tree_root(&E->inv);
+        for (int u = 0; u < P->num_units && root; u++) {
+            size_t lo, hi;
+            zero_own_range(P, u, &lo, &hi);
+            backend_add(E->grads + zero_index(P, ZB_GRADS, u, lo), root + P->units[u].shard_offset, hi - lo);
+        }
+        return;
+    }
     if (P->num_ranks == 1 || P->zero_stage >= 2) return;
     unsigned long long f = 0;
     for (int u = 0; u < P->num_units; u++) {

@@ -32,18 +32,22 @@
    all-gathered (gpt.h); MEM_EMB_ACC: stages 0-1 with gradient accumulation,
    the embedding gradient of the own shard, summed over micro-steps until the
    step's reduce-scatter is done. */
+/* MEM_INV_TREE: --invariant 1 with A > 1 micro-steps: log2(A) + 1 buffers
+   of the own grad shards (and of the embedding gradient's own shards,
+   gpt.h) that add the micro-steps' sums as a pairwise tree (engine.h,
+   ZeroInvTree). */
 /* MEM_OFFLOAD_BUF: --offload-optimizer disk, the two streaming buffers
    (one unit's shard of master, m, v each); MEM_OFFLOAD_STAGING: offload on
    a backend that cannot run AdamW on host memory (CUDA), one unit's grad
    shard and param shard in host memory. */
 enum { MEM_PARAMS = 0, MEM_GRADS, MEM_MASTER, MEM_ADAM_M, MEM_ADAM_V, MEM_ACTIVATIONS,
        MEM_GATHERED, MEM_UNIT_GRADS, MEM_COMM_SCRATCH, MEM_EMB_ROWS, MEM_EMB_ACC,
-       MEM_OFFLOAD_BUF, MEM_OFFLOAD_STAGING, MEM_RECOMPUTE, MEM_SECONDARY, MEM_NUM };
+       MEM_OFFLOAD_BUF, MEM_OFFLOAD_STAGING, MEM_RECOMPUTE, MEM_SECONDARY, MEM_INV_TREE, MEM_NUM };
 static const char* mem_names[MEM_NUM] = {"params", "grads", "master weights", "adam m", "adam v",
                                          "activations", "gathered units (transient)", "unit grads (transient)",
                                          "comm scratch", "gathered embedding rows", "embedding grad accumulator",
                                          "optimizer streaming buffers", "offload staging (grad, param)", "recompute buffers (transient)",
-                                         "secondary shard (hpZ)"};
+                                         "secondary shard (hpZ)", "micro-step tree (--invariant)"};
 
 typedef struct {
     unsigned long long predicted[MEM_NUM];
@@ -116,6 +120,7 @@ static inline void zero_predict_memory(const ZeroPlan* P, unsigned long long act
        rank order (the CPU's, comm.h) receives into one unit-sized area. */
     if (P->rs_scratch && (P->num_ranks > 1 || P->replicas > 1)) L->predicted[MEM_COMM_SCRATCH] = zero_comm_scratch_bytes(P);
     L->predicted[MEM_SECONDARY] = p * P->secondary_elements;
+    L->predicted[MEM_INV_TREE] = g * (unsigned long long)zero_inv_tree_buffers(P) * P->shard_parameters;
     zero_predict_offload_memory(P, L);
 }
 

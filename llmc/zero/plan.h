@@ -152,6 +152,7 @@ typedef struct {
     size_t quant_grads_block;
     int qg_local;             /* qgZ: L ranks per node (the first hop); M = N / L nodes (the second) */
     size_t max_qg_scratch;    /* qgZ: bytes of the largest unit's records and partial sums (zero_qg_scratch_bytes) */
+    int invariant;            /* --invariant 1 (docs/design.md section 13) */
 } ZeroPlan;
 #define ZERO_NO_SECONDARY ((size_t)-1)
 
@@ -197,6 +198,7 @@ typedef struct {
     size_t quant_grads_block;  /* qgZ: elements per fp32 scale */
     int quant_grads_local;     /* qgZ: L, ranks per node (consecutive): the first hop inside the node, the
                                   second across nodes; 1 or the group size: a single hop */
+    int invariant;             /* --invariant 1: pairwise cross-rank sums, the fixed-point grad norm (5 scalars) */
     int eval_only;             /* 1: no training (-x 0: evaluate and sample): the plan holds the params
                                   only, no grads, master weights, m, v, unit grads or offload */
 } ZeroSpec;
@@ -394,6 +396,7 @@ static inline int zero_plan_init(ZeroPlan* P, const ZeroSpec* s, char* err, size
     P->overlap = s->overlap;
     P->rs_scratch = s->rs_scratch;
     P->eval_only = s->eval_only ? 1 : 0;
+    P->invariant = s->invariant ? 1 : 0;
     P->offload = P->eval_only ? OFFLOAD_NONE : s->offload;   /* no optimizer states to offload */
     P->offload_staging = P->eval_only ? 0 : s->offload_staging;
     P->emb_gather_bytes = s->emb_gather_bytes;
@@ -493,18 +496,28 @@ static inline size_t zero_offload_unit_max(const ZeroPlan* P) { return zero_is_f
 
 /* Predicted traffic of one optimizer step (bytes handed per collective, per
    rank), for comparison with Comm's PHASE_TRAIN counters divided by steps. */
+/* --invariant 1 with A > 1 micro-steps (A a power of two): the buffers of
+   the micro-step tree, log2(A) + 1 (engine.h, ZeroInvTree); else 0. */
+static inline int zero_inv_tree_buffers(const ZeroPlan* P) {
+    if (!P->invariant || P->eval_only || P->grad_accum_steps < 2) return 0;
+    int h = 0;
+    while ((1 << h) < P->grad_accum_steps) h++;
+    return h + 1;
+}
+
 static inline void zero_predict_traffic(const ZeroPlan* P, unsigned long long handed[COLL_NUM]) {
     unsigned long long p = (unsigned long long)P->param_bytes, g = (unsigned long long)P->grad_bytes;
     unsigned long long full = P->padded_parameters, A = (unsigned long long)P->grad_accum_steps;
     for (int k = 0; k < COLL_NUM; k++) handed[k] = 0;
-    handed[COLL_SCALARS] = 2 * sizeof(double); /* loss and grad-norm squares */
+    handed[COLL_SCALARS] = (P->invariant ? A + 4 : 2) * sizeof(double); /* loss and grad-norm squares (--invariant 1: one loss per micro-step, 4 exact integer parts) */
     /* HSDP: the own grad shard of every unit, all-reduced across the replicas once per step */
     if (P->replicas > 1) handed[COLL_ALL_REDUCE] = g * P->shard_parameters;
     if (P->num_ranks == 1) return;  /* nothing to communicate in the group; the engine skips the calls */
     handed[COLL_EMB_GATHER] = A * P->emb_gather_bytes;
     switch (P->zero_stage) {
-        case 0: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = g * full; break; /* all-reduce = RS + AG */
-        case 1: handed[COLL_REDUCE_SCATTER] = g * full; handed[COLL_ALL_GATHER] = p * full; break;
+        /* --invariant 1 with A > 1: stages 0-1 reduce every micro-step (engine.h, zero_inv_end_micro) */
+        case 0: handed[COLL_REDUCE_SCATTER] = (zero_inv_tree_buffers(P) ? A : 1) * g * full; handed[COLL_ALL_GATHER] = g * full; break; /* all-reduce = RS + AG */
+        case 1: handed[COLL_REDUCE_SCATTER] = (zero_inv_tree_buffers(P) ? A : 1) * g * full; handed[COLL_ALL_GATHER] = p * full; break;
         case 2: handed[COLL_REDUCE_SCATTER] = A * g * full; handed[COLL_ALL_GATHER] = p * full; break;
         default:
             if (P->quant_grads_bits) {   /* qgZ: per micro-step and unit, N records inside the node, M across */

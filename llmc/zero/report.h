@@ -61,7 +61,7 @@ static inline int zero_print_memory(FILE* out, const ZeroPlan* P, const Ledger* 
     for (int i = 0; i < MEM_NUM; i++) {
         if (i == MEM_MASTER && P->master_bytes == 0) continue;
         int used = L->predicted[i] || L->allocated[i] || L->predicted_host[i] || L->allocated_host[i] || L->predicted_disk[i] || L->allocated_disk[i];
-        if ((i == MEM_OFFLOAD_BUF || i == MEM_OFFLOAD_STAGING || i == MEM_RECOMPUTE || i == MEM_SECONDARY) && !used) continue;
+        if ((i == MEM_OFFLOAD_BUF || i == MEM_OFFLOAD_STAGING || i == MEM_RECOMPUTE || i == MEM_SECONDARY || i == MEM_INV_TREE) && !used) continue;
         int ok = L->predicted[i] == L->allocated[i] && L->predicted_host[i] == L->allocated_host[i] && L->predicted_disk[i] == L->allocated_disk[i];
         bad += !ok;
         tp += L->predicted[i]; ta += L->allocated[i];
