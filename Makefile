@@ -67,10 +67,10 @@ build/fit/%.workspace: %
 # (./train_gpt_cpu_bf16 --calibrate-matmul; llmc/cpu/matmul_choice.h); the
 # test program reads the same file; a provisional file (measured at a
 # start-up, not by --calibrate-matmul) is calibrated again
-build/fit/train_gpt_cpu_bf16.matmul: train_gpt_cpu_bf16 $(if $(shell grep -qs '^provisional 1' build/fit/train_gpt_cpu_bf16.matmul && echo y),FORCE) | build/fit/train_gpt_cpu.workspace
+build/fit/train_gpt_cpu_bf16.matmul: train_gpt_cpu_bf16 $(if $(shell grep -qs '^provisional 1' build/fit/train_gpt_cpu_bf16.matmul && echo y),_force) | build/fit/train_gpt_cpu.workspace
 	@./train_gpt_cpu_bf16 --calibrate-matmul
-.PHONY: FORCE
-FORCE:
+.PHONY: _force
+_force:
 # one at a time, even under make -j: two trainers starting together reach a
 # different (larger, 33-45 MB instead of 20.6) resident workspace; the bf16
 # workspace after the matmul paths it runs

@@ -160,7 +160,8 @@ else bad "never reached step 2 (mpirun)"; finish 1; fi
 
 # --- 5. a hang made on purpose, and dev/flight.py
 # (--collective-timeout 15: 5 s was too little for the start-up of 4 ranks on 2 busy cores)
-start "$tmp/hang.out" -np 4 -x LLMC_TEST_HANG=2:3,3:3:silent -- -x 10 -o "$tmp/hang" --collective-timeout 15
+# (odls_base_sigkill_timeout 10: the hung rank 2 writes its dump on mpirun's SIGTERM before the SIGKILL; the default 1 s was too little under load)
+start "$tmp/hang.out" -np 4 --mca odls_base_sigkill_timeout 10 -x LLMC_TEST_HANG=2:3,3:3:silent -- -x 10 -o "$tmp/hang" --collective-timeout 15
 finish 120
 fl=$(python3 dev/flight.py "$tmp/hang" 2>&1); frc=$?
 if [ "$RC" = 1 ] && grep -qE "^error \(rank [01], node .*\): .* did not complete in 15 s" "$tmp/hang.out"; then
