@@ -88,12 +88,12 @@ rb1=$(within "$b1" "$ref" 1e-5) && rb2=$(within "$b2" "$ref" 1e-5) &&
 # 3b. a bf16 run's fp32 (version 3) checkpoint: make check-model runs the program runs.txt names, or PROGRAM
 timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $TRAIN -x 4 -o "$tmp/b16v3" > "$tmp/b16v3.out" 2>&1 || bad "bf16 training (fp32 checkpoint) failed: $(grep -m1 error "$tmp/b16v3.out")"
 V3=$tmp/b16v3/model_00000004.bin
-mk=$(make --no-print-directory check-model CKPT="$V3" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 5 --collective-timeout 240" NP=2 2>&1); mrc=$?
+mk=$(make --no-print-directory check-model CKPT="$V3" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 20 --collective-timeout 240" NP=2 2>&1); mrc=$?
 if [ $mrc -eq 0 ] && echo "$mk" | grep -q "^\./train_gpt_cpu_bf16 on 2 ranks: val loss .*(the program from .*/b16v3/runs.txt)$" \
    && echo "$mk" | grep -q "within the bound $rtol (version 3 file in the bf16 program, its weights rounded to bf16: 0.004/sqrt(1280 tokens))"; then
   ok "a bf16 run's version-3 checkpoint: make check-model evaluates it with ./train_gpt_cpu_bf16 (runs.txt): $(echo "$mk" | grep -o "relative difference [^,]*")"
 else bad "make check-model on a bf16 run's version-3 checkpoint (exit $mrc): $mk"; fi
-mk=$(make --no-print-directory check-model CKPT="$V3" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 5 --collective-timeout 240" NP=2 PROGRAM=./train_gpt_cpu 2>&1); mrc=$?
+mk=$(make --no-print-directory check-model CKPT="$V3" DATA="$VAL_GLOB" VAL_ARGS="-b 4 -t 64 -m 20 --collective-timeout 240" NP=2 PROGRAM=./train_gpt_cpu 2>&1); mrc=$?
 if [ $mrc -eq 0 ] && echo "$mk" | grep -q "^\./train_gpt_cpu on 2 ranks: val loss .*(the program from PROGRAM)$" && echo "$mk" | grep -q "within the bound 1e-05 (version 3 file)"; then
   ok "PROGRAM=./train_gpt_cpu: the fp32 program, within 1e-5"
 else bad "make check-model PROGRAM=./train_gpt_cpu (exit $mrc): $mk"; fi

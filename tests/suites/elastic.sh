@@ -25,14 +25,14 @@
 #     against the same uninterrupted runs.
 # The model is make train's d2 at 64 channels (quick steps).
 # Every wait is bounded. Needs root, namespaces and (2.) Slurm; else skipped.
-# ELASTIC_CLUSTER names the simulated cluster (default llmcelastic).
+# ELASTIC_CLUSTER names the simulated cluster (default llmcelast).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
 make -s train_gpt_cpu >/dev/null 2>&1 || { bad "make train_gpt_cpu"; summary; exit 1; }
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d -p /var/tmp llmc-elastic-test.XXXXXX)
-NAME=${ELASTIC_CLUSTER:-llmcelastic}
+NAME=${ELASTIC_CLUSTER:-llmcelast}
 CL="scripts/cluster.sh --name $NAME"
 UP=0
 cleanup() { [ $UP = 1 ] && { $CL link $NAME-node1 up >/dev/null 2>&1; $CL down >/dev/null 2>&1; }; rm -rf "$tmp"; }

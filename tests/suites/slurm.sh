@@ -84,7 +84,7 @@ else
     jid=$(timeout 20 sbatch --parsable --mem=600M --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
       --cpus-per-task=1 --export="ALL,CPU=1,ZERO=1,B=2,T=64,STEPS=1" scripts/run_slurm.sbatch "${A[@]}")
     st=$(wait_state "$jid" 120)
-    if [ "$st" = COMPLETED ] && grep -q "^memory: .*budget [0-9.]* GB (cgroup v1 .*/$NAME-node[01]/slurm_$NAME-node[01]/uid_[0-9]*/job_$jid/\(step_0/\)*memory.limit_in_bytes: 0.6291 GB, less [0-9.e-]* GB held by other processes of the cgroup, / 2 ranks of the node)" "$tmp/$jid.out"; then
+    if [ "$st" = COMPLETED ] && grep -q "^memory: .*budget [0-9.]* GB (rank [0-9]* on node $NAME-node[01], the smallest over the 4 ranks: cgroup v1 .*/$NAME-node[01]/slurm_$NAME-node[01]/uid_[0-9]*/job_$jid/\(step_0/\)*memory.limit_in_bytes: 0.6291 GB, less [0-9.e-]* GB held by other processes of the cgroup, / 2 ranks of the node)" "$tmp/$jid.out"; then
       ok "sbatch --mem=600M: the job's own cgroup inside the node's (600 MiB = 0.6291 GB), read by the fit check: $(grep -o 'budget [0-9.]* GB' "$tmp/$jid.out")"
     else bad "sbatch --mem=600M: job $jid $st: $(grep -o 'budget.*' "$tmp/$jid.out" | head -1)"; fi
     jid=$(timeout 20 sbatch --parsable --mem=100G --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
