@@ -40,11 +40,14 @@
 # Faults (docs/faults.md): Open MPI's daemons send TCP keepalives to
 # mpirun after 5 s idle, every 2 s, 5 of them (oob_tcp_keepalive_*), so a
 # node whose link is cut is declared lost within 15 s and the job ends
-# (the default, 300 + 9 x 20 s, lets it wait for ever); on Ctrl-C or
-# SIGTERM mpirun passes SIGTERM to the ranks odls_base_sigkill_timeout =
-# 10 s later and SIGKILLs them 10 s after that, the time a rank has to
-# finish its step and write its checkpoint (SIGUSR1 to mpirun reaches the
-# ranks at once). OMPI_MCA_* in the environment override these.
+# (the default, 300 + 9 x 20 s, lets it wait for ever); on SIGTERM mpirun
+# passes SIGTERM to the ranks odls_base_sigkill_timeout = 10 s later and
+# SIGKILLs them 10 s after that, the time a rank has to finish its step and
+# write its checkpoint (SIGUSR1 to mpirun reaches the ranks at once).
+# OMPI_MCA_* in the environment override these. Ctrl-C reaches the ranks at
+# once: mpirun runs through scripts/mpirun_fg.sh (SIGUSR2, which mpirun
+# forwards; the ranks take it as SIGINT: checkpoint, exit 130; a second
+# Ctrl-C exits now).
 # Every rank's node, local rank and threads are printed at start (placement).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -81,4 +84,4 @@ if [ "${DRYRUN:-0}" = 1 ]; then printf '%q ' "${launcher[@]}" "${train[@]}" | se
 if [ ! -x "$PROG" ]; then
   if [ "$CPU" = 1 ]; then make train_gpt_cpu; else make -f cuda.mk cuda; fi
 fi
-exec "${launcher[@]}" "${train[@]}"
+exec bash scripts/mpirun_fg.sh "${launcher[@]}" "${train[@]}"
