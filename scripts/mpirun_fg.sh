@@ -20,7 +20,12 @@
 #   - SIGTERM and SIGHUP here: SIGTERM to mpirun (what it did before);
 #     SIGUSR1, SIGUSR2: passed on as they are;
 #   - mpirun's exit code is this script's (mpirun exits with the ranks'
-#     code: 130 after a Ctrl-C, 143 after SIGTERM, 138 after SIGUSR1).
+#     code: 130 after a Ctrl-C, 143 after SIGTERM, 138 after SIGUSR1);
+#     after a signal passed on, when every rank here has exited and mpirun
+#     lingers in its kill delay, mpirun is ended and the ranks' code is
+#     this script's (below).
+# Ctrl-Z stops this script only (mpirun and the ranks go on); Ctrl-\ is
+# ignored.
 # stdout and stderr are mpirun's own (the terminal, a pipe, a file); stdin
 # is /dev/null (the trainer reads none), so this works without a terminal
 # (CI, nohup) the same way.
