@@ -154,9 +154,11 @@ ref: deps
 	$(PY) dev/reference.py --config all --out data/ref
 
 # (sub-makes: the BLAS choice above must see what `deps` installed)
+# scripts/mpirun_fg.sh: Ctrl-C reaches the ranks at once (SIGUSR2 through
+# mpirun), a second Ctrl-C exits now, no rank is left running (docs/faults.md)
 train: deps data
 	@$(MAKE) --no-print-directory $(TRAIN_PROGRAM) build/fit/$(TRAIN_PROGRAM).workspace
-	$(MPIRUN) -np $(NP) ./$(TRAIN_PROGRAM) -z $(ZERO) -x $(STEPS) $(ARGS)
+	exec bash scripts/mpirun_fg.sh $(MPIRUN) -np $(NP) ./$(TRAIN_PROGRAM) -z $(ZERO) -x $(STEPS) $(ARGS)
 
 test: deps data ref
 	@$(MAKE) --no-print-directory all

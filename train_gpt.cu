@@ -1653,7 +1653,7 @@ static void save_checkpoint(Run* r, int step) {
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
     StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T, kernel_paths_word()};
     state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
-    if (intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }   /* the state failed: comm_check_all ended the run before */
+    if (intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }   /* cfile_commit released it; this only makes sure */
     r->saved_step = step;
     double t2 = wall_seconds();
     if (r->comm->rank == 0) printf("wrote state %s in %.2f s (the checkpoint with its state: %.2f s)\n", p, t2 - t1, t2 - t0);

@@ -75,8 +75,10 @@ echo $rc > "$RCDIR/rc_$OMPI_COMM_WORLD_RANK"
 exit $rc
 EOF
 chmod +x "$W/rank.sh"
-uni() { awk -v s="$RANDOM$RANDOM" -v a="$1" -v b="$2" 'BEGIN { srand(s); printf "%.2f", a + (b - a) * rand() }'; }
-loguni() { awk -v s="$RANDOM$RANDOM" -v a="$1" -v b="$2" 'BEGIN { srand(s); printf "%.2f", exp(log(a) + (log(b) - log(a)) * rand()) }'; }
+# uniform and log-uniform in [a, b], from bash's seeded RANDOM (awk's srand of a
+# larger number than it holds gave the same value again and again)
+uni() { awk -v r="$RANDOM" -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a + (b - a) * r / 32767 }'; }
+loguni() { awk -v r="$RANDOM" -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", exp(log(a) + (log(b) - log(a)) * r / 32767) }'; }
 wait_n() { # file regex count seconds: until the regex matched count lines
   local i
   local c

@@ -1,5 +1,5 @@
 /*
- interrupt.h: SIGINT, SIGTERM and SIGUSR1 end a run where its work is
+ interrupt.h: SIGINT (and SIGUSR2, the same), SIGTERM and SIGUSR1 end a run where its work is
  kept: a training run at a step boundary with the checkpoint of the last
  completed step, anything else (start-up, an evaluation, a sample, the
  calibrations, --estimate) within about a second with nothing written.
@@ -60,6 +60,12 @@
    launcher ends the others (mpirun: SIGTERM after its kill delay, so
    143; srun --kill-on-bad-exit). mpirun never passes on a Ctrl-C at once
    (docs/faults.md): the ranks hear of it as SIGTERM after the kill delay.
+   So `make train` and scripts/run_*.sh start mpirun through
+   scripts/mpirun_fg.sh, which runs it in a session of its own (the
+   terminal's Ctrl-C reaches only the wrapper) and passes each Ctrl-C on
+   as SIGUSR2, which mpirun forwards to every rank at once; a rank takes
+   SIGUSR2 as SIGINT in everything (the line names SIGINT, exit 130, a
+   second one exits now).
 
  Exit codes: 128 + the signal's number (the code a shell gives a process
  that signal ended: 130 SIGINT, 143 SIGTERM, 138 SIGUSR1); where the ranks
@@ -171,6 +177,7 @@ static inline void intr_unlink_watched(void) {
 }
 
 static void intr_handler(int s) {
+    if (s == SIGUSR2) s = SIGINT;   /* a Ctrl-C passed on by scripts/mpirun_fg.sh (mpirun forwards SIGUSR2 at once): SIGINT in all */
     char line[512];
     size_t k = 0;
     int first = 0;
@@ -257,7 +264,7 @@ static void intr_handler(int s) {
     (void)w;
 }
 
-/* The thread that takes the three signals (intr_install): sigwait, then
+/* The thread that takes the four signals (intr_install): sigwait, then
    what the handler does, outside any signal frame. */
 static sigset_t intr_set;
 static void* intr_thread(void* arg) {
@@ -269,10 +276,11 @@ static void* intr_thread(void* arg) {
     return NULL;
 }
 
-/* Install the handler for SIGINT, SIGTERM and SIGUSR1 (after MPI_Init: the
+/* Install the handler for SIGINT, SIGTERM, SIGUSR1 and SIGUSR2 (SIGUSR2 is
+   SIGINT: a Ctrl-C that scripts/mpirun_fg.sh passes through mpirun; after MPI_Init: the
    library's own handlers are for faults, not these), in phase INTR_EXIT
    ("start-up"). SA_RESTART: a read or write the signal interrupts is
-   restarted, not failed. Then block the three in this thread, so in every
+   restarted, not failed. Then block the four in this thread, so in every
    thread it starts later (OpenMP's, the communication thread), and take
    them on a thread of their own with sigwait: a handler run on a compute
    thread interrupted oneDNN's JIT kernels, and 4 of 12 SIGTERMed runs on
@@ -290,10 +298,12 @@ static inline void intr_install(int rank) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGUSR2, &sa, NULL);
     sigemptyset(&intr_set);
     sigaddset(&intr_set, SIGINT);
     sigaddset(&intr_set, SIGTERM);
     sigaddset(&intr_set, SIGUSR1);
+    sigaddset(&intr_set, SIGUSR2);
     pthread_t t;
     if (pthread_sigmask(SIG_BLOCK, &intr_set, NULL) == 0 && pthread_create(&t, NULL, intr_thread, NULL) == 0) pthread_detach(t);
     else pthread_sigmask(SIG_UNBLOCK, &intr_set, NULL);   /* no thread: the handler takes them wherever they land */

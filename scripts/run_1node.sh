@@ -27,10 +27,13 @@
 # ahead, overlapping compute), --reshard-after-forward 0 (keep blocks from
 # forward to backward: less traffic, more memory).
 # Anything else on the command line goes to the trainer (see its -h).
-# Ctrl-C or SIGTERM: mpirun passes SIGTERM to the ranks
-# odls_base_sigkill_timeout = 10 s later (set here; OMPI_MCA_* overrides)
-# and SIGKILLs them 10 s after that; the ranks write a checkpoint of the
-# step they are in (with -o) and exit: resume with -y 1 (docs/faults.md).
+# Ctrl-C: mpirun runs through scripts/mpirun_fg.sh, which passes it on to
+# every rank at once (as SIGUSR2, which mpirun forwards): the ranks write a
+# checkpoint of the step they are in (with -o) and exit 130: resume with
+# -y 1; a second Ctrl-C exits now (no partial file; docs/faults.md).
+# SIGTERM: mpirun passes SIGTERM to the ranks odls_base_sigkill_timeout =
+# 10 s later (set here; OMPI_MCA_* overrides) and SIGKILLs them 10 s after
+# that; the ranks write their checkpoint and exit 143.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CPU=${CPU:-0}
@@ -58,4 +61,4 @@ if [ "${DRYRUN:-0}" = 1 ]; then printf '%q ' "${launcher[@]}" "${train[@]}" | se
 if [ ! -x "$PROG" ]; then
   if [ "$CPU" = 1 ]; then make train_gpt_cpu; else make -f cuda.mk cuda; fi
 fi
-exec "${launcher[@]}" "${train[@]}"
+exec bash scripts/mpirun_fg.sh "${launcher[@]}" "${train[@]}"

@@ -49,11 +49,14 @@
 # Faults (docs/faults.md): Open MPI's daemons send TCP keepalives to
 # mpirun after 5 s idle, every 2 s, 5 of them (oob_tcp_keepalive_*), so a
 # node whose link is cut is declared lost within 15 s and the job ends
-# (the default, 300 + 9 x 20 s, lets it wait for ever); on Ctrl-C or
-# SIGTERM mpirun passes SIGTERM to the ranks odls_base_sigkill_timeout =
-# 10 s later and SIGKILLs them 10 s after that, the time a rank has to
-# finish its step and write its checkpoint (SIGUSR1 to mpirun reaches the
-# ranks at once). OMPI_MCA_* in the environment override these.
+# (the default, 300 + 9 x 20 s, lets it wait for ever); on SIGTERM mpirun
+# passes SIGTERM to the ranks odls_base_sigkill_timeout = 10 s later and
+# SIGKILLs them 10 s after that, the time a rank has to finish its step and
+# write its checkpoint (SIGUSR1 to mpirun reaches the ranks at once).
+# OMPI_MCA_* in the environment override these. Ctrl-C reaches the ranks at
+# once: mpirun runs through scripts/mpirun_fg.sh (SIGUSR2, which mpirun
+# forwards; the ranks take it as SIGINT: checkpoint, exit 130; a second
+# Ctrl-C exits now).
 # Every rank's node, local rank and threads are printed at start (placement).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,7 +111,7 @@ if [ "${ELASTIC:-0}" = 1 ]; then   # relaunch on the nodes that remain (scripts/
       case "$n" in -np|--hostfile) skip=1; continue ;; esac
       l+=("$n")
     done
-    "${l[@]}" -np $(( ${#EL_NODES[@]} * PER_NODE )) --hostfile "$hosts" "${base[@]}" "$@" > >(tee -a "$EL_LOG") 2>&1
+    bash scripts/mpirun_fg.sh "${l[@]}" -np $(( ${#EL_NODES[@]} * PER_NODE )) --hostfile "$hosts" "${base[@]}" "$@" > >(tee -a "$EL_LOG") 2>&1
   }
   el_probe() {
     local m=("$MPIRUN"); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root)
@@ -119,4 +122,4 @@ if [ "${ELASTIC:-0}" = 1 ]; then   # relaunch on the nodes that remain (scripts/
   rm -f "$EL_LOG" "$hosts"
   exit $rc
 fi
-exec "${launcher[@]}" "${train[@]}"
+exec bash scripts/mpirun_fg.sh "${launcher[@]}" "${train[@]}"

@@ -36,6 +36,12 @@
 #  8. run_slurm.sbatch requeues only when the step exits 138 (a fake srun and
 #     scontrol on PATH: no Slurm needed): SIGUSR1, the step exits 1: not
 #     requeued; exits 138: requeued.
+#  9. Ctrl-C through scripts/mpirun_fg.sh (how make train and scripts/run_*.sh
+#     start mpirun), as a terminal sends it (SIGINT to the wrapper's process
+#     group), kill delay 10 s: rank 0's "SIGINT: stopping at the end of step
+#     N" line within 5 s, the checkpoint of the step (model and state), exit
+#     130, no rank left; Ctrl-C twice (the second during the state write):
+#     exit 130 within 10 s, no .tmp, no state, no lone model, no rank left.
 # Every wait is bounded.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -257,6 +263,59 @@ for frc in 1 138; do
       || { bad "run_slurm.sbatch, step exit 1: exit $RC, scontrol '$(cat "$tmp/fake/scontrol.log" 2>/dev/null)'"; cat "$tmp/fake.out"; }
   fi
 done
+
+# --- 9. Ctrl-C through scripts/mpirun_fg.sh (make train, scripts/run_*.sh): the wrapper in a
+# session of its own, SIGINT to its process group as a terminal sends it; the Makefile's kill
+# delay (odls_base_sigkill_timeout 10), so a stop that went mpirun's way would say SIGTERM
+FG=(bash scripts/mpirun_fg.sh $MPIRUN --bind-to none --mca odls_base_sigkill_timeout 10 -np 2)
+# a command started with & here ignores SIGINT (bash, no job control), and a shell cannot trap
+# what it ignored on entry: start the wrapper as a terminal's shell would, SIGINT at its default
+FGEXEC='import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.setsid(); os.execvp(sys.argv[1], sys.argv[1:])'
+fg_start() { # out extra-mpirun-args -- trainer args: the wrapper as a session leader, JOB its pid (= its PGID)
+  local out=$1; shift
+  local margs=(); while [ "$1" != -- ]; do margs+=("$1"); shift; done; shift
+  /usr/bin/python3 -c "$FGEXEC" "${FG[@]}" "${margs[@]}" ./train_gpt_cpu "${DATA[@]}" "${M[@]}" "$@" > "$out" 2>&1 &
+  JOB=$!
+}
+fg_ranks() { local m; m=$(pgrep -P "$JOB" | head -1); [ -n "$m" ] && pgrep -P "$m" | xargs; }
+left_of() { # the pids of $1 still running (a zombie has exited: not running)
+  local p l=""
+  for p in $1; do kill -0 "$p" 2>/dev/null && [ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" != Z ] && l="$l $p"; done
+  echo "${l# }"
+}
+fg_start "$tmp/fg1.out" -x LLMC_TEST_SLOW=step:0.3 -- -x 400 -o "$tmp/fg1"
+if wait_for "$tmp/fg1.out" "^step +2/" 60; then
+  R=$(fg_ranks); t0=$(date +%s.%N)
+  kill -INT -- -"$JOB"
+  seen=no; wait_for "$tmp/fg1.out" "^SIGINT: stopping at the end of step [0-9]+ \(checkpoint [0-9]+, then exit 130\)$" 5 && seen=yes
+  dl=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  finish 30
+  dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  K=$(sed -n 's/^interrupted at step \([0-9]*\): wrote checkpoint \1; resume with -y 1 (SIGINT, exiting [0-9.]* s after it)$/\1/p' "$tmp/fg1.out")
+  k8=$(printf %08d "${K:-0}"); L=$(left_of "$R")
+  if [ "$seen" = yes ] && [ "$RC" = 130 ] && [ -n "$K" ] && [ -s "$tmp/fg1/model_$k8.bin" ] && [ -s "$tmp/fg1/state_$k8.bin" ] \
+     && ! ls "$tmp/fg1"/*.tmp >/dev/null 2>&1 && [ -n "$R" ] && [ -z "$L" ]; then
+    ok "Ctrl-C (SIGINT to mpirun_fg.sh's process group) after step 2: '$(grep "^SIGINT: stopping" "$tmp/fg1.out")' within $dl s; checkpoint $K (model and state), exit 130 after $dt s, no .tmp, no rank left (of $R)"
+  else bad "Ctrl-C through mpirun_fg.sh: line seen '$seen' after $dl s, exit $RC after $dt s, K '$K', ranks left '$L' (of '$R'), in -o: $(ls "$tmp/fg1" | tr '\n' ' ')"; tail -5 "$tmp/fg1.out"; fi
+else bad "never reached step 2 (mpirun_fg.sh)"; tail -3 "$tmp/fg1.out"; finish 1; fi
+
+fg_start "$tmp/fg2.out" -x LLMC_TEST_PAUSE_IN_SAVE=30 -- -x 20 -o "$tmp/fg2"
+if wait_for "$tmp/fg2.out" "^step +2/" 60; then
+  R=$(fg_ranks)
+  kill -INT -- -"$JOB"
+  if wait_for "$tmp/fg2.out" "^test hook LLMC_TEST_PAUSE_IN_SAVE: rank 1 pauses" 60; then
+    tmpfile=$(ls "$tmp/fg2"/*.tmp 2>/dev/null | head -1); t0=$(date +%s.%N)
+    kill -INT -- -"$JOB"
+    finish 20
+    dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    L=$(left_of "$R")
+    if [ "$RC" = 130 ] && [ -n "$tmpfile" ] && ! ls "$tmp/fg2"/*.tmp >/dev/null 2>&1 && ! ls "$tmp/fg2"/state_*.bin >/dev/null 2>&1 \
+       && ! ls "$tmp/fg2"/model_*.bin >/dev/null 2>&1 && grep -q "^SIGINT again: exiting now with 130" "$tmp/fg2.out" \
+       && awk -v d="$dt" 'BEGIN { exit !(d < 10) }' && [ -n "$R" ] && [ -z "$L" ]; then
+      ok "Ctrl-C twice through mpirun_fg.sh (the second during the state write): exit 130 in $dt s, $(basename "$tmpfile") and the pair's model removed, no state, no rank left (of $R)"
+    else bad "Ctrl-C twice through mpirun_fg.sh: exit $RC after $dt s, tmp '$tmpfile', ranks left '$L' (of '$R'), in -o: $(ls "$tmp/fg2" | tr '\n' ' ')"; tail -4 "$tmp/fg2.out"; fi
+  else bad "the state write never paused (mpirun_fg.sh)"; tail -3 "$tmp/fg2.out"; finish 1; fi
+else bad "never reached step 2 (mpirun_fg.sh, twice)"; finish 1; fi
 
 # --- 6. Slurm: SIGUSR1 to the batch shell, the job requeues and resumes itself
 slurm_case() {
