@@ -933,13 +933,23 @@ static float evaluate(GPT2* m, DataLoader* val, long nseq, Comm* comm, int* stop
     char err[ERRLEN] = "";
     long NB = (long)comm->world_size * m->B, batches = (nseq + NB - 1) / NB;
     double s = 0.0;
+    /* --invariant 1: each sequence's loss sum (double, in token order) at its
+       place in the val set, zero elsewhere; the all-reduce adds only +0.0 to
+       each (exact in any order), and the sum runs in sequence order: the
+       printed val loss does not depend on N or B */
+    double* seq_sum = m->opt.invariant ? (double*)calloc_or_die((size_t)nseq, sizeof(double), "val loss per sequence") : NULL;
     intr_test_slow("evaluation", comm->rank);
     for (long j = 0; j < batches; j++) {
-        if ((*stop = comm_agree_interrupt(comm)) != 0) { zero_release_all(&m->engine); return 0.0f; }
+        if ((*stop = comm_agree_interrupt(comm)) != 0) { zero_release_all(&m->engine); free(seq_sum); return 0.0f; }
         long first = j * NB + (long)comm->rank * m->B, n = nseq - first;
         if (n > m->B) n = m->B;
         if (n > 0 && !err[0] && dataloader_read_seqs(val, (size_t)first, (int)n, err, ERRLEN) == 0) {
             s += (double)gpt2_forward(m, val->inputs, val->targets, (int)n, m->T, 0.0f) * (double)n;
+            for (long b = 0; seq_sum && b < n; b++) {
+                double v = 0.0;
+                for (int t = 0; t < m->T; t++) v += m->host_losses[(size_t)b * m->T + t];
+                seq_sum[first + b] = v;
+            }
         } else {
             memset(val->inputs, 0, (size_t)m->T * sizeof(int));
             memset(val->targets, 0, (size_t)m->T * sizeof(int));
@@ -948,6 +958,13 @@ static float evaluate(GPT2* m, DataLoader* val, long nseq, Comm* comm, int* stop
     }
     comm_check_all(comm, err);
     zero_release_all(&m->engine); /* stage 3: the next training step gathers afresh */
+    if (seq_sum) {
+        for (long i0 = 0; i0 < nseq; i0 += 1 << 20) comm_allreduce_sum_host(comm, seq_sum + i0, (int)(nseq - i0 < (1 << 20) ? nseq - i0 : 1 << 20));
+        s = 0.0;
+        for (long i = 0; i < nseq; i++) s += seq_sum[i];
+        free(seq_sum);
+        return (float)(s / ((double)nseq * (double)m->T));
+    }
     comm_allreduce_sum_host(comm, &s, 1);
     return (float)(s / (double)nseq);
 }

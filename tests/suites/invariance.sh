@@ -16,7 +16,8 @@
 #  3. the start-up line says what the run is equal to; a run of 3 steps on
 #     4 ranks at stage 3, resumed (-y 1) on 2 ranks at stage 1 to step 5,
 #     ends bitwise where 1 rank at stage 0 ends after 5 steps (fp32);
-#  4. a layout it cannot make equal is refused with one line on every rank
+#  4. the printed val loss is the same at 1 x 8, 2 x 4 and 4 x 1;
+#  5. a layout it cannot make equal is refused with one line on every rank
 #     (3 ranks, -b 3, --quantize-grads, --shard-group).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
@@ -79,6 +80,21 @@ if OMP_NUM_THREADS=1 timeout 300 $MPIRUN -np 4 ./train_gpt_cpu $DATA $BASE -b 2 
     ok "4 ranks z3 for 3 steps, resumed on 2 ranks z1 to 5 = 1 rank z0 for 5 steps (model and state)" ||
     bad "the resumed run differs from the uninterrupted one: $(cmp "$tmp/res/model_00000005.bin" "$tmp/res5/model_00000005.bin" 2>&1)"
 else bad "the resume runs failed: $(cat "$tmp"/res*.log | grep -m1 error)"; fi
+
+# the val loss: the same val set at every layout, summed per sequence and in
+# sequence order (train_gpt.cu evaluate): equal as printed. On this set the
+# old sum (each rank's forward mean as a float, times B, then added) printed
+# 10.826924 at step 1 on 1 rank x 8 and 10.826925 on 2 ranks x 4.
+VAL="-j data/brown/brown_val_*.bin -v 1 -m 13"
+vals() { grep '^val loss' "$tmp/$1.log"; }
+for l in "v1 1 -b 8" "v2 2 -b 4" "v4 4 -b 1"; do
+  set -- $l
+  OMP_NUM_THREADS=1 timeout 300 $MPIRUN -np "$2" ./train_gpt_cpu $DATA $(echo "$BASE" | sed 's/-x 3/-x 2/; s/-v 0//') $VAL "$3" "$4" --invariant 1 > "$tmp/$1.log" 2>&1 </dev/null ||
+    bad "val run $l: $(grep -m1 error "$tmp/$1.log")"
+done
+[ "$(vals v1 | wc -l)" = 3 ] && [ "$(vals v1)" = "$(vals v2)" ] && [ "$(vals v1)" = "$(vals v4)" ] &&
+  ok "the val loss (13 sequences, steps 0-2) is printed the same on 1 x 8, 2 x 4 and 4 x 1" ||
+  bad "val losses differ across layouts: $(vals v1 | tr '\n' ' ') / $(vals v2 | tr '\n' ' ') / $(vals v4 | tr '\n' ' ')"
 
 # refusals: one line, every rank, non-zero exit
 refuse() { # np want args...
