@@ -165,7 +165,7 @@ if [ $RC -ne 0 ] && grep -q "^error: -z auto: none of the [0-9]* configurations 
 else bad "budget $TIGHTER B without a disk dir: rc $RC: $(grep -m1 '^error' <<<"$OUT")"; fi
 auto "$TIGHTER" --offload-optimizer "disk:$tmp/odir"
 if [ $RC = 0 ] && grep -q -- "--offload-optimizer disk:$tmp/odir" <<<"$CHOSEN" && grep -q "nothing fits without offload" <<<"$OUT"; then ok "budget $TIGHTER B (below every peak without offload): chose '$CHOSEN'"
-else bad "budget $TIGHTER B with a disk dir: rc $RC, chose '$CHOSEN'"; fi
+else bad "budget $TIGHTER B with a disk dir: rc $RC, chose '$CHOSEN'"; grep -m3 -E '^error|^-z auto' <<<"$OUT"; fi
 auto 1000000
 if [ $RC -ne 0 ] && [ "$(grep -c '^error' <<<"$OUT")" = 1 ] && grep -q "^error: -z auto: none of the.*(not even with the optimizer offloaded)$" <<<"$OUT"; then ok "budget 1 MB: one error line, exit $RC, no offload suggested (it would not fit either)"; else bad "budget 1 MB: rc $RC: $(grep -m1 '^error' <<<"$OUT")"; fi
 
@@ -177,11 +177,11 @@ else bad "-z auto vs $AUTO_FLAGS: models differ or missing"; fi
 if grep -q "^start step 0: ranks 2 zero_stage 3 .* (chosen by -z auto)$" "$tmp/a/runs.txt" 2>/dev/null; then ok "-o DIR/runs.txt records the concrete configuration: $(cat "$tmp/a/runs.txt")"
 else bad "runs.txt of the -z auto run: '$(cat "$tmp/a/runs.txt" 2>/dev/null)'"; fi
 # a -z auto state resumed under a roomy budget (another stage) == uninterrupted
-$MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 2 -n 2 -r 0 -z auto --memory-limit "$TIGHT" -o "$tmp/c" >/dev/null 2>&1
+first=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 2 -n 2 -r 0 -z auto --memory-limit "$TIGHT" -o "$tmp/c" 2>&1)
 out=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 $ARGS -x 4 -z auto -y 1 -o "$tmp/c" 2>&1)
 if [ -s "$tmp/c/model_00000004.bin" ] && cmp -s "$tmp/c/model_00000004.bin" "$tmp/a/model_00000004.bin"; then
   ok "-z auto state (stage 3) resumed by -z auto under no limit ($(sed -n 's/^-z auto: chose \([^:]*\):.*/\1/p' <<<"$out")) == uninterrupted, bitwise"
-else bad "resume of a -z auto state: model differs or missing"; echo "$out" | grep -m3 "error\|resum"; fi
+else bad "resume of a -z auto state: model differs or missing"; { echo "$first"; echo "$out"; } | grep -m4 "error\|resum"; fi
 if [ "$(wc -l < "$tmp/c/runs.txt" 2>/dev/null)" = 2 ] && grep -q "^start step 2: ranks 2 zero_stage 0 " "$tmp/c/runs.txt"; then ok "runs.txt after the resume: a second line, the new concrete stage"
 else bad "runs.txt after the resume: '$(cat "$tmp/c/runs.txt" 2>/dev/null)'"; fi
 
@@ -212,7 +212,7 @@ if [ $RC = 0 ] && ! grep -q -- "--keep-logits 1" <<<"$OUT" && grep -q "^-z auto:
 else bad "-z auto --keep-logits 0: rc $RC, a row with --keep-logits 1: $(grep -m1 -- '--keep-logits 1' <<<"$OUT")"; fi
 auto "" --reshard-embedding 1 -b 2 -d 512
 if [ $RC = 0 ] && ! grep -q -- "--reshard-embedding 0\| -b 1" <<<"$OUT"; then ok "-z auto --reshard-embedding 1 -b 2 -d 512: neither changes (chose '$CHOSEN')"
-else bad "-z auto --reshard-embedding 1 -b 2: rc $RC: $(grep -m1 -- '--reshard-embedding 0\| -b 1' <<<"$OUT")"; fi
+else bad "-z auto --reshard-embedding 1 -b 2: rc $RC: $(grep -m1 -- '^error\|--reshard-embedding 0\| -b 1' <<<"$OUT")"; fi
 OUT=$($MPIRUN -np 2 $BIN $DATA -v 0 -s 0 -e d2 -t 64 -x 1 -r 0 -z auto -d 512 2>&1)
 if grep -qE -- " -b 1( |$)" <<<"$OUT" && grep -qE -- " -b 2( |$)" <<<"$OUT"; then ok "-z auto -d 512 without -b: smaller micro-batches (-b 2, -b 1) are candidates"
 else bad "-z auto -d 512 without -b: no -b 2 / -b 1 candidates"; fi
