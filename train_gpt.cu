@@ -31,6 +31,7 @@
 #include "llmc/gpt_fit.h"
 #include "llmc/checkpoint.h"
 #include "llmc/state.h"
+#include "llmc/rescue.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 #include "llmc/schedulers.h"
@@ -1647,14 +1648,15 @@ static void save_checkpoint(Run* r, int step) {
        by its completion check on the others: cfile_commit) */
     intr_state.pair = 1 + intr_watch_tmp(p);
     double t0 = wall_seconds();
-    gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
+    gpt2_save_checkpoint(&r->model, p, a->ckpt_version, NULL);
     double t1 = wall_seconds();
     if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s) in %.2f s\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32", t1 - t0);
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
     StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T, kernel_paths_word()};
-    state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
+    state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run, NULL);
     if (intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }   /* cfile_commit released it; this only makes sure */
     r->saved_step = step;
+    rescue_written(step);   /* HSDP: a rescue after this writes only a newer step */
     double t2 = wall_seconds();
     if (r->comm->rank == 0) printf("wrote state %s in %.2f s (the checkpoint with its state: %.2f s)\n", p, t2 - t1, t2 - t0);
     if (a->keep_ckpts > 0 && r->comm->rank == 0) {   /* the pair of `step` is complete on every rank (state_save's last collective) */
@@ -1752,6 +1754,7 @@ static StepStats train_step(Run* r, int step) {
     gpt2_begin_step(m);
     double loss = 0.0;
     double* lsum = a->invariant ? (double*)calloc_or_die((size_t)r->accum, sizeof(double), "losses") : NULL;
+    rescue_note(step, &r->train);   /* HSDP: the loader at the boundary of `step`, for a rescue before this step's update */
     test_hang(r->comm, step + 1);
     intr_test_slow("step", r->comm->rank);   /* test hook LLMC_TEST_SLOW=step:S (interrupt.h) */
     for (int micro = 0; micro < r->accum; micro++) {
@@ -1769,6 +1772,7 @@ static StepStats train_step(Run* r, int step) {
     trace_begin(TRACE_TID_COMPUTE, -1, "optimizer");
     double t_opt = wall_seconds();
     s.norm = zero_optimizer_step(&m->engine, &r->opt, step + 1);
+    rescue_note(step + 1, &r->train);   /* the own shard now holds step + 1 (engine.steps_applied), the loader its boundary */
     s.opt_ms = 1000.0 * (wall_seconds() - t_opt);
     trace_end(TRACE_TID_COMPUTE);
     if (a->invariant) {   /* each micro-step's sum over the ranks, then over the micro-steps: the global tree */
@@ -1988,6 +1992,11 @@ int main(int argc, char** argv) {
 
     Run r;
     setup_run(&r, &a, &comm);
+    {   /* HSDP with -o: a shard group that outlives a lost node writes the checkpoint of its last step (rescue.h) */
+        StateRun run = {r.a.max_steps, r.a.warmup, r.a.lr, r.a.final_frac, r.a.total_batch, r.a.T, kernel_paths_word()};
+        rescue_init(&comm, &r.model, &r.train, r.a.output_dir, r.a.ckpt_version, r.a.ckpt_version == 5, r.a.seed, &run, r.start_step,
+                    r.saved.step >= 0 ? (int)r.saved.step : -1);
+    }
     print_banner(&r);
     for (int step = r.start_step; step <= r.a.max_steps; step++) {
         int last = step == r.a.max_steps;
