@@ -77,7 +77,7 @@ typedef struct {
     int entered;                 /* the first thread in rescue_run (a second waits for its end) */
     char members[512];           /* the group's ranks and nodes, for the lines */
 } Rescue;
-static Rescue rescue = {0};
+static Rescue rescue;   /* zero: not enabled */
 
 /* Note the train loader at the boundary of optimizer step `step` (steps
    completed; the loader as periodic's checkpoint of that step would
