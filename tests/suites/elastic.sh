@@ -179,6 +179,9 @@ fi
 # --- 4. HSDP: the survivors write the checkpoint of their last step (Slurm: srun leaves them alive until they exit)
 if want 4 && [ $SLURM = 1 ]; then
   H=("${SMALL[@]}" -i "data/brown/brown_train_*.bin" -v 0 -s 0 --shard-group 2 --collective-timeout $TO)
+  # case 2's cut leaves node 1 drained ("Kill task failed"): back in service first
+  scontrol update NodeName=$NAME-node1 State=RESUME > /dev/null 2>&1
+  for i in $(seq 1 150); do [ "$(sinfo -h -n $NAME-node1 -o %T 2>/dev/null)" = idle ] && break; sleep 0.2; done
   jid=$(timeout 20 sbatch --parsable --no-kill --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
     --cpus-per-task=1 --export="ALL,CPU=1,PRECISION=fp32,ZERO=3,B=2,T=64,TOTAL=512,STEPS=20,ELASTIC=1" scripts/run_slurm.sbatch "${H[@]}" -n 10 -o "$tmp/hsdp")
   out=$tmp/$jid.out
