@@ -31,6 +31,7 @@
 #include "llmc/gpt_fit.h"
 #include "llmc/checkpoint.h"
 #include "llmc/state.h"
+#include "llmc/rescue.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"
 #include "llmc/schedulers.h"
@@ -1664,14 +1665,15 @@ static void save_checkpoint(Run* r, int step) {
        by its completion check on the others: cfile_commit) */
     intr_state.pair = 1 + intr_watch_tmp(p);
     double t0 = wall_seconds();
-    gpt2_save_checkpoint(&r->model, p, a->ckpt_version);
+    gpt2_save_checkpoint(&r->model, p, a->ckpt_version, NULL);
     double t1 = wall_seconds();
     if (r->comm->rank == 0) printf("wrote checkpoint %s (llm.c version %d, %s) in %.2f s\n", p, a->ckpt_version, a->ckpt_version == 5 ? "bf16" : "fp32", t1 - t0);
     snprintf(p, sizeof(p), "%s/state_%08d.bin", a->output_dir, step);
     StateRun run = {a->max_steps, a->warmup, a->lr, a->final_frac, a->total_batch, a->T, kernel_paths_word()};
-    state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run);
+    state_save(&r->model, p, step, &r->train, a->seed, a->ckpt_version == 5 /* a bf16 model file: keep the exact master weights */, &run, NULL);
     if (intr_state.pair > 0) { intr_unwatch(intr_state.pair - 1); intr_state.pair = 0; }   /* cfile_commit released it; this only makes sure */
     r->saved_step = step;
+    rescue_written(step);   /* HSDP: a rescue after this writes only a newer step */
     double t2 = wall_seconds();
     if (r->comm->rank == 0) printf("wrote state %s in %.2f s (the checkpoint with its state: %.2f s)\n", p, t2 - t1, t2 - t0);
     if (a->keep_ckpts > 0 && r->comm->rank == 0) {   /* the pair of `step` is complete on every rank (state_save's last collective) */
@@ -1714,13 +1716,19 @@ static int periodic(Run* r, int step, int last) {
 
 typedef struct { double loss, norm, ms, opt_ms, comm_ms, wait_ms; float lr; } StepStats;
 
-/* Test hook (LLMC_TEST_HANG=R:S[:silent][,R:S...]): rank R stops at the
-   start of step S and never goes on, as a rank that is somewhere else (a
-   hung file system, a debugger): the others' collectives time out. It
-   polls the signal flag (interrupt.h) and writes its flight record when a
-   signal comes (":silent": it does not, as a rank spinning in a kernel). */
-static void test_hang(Comm* c, int step) {
-    static int at = -2, silent = 0;
+/* Test hook (LLMC_TEST_HANG=R:S[:silent][:reduce|:update][,R:S...]): rank
+   R stops in step S and never goes on, as a rank that is somewhere else (a
+   hung file system, a debugger, a lost node that still holds its
+   connections): the others' collectives time out. Where (`where`, the
+   caller's point): at the step's start (0, the default), before the
+   gradient reduction (1, ":reduce": after forward and backward, so that
+   the others wait in the reduction, HSDP's replica all-reduce on the
+   communication thread), or after the optimizer update (2, ":update": the
+   others wait in the loss's all-reduce). It polls the signal flag
+   (interrupt.h) and writes its flight record when a signal comes
+   (":silent": it does not, as a rank spinning in a kernel). */
+static void test_hang(Comm* c, int step, int where) {
+    static int at = -2, silent = 0, at_where = 0;
     if (at == -2) {
         at = -1;
         const char* e = getenv("LLMC_TEST_HANG");
@@ -1731,11 +1739,15 @@ static void test_hang(Comm* c, int step) {
                 const char* end = strchr(p, ',');
                 const char* sl = strstr(p, ":silent");
                 silent = sl && (!end || sl < end);
+                const char* rd = strstr(p, ":reduce");
+                const char* up = strstr(p, ":update");
+                at_where = rd && (!end || rd < end) ? 1 : up && (!end || up < end) ? 2 : 0;
             }
         }
     }
-    if (step != at) return;
-    fprintf(stderr, "test hook LLMC_TEST_HANG: rank %d stops at the start of step %d%s\n", c->rank, step, silent ? " (silent)" : "");
+    if (step != at || where != at_where) return;
+    static const char* names[3] = {"at the start of", "before the gradient reduction of", "after the optimizer update of"};
+    fprintf(stderr, "test hook LLMC_TEST_HANG: rank %d stops %s step %d%s\n", c->rank, names[where], step, silent ? " (silent)" : "");
     fflush(stderr);
     int dumped = 0;
     for (;;) {
@@ -1743,7 +1755,7 @@ static void test_hang(Comm* c, int step) {
         nanosleep(&ts, NULL);
         if (!silent && !dumped && intr_pending()) {
             char d[256];
-            snprintf(d, sizeof(d), "%s while stopped by the test hook LLMC_TEST_HANG at the start of step %d", intr_signame(intr_pending()), step);
+            snprintf(d, sizeof(d), "%s while stopped by the test hook LLMC_TEST_HANG %s step %d", intr_signame(intr_pending()), names[where], step);
             flight_dump(intr_signame(intr_pending()), d, comm_my_node(), step);
             dumped = 1;
         }
@@ -1769,7 +1781,8 @@ static StepStats train_step(Run* r, int step) {
     gpt2_begin_step(m);
     double loss = 0.0;
     double* lsum = a->invariant ? (double*)calloc_or_die((size_t)r->accum, sizeof(double), "losses") : NULL;
-    test_hang(r->comm, step + 1);
+    rescue_note(step, &r->train);   /* HSDP: the loader at the boundary of `step`, for a rescue before this step's update */
+    test_hang(r->comm, step + 1, 0);
     intr_test_slow("step", r->comm->rank);   /* test hook LLMC_TEST_SLOW=step:S (interrupt.h) */
     for (int micro = 0; micro < r->accum; micro++) {
         flight.micro = micro;
@@ -1781,11 +1794,14 @@ static StepStats train_step(Run* r, int step) {
         gpt2_backward(m, a->B, a->T);
     }
     flight.micro = 0;
+    test_hang(r->comm, step + 1, 1);
     gpt2_reduce_grads(m);
     r->opt.lr = lr_schedule(a->lr, step, a->warmup, a->max_steps, a->final_frac);
     trace_begin(TRACE_TID_COMPUTE, -1, "optimizer");
     double t_opt = wall_seconds();
     s.norm = zero_optimizer_step(&m->engine, &r->opt, step + 1);
+    rescue_note(step + 1, &r->train);   /* the own shard now holds step + 1 (engine.steps_applied), the loader its boundary */
+    test_hang(r->comm, step + 1, 2);
     s.opt_ms = 1000.0 * (wall_seconds() - t_opt);
     trace_end(TRACE_TID_COMPUTE);
     if (a->invariant) {   /* each micro-step's sum over the ranks, then over the micro-steps: the global tree */
@@ -2005,6 +2021,11 @@ int main(int argc, char** argv) {
 
     Run r;
     setup_run(&r, &a, &comm);
+    {   /* HSDP with -o: a shard group that outlives a lost node writes the checkpoint of its last step (rescue.h) */
+        StateRun run = {r.a.max_steps, r.a.warmup, r.a.lr, r.a.final_frac, r.a.total_batch, r.a.T, kernel_paths_word()};
+        rescue_init(&comm, &r.model, &r.train, r.a.output_dir, r.a.ckpt_version, r.a.ckpt_version == 5, r.a.seed, &run, r.start_step,
+                    r.saved.step >= 0 ? (int)r.saved.step : -1);
+    }
     print_banner(&r);
     for (int step = r.start_step; step <= r.a.max_steps; step++) {
         int last = step == r.a.max_steps;

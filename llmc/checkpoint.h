@@ -152,8 +152,42 @@ static inline int pwrite_all(int fd, const void* p, size_t n, long long off) {
    with one message (comm_check_all); a second Ctrl-C (SIGINT after a first
    signal, interrupt.h) unlinks the .tmp before the rank exits. All calls
    are collective. */
+/* Who writes a checkpoint or state, and over which ranks the write's
+   collective checks run. The normal writers (ckpt_writers_all): every rank
+   takes part over MPI_COMM_WORLD, the ranks of replica group 0 pwrite (all
+   ranks without HSDP), rank 0 renames PATH.tmp to PATH, and an error ends
+   every rank (comm_check_all). A rescue's (rescue.h): one shard group,
+   over its own communicator (so no rank outside it is needed); every
+   member pwrites its own shard; the tmp file is PATH.tmp.gK (K: the
+   group's lowest world rank, so that two groups never write the same
+   file); group rank 0 publishes it with link(2), which never replaces a
+   PATH that another group or an earlier write published (every replica
+   holds the same bytes); an error, or a member that does not answer within
+   timeout_s seconds, ends the rank with exit 1 after one line, the .tmp
+   removed and nothing published. */
+typedef struct {
+    MPI_Comm mc;           /* the writers' communicator */
+    int rank, size;        /* this rank's place in it */
+    int writes;            /* 1: this rank pwrites its own shard */
+    int rescue;            /* 0: the normal write; 1: a rescue's (above) */
+    int group;             /* rescue: the group's lowest world rank (the .tmp's suffix) */
+    double timeout_s;      /* rescue: the bound of each check, seconds (0: none) */
+    int published_before;  /* out, rescue: 1 when PATH existed already (the link found it), 0 when this write published it */
+} CkptWriters;
+
+/* The normal writers of c (see CkptWriters). */
+static inline CkptWriters ckpt_writers_all(Comm* c) {
+    CkptWriters w;
+    memset(&w, 0, sizeof(w));
+    w.mc = MPI_COMM_WORLD; w.rank = c->rank; w.size = c->world_size;
+    w.writes = c->replica_rank == 0;   /* HSDP: one group writes */
+    return w;
+}
+
 typedef struct {
     Comm* c;
+    CkptWriters* w;        /* who writes, over which ranks (set by cfile_begin) */
+    CkptWriters own;       /* cfile_begin with w NULL: the normal writers */
     const char* what;      /* "checkpoint", "state": names the file in messages */
     const char* path;
     char tmp[4096];
@@ -162,19 +196,63 @@ typedef struct {
     char err[ERRLEN];
 } CollectiveFile;
 
-static inline void cfile_begin(CollectiveFile* f, Comm* c, const char* what, const char* path,
+/* A rescue's collective: MPI_Iallreduce of n elements of type dt (op:
+   MPI_MIN, MPI_MAX) over w->mc, waited for at most w->timeout_s seconds by polling (never
+   through the collective watch, whose timeout would start the rescue
+   again). 0 when it completed, 1 when it did not (a member is gone or
+   stuck elsewhere: the caller ends the rank). */
+static inline int ckpt_rescue_allreduce(const CkptWriters* w, const void* in, void* out, int n, MPI_Datatype dt, MPI_Op op) {
+    MPI_Request rq;
+    MPI_Iallreduce(in, out, n, dt, op, w->mc, &rq);
+    double t0 = wall_seconds();
+    for (;;) {
+        int flag = 0;
+        MPI_Test(&rq, &flag, MPI_STATUS_IGNORE);
+        if (flag) return 0;
+        if (w->timeout_s > 0 && wall_seconds() - t0 > w->timeout_s) return 1;
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The write's collective error check over its writers: the normal writers
+   end every rank with one line (comm_check_all); a rescue's end this rank
+   with exit 1 after one line (the lowest failing member's, or the
+   timeout's), the .tmp removed by group rank 0: nothing is published. */
+static inline void cfile_check(CollectiveFile* f, const char* err) {
+    CkptWriters* w = f->w;
+    if (!w->rescue) { comm_check_all(f->c, err); return; }
+    int mine = err && err[0] ? w->rank : w->size, first = w->size;
+    if (ckpt_rescue_allreduce(w, &mine, &first, 1, MPI_INT, MPI_MIN)) {
+        fprintf(stderr, "error (rank %d): rescue: writing %s %s: a rank of the shard group did not answer within %.0f s: nothing written by this group\n",
+                f->c->rank, f->what, f->tmp, w->timeout_s);
+        if (w->rank == 0) unlink(f->tmp);
+        fflush(stderr);
+        _exit(1);
+    }
+    if (first == w->size) return;
+    if (w->rank == first) fprintf(stderr, "error (rank %d): rescue: %s: nothing written by this group\n", f->c->rank, err);
+    if (w->rank == 0) unlink(f->tmp);
+    fflush(stderr);
+    _exit(1);
+}
+
+static inline void cfile_begin(CollectiveFile* f, Comm* c, CkptWriters* w, const char* what, const char* path,
                                const void* header, size_t header_bytes, long long total_bytes, const char* pre_err) {
     memset(f, 0, sizeof(*f));
     f->c = c; f->what = what; f->path = path; f->fd = -1; f->watch = -1;
+    if (!w) { f->own = ckpt_writers_all(c); w = &f->own; }
+    f->w = w;
     if (pre_err && pre_err[0]) snprintf(f->err, ERRLEN, "%s", pre_err);
-    if (!f->err[0] && snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path) >= (int)sizeof(f->tmp))
+    int tl = w->rescue ? snprintf(f->tmp, sizeof(f->tmp), "%s.tmp.g%d", path, w->group) : snprintf(f->tmp, sizeof(f->tmp), "%s.tmp", path);
+    if (!f->err[0] && tl >= (int)sizeof(f->tmp))
         set_err(f->err, ERRLEN, "%s path %s is too long", what, path);
     /* before it exists: an exit now (interrupt.h) on any rank removes it,
        so that a rank that exits alone does not leave rank 0 a write it can
        never complete; the others release it when the completion check
        below is done, rank 0 when it renames */
     if (!f->err[0]) f->watch = intr_watch_tmp(f->tmp);
-    if (c->rank == 0 && !f->err[0]) {
+    if (w->rank == 0 && !f->err[0]) {
         int fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0) set_err(f->err, ERRLEN, "cannot write %s %s (%s)", what, f->tmp, strerror(errno));
         else {
@@ -184,7 +262,7 @@ static inline void cfile_begin(CollectiveFile* f, Comm* c, const char* what, con
             if (f->err[0]) unlink(f->tmp);
         }
     }
-    comm_check_all(c, f->err);
+    cfile_check(f, f->err);
     f->fd = open(f->tmp, O_WRONLY);
     if (f->fd < 0) set_err(f->err, ERRLEN, "cannot open %s %s on rank %d (%s)", what, f->tmp, c->rank, strerror(errno));
     intr_test_slow(what, c->rank);   /* test hook LLMC_TEST_SLOW=checkpoint:S / state:S (interrupt.h): the .tmp exists */
@@ -199,7 +277,48 @@ static inline void cfile_write(CollectiveFile* f, const void* p, size_t n, long 
         set_err(f->err, ERRLEN, "writing %s %s failed on rank %d (%s)", f->what, f->tmp, f->c->rank, strerror(errno));
 }
 
+/* A rescue's commit (CkptWriters): every member fsyncs; when all did,
+   group rank 0 links PATH.tmp.gK to PATH (EEXIST: published already, by
+   another group or an earlier write of the same step: the same bytes) and
+   removes the .tmp; then the members agree once more, so that no member
+   exits (which ends the others under srun --kill-on-bad-exit) before the
+   file is in place. */
+static inline void cfile_commit_rescue(CollectiveFile* f) {
+    CkptWriters* w = f->w;
+    if (f->fd >= 0) {
+        if (!f->err[0] && fsync(f->fd) != 0) set_err(f->err, ERRLEN, "fsync of %s %s failed on rank %d (%s)", f->what, f->tmp, f->c->rank, strerror(errno));
+        close(f->fd);
+        f->fd = -1;
+    }
+    cfile_check(f, f->err);
+    w->published_before = 0;
+    if (w->rank == 0) {
+        if (link(f->tmp, f->path) != 0) {
+            if (errno == EEXIST) w->published_before = 1;
+            else set_err(f->err, ERRLEN, "cannot link %s to %s (%s)", f->tmp, f->path, strerror(errno));
+        }
+        unlink(f->tmp);
+        char dir[4096];
+        snprintf(dir, sizeof(dir), "%s", f->path);
+        char* slash = strrchr(dir, '/');
+        if (slash) { if (slash == dir) slash[1] = 0; else *slash = 0; } else snprintf(dir, sizeof(dir), ".");
+        int dfd = open(dir, O_RDONLY);
+        if (dfd >= 0) { fsync(dfd); close(dfd); }
+    }
+    intr_unwatch(f->watch);
+    f->watch = -1;
+    cfile_check(f, f->err);
+    int pb = w->published_before, any = 0;
+    if (ckpt_rescue_allreduce(w, &pb, &any, 1, MPI_INT, MPI_MAX)) {
+        fprintf(stderr, "error (rank %d): rescue: a rank of the shard group did not answer after %s %s was published\n", f->c->rank, f->what, f->path);
+        fflush(stderr);
+        _exit(1);
+    }
+    w->published_before = any;
+}
+
 static inline void cfile_commit(CollectiveFile* f) {
+    if (f->w->rescue) { cfile_commit_rescue(f); return; }
     Comm* c = f->c;
     if (f->fd >= 0) {
         if (!f->err[0] && fsync(f->fd) != 0) set_err(f->err, ERRLEN, "fsync of %s %s failed on rank %d (%s)", f->what, f->tmp, c->rank, strerror(errno));
@@ -266,8 +385,9 @@ static inline uint16_t float_to_bf16_rne(float f) {
    from the fp32 master copy when there is one) in place. A version-5 file
    does not hold the master weights exactly: write the training state
    beside it with the master copy (state_save with_master) for an exact
-   resume. Collective. */
-static inline void gpt2_save_checkpoint(GPT2* m, const char* path, int version) {
+   resume. Collective over the writers w (CkptWriters; NULL: every rank,
+   the normal write). */
+static inline void gpt2_save_checkpoint(GPT2* m, const char* path, int version, CkptWriters* w) {
     const ZeroPlan* P = &m->plan;
     int h[256];
     memset(h, 0, sizeof(h));
@@ -277,14 +397,14 @@ static inline void gpt2_save_checkpoint(GPT2* m, const char* path, int version) 
     h[5] = g->num_heads; h[6] = g->channels; h[7] = g->padded_vocab_size;
     long long total = 1024 + esz * (long long)P->num_parameters;
     CollectiveFile f;
-    cfile_begin(&f, m->comm, "checkpoint", path, h, sizeof(h), total, NULL);
+    cfile_begin(&f, m->comm, w, "checkpoint", path, h, sizeof(h), total, NULL);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "checkpoint offsets");
     gpt2_checkpoint_offsets(&m->layout, P, offs); /* fp32 offsets: 1024 + 4 * (elements before) */
     size_t maxsz = 0;
     for (int t = 0; t < P->num_tensors; t++) if (P->tensors[t].size > maxsz) maxsz = P->tensors[t].size;
     float* buf = (float*)malloc_or_die(maxsz * sizeof(float), "checkpoint buffer");
     uint16_t* half = esz == 2 ? (uint16_t*)malloc_or_die(maxsz * sizeof(uint16_t), "checkpoint bf16 buffer") : NULL;
-    for (int t = 0; t < P->num_tensors && cfile_ok(&f) && m->comm->replica_rank == 0; t++) {  /* HSDP: one group writes */
+    for (int t = 0; t < P->num_tensors && cfile_ok(&f) && f.w->writes; t++) {  /* HSDP: one group writes (a rescue: its group) */
         size_t first;
         size_t n = gpt2_get_own(m, t, buf, &first);
         if (!n) continue;

@@ -242,6 +242,21 @@ static inline void comm_missing_text(MPI_Comm mc, int n, const char* miss, char*
    rank with _exit(1) instead of the abort, which would block until the
    launcher's SIGKILL. */
 #define COMM_ABORT_MARGIN_S 5.0
+/* Before an exit that mpirun will see, wait until Open MPI's keepalive
+   bound plus COMM_ABORT_MARGIN_S has passed since the collective began
+   (waited seconds ago), unless a signal comes (the launcher is ending the
+   job already): see comm_watch_expired. */
+static inline void comm_wait_keepalive(double waited) {
+    for (double t = waited; comm_watch.keepalive_s > 0 && t < comm_watch.keepalive_s + COMM_ABORT_MARGIN_S && !intr_pending(); t += 0.1) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+}
+/* The rescue (rescue.h, HSDP): when set, a timeout calls it after its line
+   and flight record, from the thread that timed out. It returns when its
+   shard group cannot write the checkpoint (the abort follows as before);
+   otherwise it writes it and ends the process itself. */
+static void (*comm_rescue_hook)(double waited) = NULL;
 static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, int recv, const char* what, double waited) {
     CommWatch* w = &comm_watch;
     char list[1024] = "", others[512] = "";
@@ -267,10 +282,8 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
     flight_dump("collective timeout", line, comm_my_node(), w->step);
-    for (double t = waited; w->keepalive_s > 0 && t < w->keepalive_s + COMM_ABORT_MARGIN_S && !intr_pending(); t += 0.1) {
-        struct timespec ts = {0, 100000000};
-        nanosleep(&ts, NULL);
-    }
+    if (comm_rescue_hook) comm_rescue_hook(waited);
+    comm_wait_keepalive(waited);
     if (!intr_pending()) comm_abort();
     _exit(1);
 }

@@ -296,9 +296,11 @@ static inline long state_test_die_step(void) {
    LLMC_STATE_MASTER=1) stores the fp32 master weights too: needed for an
    exact resume when the model file beside it is bf16 (version 5). On failure every
    rank exits with one message (comm_check_all); the previous file at path,
-   if any, is untouched and no .tmp is left behind. */
+   if any, is untouched and no .tmp is left behind. Collective over the
+   writers w (checkpoint.h's CkptWriters; NULL: every rank, the normal
+   write; a rescue's: one shard group, whose errors end only its ranks). */
 static inline void state_save(GPT2* m, const char* path, int step, const DataLoader* train, unsigned long long seed, int with_master,
-                              const StateRun* run) {
+                              const StateRun* run, CkptWriters* w) {
     Comm* c = m->comm;
     const ZeroPlan* P = &m->plan;
     char err[ERRLEN] = "";
@@ -309,11 +311,20 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
        the masters are stored is agreed (any rank's LLMC_STATE_MASTER=1
        stores them on every rank: the file's layout is one decision) */
     long long pos[4] = {train->current_shard, (long long)train->current_position, train->epoch, has_master}, lo[4], hi[4];
-    MPI_Request rq[2];
-    MPI_Iallreduce(pos, lo, 4, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &rq[0]);
-    MPI_Iallreduce(pos, hi, 4, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &rq[1]);
-    comm_wait_request(&rq[0], 0, "the state's data-position check");
-    comm_wait_request(&rq[1], 0, "the state's data-position check");
+    if (w && w->rescue) {
+        if (ckpt_rescue_allreduce(w, pos, lo, 4, MPI_LONG_LONG, MPI_MIN) || ckpt_rescue_allreduce(w, pos, hi, 4, MPI_LONG_LONG, MPI_MAX)) {
+            fprintf(stderr, "error (rank %d): rescue: the state's data-position check: a rank of the shard group did not answer within %.0f s: "
+                    "nothing written by this group\n", c->rank, w->timeout_s);
+            fflush(stderr);
+            _exit(1);
+        }
+    } else {
+        MPI_Request rq[2];
+        MPI_Iallreduce(pos, lo, 4, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &rq[0]);
+        MPI_Iallreduce(pos, hi, 4, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &rq[1]);
+        comm_wait_request(&rq[0], 0, "the state's data-position check");
+        comm_wait_request(&rq[1], 0, "the state's data-position check");
+    }
     has_master = (int)hi[3];
     long long total = STATE_HEADER_BYTES + 4LL * psi * (2 + has_master);
     if (lo[0] != hi[0] || lo[1] != hi[1] || lo[2] != hi[2])
@@ -331,7 +342,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
     h[20] = run->max_steps; h[21] = run->warmup; h[22] = state_float_word(run->lr); h[23] = state_float_word(run->final_frac);
     h[24] = run->tokens_per_step; h[25] = run->seq_len; h[26] = run->kernel_paths;
     CollectiveFile f;
-    cfile_begin(&f, c, "state", path, h, sizeof(h), total, err);
+    cfile_begin(&f, c, w, "state", path, h, sizeof(h), total, err);
     long long* offs = (long long*)malloc_or_die((size_t)P->num_tensors * sizeof(long long), "state offsets");
     state_tensor_offsets(&m->layout, P, offs);
     size_t maxsz = 0;
@@ -350,7 +361,7 @@ static inline void state_save(GPT2* m, const char* path, int step, const DataLoa
             fflush(stderr);
             while (wall_seconds() - t0 < secs) { struct timespec ts = {0, 10000000}; nanosleep(&ts, NULL); }
         }
-        for (int t = 0; t < P->num_tensors && cfile_ok(&f) && c->replica_rank == 0; t++) {  /* HSDP: one group writes */
+        for (int t = 0; t < P->num_tensors && cfile_ok(&f) && f.w->writes; t++) {  /* HSDP: one group writes (a rescue: its group) */
             int u = P->tensors[t].unit;
             size_t lo_, hi_, x, first = 0, n;
             if (which < 2) {

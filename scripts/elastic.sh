@@ -16,6 +16,13 @@
 # is not a lost node: the loop stops with the step's exit status, as does a
 # stop by a signal (130, 138, 143: the ranks wrote their checkpoint; a
 # requeue, not a relaunch, goes on from it).
+# With --shard-group (HSDP) the surviving shard group writes the checkpoint
+# of its last completed step before it exits (llmc/rescue.h: the line
+# "rescue: wrote checkpoint S ...", exit 75); the relaunch goes on from it
+# and its line says so:
+#   elastic: lost llmcslurm-node1 at step 12; continuing on 1 node (2 ranks) from checkpoint 12 (written by the survivors; probed in 1.2 s)
+# The line, not the exit code, is what counts: mpirun reports its own code
+# once it has lost a daemon.
 #
 # The caller sets:
 #   EL_NODES      array: the nodes of the first launch, in rank order
@@ -60,6 +67,13 @@ elastic_args() {
   [ $y = 1 ] || EL_ARGS+=(-y 1)
 }
 
+# elastic_rescued LOG FROM: the step S of the last "rescue: wrote checkpoint
+# S ..." line in LOG after its first FROM lines (this launch's output), or
+# empty.
+elastic_rescued() {
+  tail -n +"$(( $2 + 1 ))" "$1" 2>/dev/null | sed -n 's/^rescue: wrote checkpoint \([0-9][0-9]*\) .*/\1/p' | tail -1
+}
+
 # elastic_last_step LOG: the number of the last "step N/..." line in LOG.
 elastic_last_step() {
   sed -n 's/^step *\([0-9][0-9]*\)\/.*/\1/p' "$1" 2>/dev/null | tail -1
@@ -67,12 +81,13 @@ elastic_last_step() {
 
 # elastic_loop ARGS...: launch, and relaunch on the surviving nodes (above).
 elastic_loop() {
-  local rc n launch=0 t_end t_start ck step
+  local rc n launch=0 t_end t_start ck step from rescued by
   local -a keep lost args=("$@")
   [ -n "${EL_OUT:-}" ] || { echo "elastic: ELASTIC=1 needs -o DIR (the checkpoints a relaunch continues from)" >&2; return 1; }
   [ "${EL_MIN_NODES:-1}" -ge 1 ] 2>/dev/null || { echo "elastic: MIN_NODES=$EL_MIN_NODES: must be an integer >= 1" >&2; return 1; }
   while :; do
     launch=$((launch + 1))
+    from=$(wc -l < "$EL_LOG" 2>/dev/null || echo 0)
     if [ $launch = 1 ]; then
       el_launch "${args[@]}"; rc=$?
     else
@@ -97,17 +112,20 @@ elastic_loop() {
       i=$((i + 1))
     done
     step=$(elastic_last_step "$EL_LOG")
+    rescued=$(elastic_rescued "$EL_LOG" "$from")
     if [ ${#lost[@]} = 0 ]; then
-      echo "elastic: the step failed (exit $rc) at step ${step:-0} with every node answering: not a lost node, no relaunch" >&2
+      echo "elastic: the step failed (exit $rc) at step ${step:-0} with every node answering: not a lost node, no relaunch$([ -n "$rescued" ] && echo " (the ranks wrote checkpoint $rescued: -y 1 goes on from it)")" >&2
       return $rc
     fi
     ck=$(elastic_latest "$EL_OUT")
+    by=""
+    [ -n "$rescued" ] && [ "$rescued" = "$ck" ] && by="written by the survivors; "
     if [ ${#keep[@]} -lt "$EL_MIN_NODES" ]; then
       echo "elastic: lost ${lost[*]} at step ${step:-0}; ${#keep[@]} node$([ ${#keep[@]} = 1 ] || echo s) remain, fewer than MIN_NODES=$EL_MIN_NODES: stopping (exit $rc; checkpoint ${ck:-none} in $EL_OUT)" >&2
       return $rc
     fi
     t_start=$(date +%s.%N)
-    echo "elastic: lost ${lost[*]} at step ${step:-0}; continuing on ${#keep[@]} node$([ ${#keep[@]} = 1 ] || echo s) ($(( ${#keep[@]} * EL_PER_NODE )) ranks) from checkpoint ${ck:-none (a fresh start)} (probed in $(awk -v a="$t_end" -v b="$t_start" 'BEGIN { printf "%.1f", b - a }') s)" >&2
+    echo "elastic: lost ${lost[*]} at step ${step:-0}; continuing on ${#keep[@]} node$([ ${#keep[@]} = 1 ] || echo s) ($(( ${#keep[@]} * EL_PER_NODE )) ranks) from checkpoint ${ck:-none (a fresh start)} (${by}probed in $(awk -v a="$t_end" -v b="$t_start" 'BEGIN { printf "%.1f", b - a }') s)" >&2
     EL_NODES=("${keep[@]}")
   done
 }

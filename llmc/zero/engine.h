@@ -136,6 +136,11 @@ typedef struct {
        quantized collectives refuse it */
     int test_nan_weights, test_nan_grads;
     ZeroInvTree inv;          /* --invariant 1, A > 1: the micro-step tree of the own grad shards (shard space) */
+    /* the optimizer steps whose AdamW update this rank's own shard holds
+       (the caller sets the start: 0, or the step resumed from), and 1
+       while that update runs (its loop has no collective): what a rescue
+       (rescue.h) reads from another thread, __atomic */
+    int steps_applied, updating;
 } ZeroEngine;
 
 /* The bytes in use per ledger category right now, for the trace's memory

@@ -264,6 +264,7 @@ static inline double zero_optimizer_step(ZeroEngine* E, const AdamWConfig* cfg, 
     if (cfg->grad_clip > 0.0f && norm > cfg->grad_clip) scale = (float)(cfg->grad_clip / (norm + 1e-6));
     float b1c = 1.0f - powf(cfg->beta1, (float)t);
     float b2c = 1.0f - powf(cfg->beta2, (float)t);
+    __atomic_store_n(&E->updating, 1, __ATOMIC_SEQ_CST);   /* the own shard changes from here: neither step t-1 nor t until the loop ends */
     if (P->offload != OFFLOAD_NONE) zero_offload_adamw(E, cfg, scale, b1c, b2c);
     else
     for (int i = 0; i < P->num_tensors; i++) {
@@ -280,6 +281,9 @@ static inline double zero_optimizer_step(ZeroEngine* E, const AdamWConfig* cfg, 
                      cfg->lr, cfg->beta1, cfg->beta2, b1c, b2c, cfg->eps,
                      P->tensors[i].decay ? cfg->weight_decay : 0.0f, scale);
     }
+    /* CUDA: the update is queued on the compute stream; a rescue's reads (zero_opt_get, gpt2_get_own) copy after it */
+    __atomic_store_n(&E->steps_applied, t, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&E->updating, 0, __ATOMIC_SEQ_CST);
     if ((P->zero_stage == 1 || P->zero_stage == 2) && P->num_ranks > 1) {
         unsigned long long f = 0;
         for (int u = 0; u < P->num_units; u++) {

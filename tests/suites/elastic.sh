@@ -22,7 +22,16 @@
 #     (the bound of docs/resume.md for fp32 across rank counts; measured
 #     here: printed below), and the test says which;
 #  3. the same on a hostfile (scripts/run_multinode.sh ELASTIC=1, mpirun),
-#     against the same uninterrupted runs.
+#     against the same uninterrupted runs;
+#  4. HSDP (--shard-group 2: each node one shard group, a whole replica of
+#     the sharded state), Slurm as 2., -x 20 -n 10, node 1's link cut after
+#     step 12: the ranks of node 0 write checkpoint S, the last step both
+#     completed (llmc/rescue.h: "rescue: wrote checkpoint S"), the relaunch
+#     continues from it ("... from checkpoint S (written by the survivors;
+#     ..."), and checkpoint S is cmp-equal to the one an uninterrupted
+#     4-rank run writes at S (-n S), and checkpoint 20 to that run's S
+#     resumed on 2 ranks, the surviving layout.
+# ELASTIC_CASES (default 1234) runs some of them.
 # The model is make train's d2 at 64 channels (quick steps).
 # Every wait is bounded. Needs root, namespaces and (2.) Slurm; else skipped.
 # ELASTIC_CLUSTER names the simulated cluster (default llmcelast).
@@ -41,6 +50,8 @@ trap 'echo "interrupted"; exit 130' INT TERM
 if [ -z "${INVARIANT_FLAG+x}" ]; then
   INVARIANT_FLAG=""; ./train_gpt_cpu --help 2>&1 | grep -q -- --invariant && INVARIANT_FLAG="--invariant 1"
 fi
+state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+want() { case "${ELASTIC_CASES:-1234}" in *$1*) return 0 ;; esac; return 1; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 losses() { awk '$3 == "train_loss" { print $2, $4 }' "$1/main.log" 2>/dev/null; }
@@ -65,6 +76,7 @@ PY
 }
 
 # --- 1. the data order across rank counts and shard boundaries
+if want 1; then
 mkdir -p "$tmp/sh"
 /usr/bin/python3 -c "
 import numpy as np
@@ -88,6 +100,7 @@ for sh in 1 0; do
     else bad "--shuffle $sh: resumed on $np ranks, steps 5-8 differ from the 4-rank run by $diff"; paste <(losses "$d") <(losses "$ref" | tail -4); fi
   done
 done
+fi
 
 # --- 2. and 3. need the simulated cluster
 if [ "$(id -u)" != 0 ] || ! unshare --net --uts --mount true 2>/dev/null; then
@@ -139,9 +152,8 @@ refs() { # steps: the uninterrupted 4- and 2-rank runs
 }
 
 # --- 2. Slurm: sbatch --no-kill ... ELASTIC=1, node 1's link cut at step 12 of 30
-if [ $SLURM = 1 ]; then
+if want 2 && [ $SLURM = 1 ]; then
   refs 30
-  state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
   jid=$(timeout 20 sbatch --parsable --no-kill --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
     --cpus-per-task=1 --export="ALL,CPU=1,PRECISION=fp32,ZERO=3,B=2,T=64,TOTAL=512,STEPS=30,ELASTIC=1" scripts/run_slurm.sbatch "${A[@]}" -o "$tmp/slurm")
   out=$tmp/$jid.out
@@ -164,7 +176,50 @@ if [ $SLURM = 1 ]; then
   scancel "$jid" 2>/dev/null
 fi
 
+# --- 4. HSDP: the survivors write the checkpoint of their last step (Slurm: srun leaves them alive until they exit)
+if want 4 && [ $SLURM = 1 ]; then
+  H=("${SMALL[@]}" -i "data/brown/brown_train_*.bin" -v 0 -s 0 --shard-group 2 --collective-timeout $TO)
+  # case 2's cut leaves node 1 drained ("Kill task failed"): back in service first
+  scontrol update NodeName=$NAME-node1 State=RESUME > /dev/null 2>&1
+  for i in $(seq 1 150); do [ "$(sinfo -h -n $NAME-node1 -o %T 2>/dev/null)" = idle ] && break; sleep 0.2; done
+  jid=$(timeout 20 sbatch --parsable --no-kill --chdir="$(pwd)" --output="$tmp/%j.out" --nodes=2 --ntasks-per-node=2 --gpus-per-node=0 \
+    --cpus-per-task=1 --export="ALL,CPU=1,PRECISION=fp32,ZERO=3,B=2,T=64,TOTAL=512,STEPS=20,ELASTIC=1" scripts/run_slurm.sbatch "${H[@]}" -n 10 -o "$tmp/hsdp")
+  out=$tmp/$jid.out
+  if ! wait_line "$out" "^step +12/" 240; then bad "hsdp: job $jid never reached step 12"; tail -5 "$out"
+  else
+    t0=$(now); $CL link $NAME-node1 down > /dev/null
+    nxt=$(next_step_after_cut "$out" "$t0" 400)
+    if wait_line "$out" "^elastic: (completed|the step|lost .*fewer)" 400; then
+      S=$(sed -n 's/^rescue: wrote checkpoint \([0-9][0-9]*\) .*/\1/p' "$out" | head -1)
+      ev=$(grep "^elastic: lost" "$out")
+      if [ -n "$S" ] && [ "$S" -ge 12 ] && [ "$S" -le 14 ] && [ "$(grep -c "^elastic: lost" "$out")" = 1 ] \
+         && echo "$ev" | grep -qE "^elastic: lost $NAME-node1 at step 1[2-9]; continuing on 1 node \(2 ranks\) from checkpoint $S \(written by the survivors; " \
+         && grep -q "^resumed from step $S: " "$out" && grep -q "^elastic: completed on 1 node (2 ranks) after 1 relaunch$" "$out" \
+         && [ -f "$tmp/hsdp/state_00000020.bin" ]; then
+        ok "hsdp: node 1's link cut after step 12: node 0's shard group wrote checkpoint $S ($(grep -m1 '^rescue: wrote' "$out" | sed 's/.* in \([0-9.]* s\), \([0-9.]* s\) after.*/in \1, \2 after its collective began/')); '$ev'; completed with checkpoint 20; from the cut to the next step: ${nxt:-?} s"
+      else bad "hsdp: job $jid: rescue '${S:-none}': $(grep -E '^(elastic|rescue)' "$out")"; grep -E "^error|^srun: error" "$out" | head -5; fi
+      if [ -n "$S" ]; then   # the uninterrupted 4-rank run's checkpoint S, and it resumed on 2 ranks to 20 (on the cluster: the link back first)
+        $CL link $NAME-node1 up > /dev/null
+        ck=$(printf %08d "$S")
+        timeout 300 $MPIRUN -np 4 ./train_gpt_cpu "${H[@]}" -z 3 -b 2 -t 64 -d 512 -x 20 -n "$S" -o "$tmp/href4" > "$tmp/href4.txt" 2>&1 || bad "hsdp: the uninterrupted 4-rank run: exit $?"
+        mkdir -p "$tmp/href2"; cp "$tmp/href4/model_$ck.bin" "$tmp/href4/state_$ck.bin" "$tmp/href2/" 2>/dev/null
+        timeout 300 $MPIRUN -np 2 ./train_gpt_cpu "${H[@]}" -z 3 -b 2 -t 64 -d 512 -x 20 -n 10 -y 1 -o "$tmp/href2" > "$tmp/href2.txt" 2>&1 || bad "hsdp: the 2-rank resume of its checkpoint $S: exit $?"
+        if cmp -s "$tmp/hsdp/model_$ck.bin" "$tmp/href4/model_$ck.bin" && cmp -s "$tmp/hsdp/state_$ck.bin" "$tmp/href4/state_$ck.bin"; then
+          ok "hsdp: the survivors' checkpoint $S (model and state) is cmp-equal to the uninterrupted 4-rank run's checkpoint $S"
+        else bad "hsdp: the survivors' checkpoint $S differs from the uninterrupted run's ($(cmp "$tmp/hsdp/state_$ck.bin" "$tmp/href4/state_$ck.bin" 2>&1 | head -1))"; fi
+        if cmp -s "$tmp/hsdp/model_00000020.bin" "$tmp/href2/model_00000020.bin" && cmp -s "$tmp/hsdp/state_00000020.bin" "$tmp/href2/state_00000020.bin"; then
+          ok "hsdp: checkpoint 20 (model and state) is cmp-equal to the uninterrupted 4-rank run's checkpoint $S resumed on 2 ranks"
+        else bad "hsdp: checkpoint 20 differs from the uninterrupted run's checkpoint $S resumed on 2 ranks"; fi
+      fi
+    else bad "hsdp: job $jid did not finish within 400 s of the cut: $(grep -E '^(elastic|rescue)' "$out")"; tail -5 "$out"; fi
+  fi
+  $CL link $NAME-node1 up > /dev/null
+  for i in $(seq 1 150); do case "$(state "$jid")" in RUNNING|COMPLETING|PENDING) sleep 0.2 ;; *) break ;; esac; done
+  scancel "$jid" 2>/dev/null
+fi
+
 # --- 3. a hostfile: run_multinode.sh ELASTIC=1, node 1's link cut at step 12 of 30
+if want 3; then
 refs 30
 out=$tmp/hostfile.out
 HOSTFILE=$($CL hostfile) CPU=1 NODES=2 PER_NODE=2 ZERO=3 B=2 T=64 TOTAL=512 STEPS=30 ELASTIC=1 \
@@ -183,5 +238,6 @@ else
   compare_final "$tmp/hf" 30 "hostfile"
 fi
 $CL link $NAME-node1 up > /dev/null
+fi
 $CL down > /dev/null 2>&1; UP=0
 summary
