@@ -723,6 +723,93 @@ static void test_sum_squares(size_t n) {
     free(x);
 }
 
+/* --invariant 1's grad norm parts (global_norm.h max_square,
+   sum_squares_fixed): bit for bit what the first, scalar versions gave
+   (kept here as the reference), on random data at several magnitudes and
+   on the edge cases: zeros only, denormals, the largest floats, squares
+   just below the grid's 2^31, odd lengths, and a NaN or an infinity
+   anywhere (max_square: NaN). Split into pieces at arbitrary points, the
+   integer sums add up to the whole's (the order does not matter). */
+static double ref_max_square(const floatX* x, size_t n) {
+    double m = 0.0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = ldx(x[i]);
+        bad |= !isfinite(v);
+        double s = (double)v * (double)v;
+        m = s > m ? s : m;
+    }
+    return bad ? NAN : m;
+}
+static void ref_sum_squares_fixed(const floatX* x, size_t n, double scale, unsigned long long* hi, unsigned long long* lo) {
+    unsigned long long h = 0, l = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = (double)ldx(x[i]);
+        double y = v * v * scale;
+        unsigned long long yi = (unsigned long long)y;
+        h += yi;
+        l += (unsigned long long)((y - (double)yi) * 2147483648.0);
+    }
+    *hi += h; *lo += l;
+}
+static void check_norm_parts(const char* what, const floatX* x, size_t n) {
+    char name[160];
+    double m0 = ref_max_square(x, n), m1 = max_square(x, n);
+    int same = (isnan(m0) && isnan(m1)) || (!isnan(m0) && !isnan(m1) && memcmp(&m0, &m1, sizeof m0) == 0);
+    snprintf(name, sizeof name, "max_square %s n%zu: %.17g as the reference %.17g", what, n, m1, m0);
+    check_true(name, same);
+    if (isnan(m0) || m0 == 0.0) return;
+    double scale = ldexp(1.0, 30 - ilogb(m0));   /* as zero_grad_norm */
+    unsigned long long h0 = 0, l0 = 0, h1 = 0, l1 = 0, h2 = 0, l2 = 0;
+    ref_sum_squares_fixed(x, n, scale, &h0, &l0);
+    sum_squares_fixed(x, n, scale, &h1, &l1);
+    size_t cut[3] = {n / 3, n / 3 + 17 < n ? n / 3 + 17 : n, n};
+    size_t a = 0;
+    for (int k = 0; k < 3; k++) { sum_squares_fixed(x + a, cut[k] - a, scale, &h2, &l2); a = cut[k]; }
+    snprintf(name, sizeof name, "sum_squares_fixed %s n%zu: hi %llu lo %llu as the reference, and in 3 pieces", what, n, h1, l1);
+    check_true(name, h0 == h1 && l0 == l1 && h2 == h1 && l2 == l1);
+}
+static void test_norm_parts(void) {
+    const size_t n = 100003;
+    floatX* x = (floatX*)malloc(n * sizeof(floatX) + 16);
+    const double mags[4] = {1.0, 1e-3, 1e-30, 1e30};
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < n; i++) x[i] = stx((float)(urand() * mags[k] * (i % 7 == 0 ? 1e-6 : 1.0)));
+        char w[32];
+        snprintf(w, sizeof w, "random x %g", mags[k]);
+        check_norm_parts(w, x, n);
+        check_norm_parts("odd length", x + 1, 37);
+    }
+    for (size_t i = 0; i < n; i++) x[i] = stx(0.0f);
+    check_norm_parts("zeros", x, n);
+    x[5] = stx(-0.0f);
+    check_norm_parts("zeros and -0", x, n);
+    /* denormals (fp32: below 2^-126; bf16 has the same exponent range) */
+    for (size_t i = 0; i < n; i++) x[i] = stx((float)(urand() * 1e-39));
+    check_norm_parts("denormals", x, n);
+    x[7] = stx(1e-45f);
+    check_norm_parts("denormals and the smallest", x, 9);
+    /* the largest floats: the squares reach 2^256 */
+    for (size_t i = 0; i < n; i++) x[i] = stx((float)(urand() * 3e38));
+    x[11] = stx(-3.38e38f);   /* bf16: FLT_MAX would round to inf */
+    check_norm_parts("largest", x, n);
+    /* squares just below the grid's 2^31 (every element near the max) */
+    for (size_t i = 0; i < n; i++) x[i] = stx((float)(1.0 - 1e-7 * (i % 5)));
+    check_norm_parts("near the max", x, n);
+    /* not finite anywhere: NaN from max_square */
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    const size_t at[3] = {0, n / 2, n - 1};
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 3; k++) {
+            for (size_t i = 0; i < n; i++) x[i] = stx((float)urand());
+            x[at[k]] = stx(bad[b]);
+            char w[48];
+            snprintf(w, sizeof w, "%s at %zu", b == 0 ? "NaN" : b == 1 ? "+inf" : "-inf", at[k]);
+            check_norm_parts(w, x, n);
+        }
+    free(x);
+}
+
 static void test_adamw(size_t n, int with_master) {
     char name[96];
     float *p = frand(n, 1), *g = frand(n, 0.1), *m = frand(n, 0.01), *v = frand(n, 0.001);
@@ -909,6 +996,7 @@ int main(int argc, char** argv) {
     test_classifier(3, 2051, 2051, 1.0);
     test_sum_squares(37);
     test_sum_squares(1000003);
+    test_norm_parts();
     test_adamw(1001, 1);
     test_adamw(1001, 0);
     /* several panels per thread in the bf16 program's fp32 path (long K) */
