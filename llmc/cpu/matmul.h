@@ -10,26 +10,109 @@
 /* ------------------------------------------------------------------------ */
 /* --invariant 1's weight gradient, both programs (cpu_inv_T != 0, common.h) */
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* 8 consecutive elements as fp32 (bf16: the bits shifted into the high half) */
+static inline __m256 cpu_load8(const floatX* p) {
+#ifdef LLMC_BF16
+    __m128i h = _mm_loadu_si128((const __m128i*)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#else
+    return _mm256_loadu_ps(p);
+#endif
+}
+#endif
+
+/* dst[i ldd + t] = src[t lds + i] as fp32, for i < ni, t < nt: a transposed
+   copy (8 x 8 blocks in AVX2 registers where it has them). Exact. */
+static inline void cpu_transpose_cvt(float* dst, size_t ldd, const floatX* src, size_t lds, int ni, int nt) {
+    int ib = 0;
+#if defined(__AVX2__)
+    const int nt8 = nt & ~7;
+    for (; ib + 8 <= ni; ib += 8) {
+        for (int t0 = 0; t0 < nt8; t0 += 8) {
+            __m256 r0 = cpu_load8(src + (size_t)(t0 + 0) * lds + ib), r1 = cpu_load8(src + (size_t)(t0 + 1) * lds + ib);
+            __m256 r2 = cpu_load8(src + (size_t)(t0 + 2) * lds + ib), r3 = cpu_load8(src + (size_t)(t0 + 3) * lds + ib);
+            __m256 r4 = cpu_load8(src + (size_t)(t0 + 4) * lds + ib), r5 = cpu_load8(src + (size_t)(t0 + 5) * lds + ib);
+            __m256 r6 = cpu_load8(src + (size_t)(t0 + 6) * lds + ib), r7 = cpu_load8(src + (size_t)(t0 + 7) * lds + ib);
+            __m256 a0 = _mm256_unpacklo_ps(r0, r1), a1 = _mm256_unpackhi_ps(r0, r1);
+            __m256 a2 = _mm256_unpacklo_ps(r2, r3), a3 = _mm256_unpackhi_ps(r2, r3);
+            __m256 a4 = _mm256_unpacklo_ps(r4, r5), a5 = _mm256_unpackhi_ps(r4, r5);
+            __m256 a6 = _mm256_unpacklo_ps(r6, r7), a7 = _mm256_unpackhi_ps(r6, r7);
+            __m256 b0 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(1, 0, 1, 0)), b1 = _mm256_shuffle_ps(a0, a2, _MM_SHUFFLE(3, 2, 3, 2));
+            __m256 b2 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(1, 0, 1, 0)), b3 = _mm256_shuffle_ps(a1, a3, _MM_SHUFFLE(3, 2, 3, 2));
+            __m256 b4 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(1, 0, 1, 0)), b5 = _mm256_shuffle_ps(a4, a6, _MM_SHUFFLE(3, 2, 3, 2));
+            __m256 b6 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(1, 0, 1, 0)), b7 = _mm256_shuffle_ps(a5, a7, _MM_SHUFFLE(3, 2, 3, 2));
+            float* d = dst + (size_t)ib * ldd + t0;
+            _mm256_storeu_ps(d + 0 * ldd, _mm256_permute2f128_ps(b0, b4, 0x20));
+            _mm256_storeu_ps(d + 1 * ldd, _mm256_permute2f128_ps(b1, b5, 0x20));
+            _mm256_storeu_ps(d + 2 * ldd, _mm256_permute2f128_ps(b2, b6, 0x20));
+            _mm256_storeu_ps(d + 3 * ldd, _mm256_permute2f128_ps(b3, b7, 0x20));
+            _mm256_storeu_ps(d + 4 * ldd, _mm256_permute2f128_ps(b0, b4, 0x31));
+            _mm256_storeu_ps(d + 5 * ldd, _mm256_permute2f128_ps(b1, b5, 0x31));
+            _mm256_storeu_ps(d + 6 * ldd, _mm256_permute2f128_ps(b2, b6, 0x31));
+            _mm256_storeu_ps(d + 7 * ldd, _mm256_permute2f128_ps(b3, b7, 0x31));
+        }
+        for (int t = nt8; t < nt; t++)
+            for (int q = 0; q < 8; q++) dst[(size_t)(ib + q) * ldd + t] = ldx(src[(size_t)t * lds + ib + q]);
+    }
+#endif
+    for (int t = 0; t < nt; t++)
+        for (int i = ib; i < ni; i++) dst[(size_t)i * ldd + t] = ldx(src[(size_t)t * lds + i]);
+}
+
+/* d[j] = d[j] + the complete binary tree over the nseq (1, 2, 4 or 8)
+   leaves L[s][j], for j < n, every leaf and node rounded by cpu_inv_round
+   (bf16; nothing in fp32), in one pass: the sums cpu_tree_push and
+   cpu_tree_root form for those leaves ((L0 + L1) + (L2 + L3) for 4), the
+   pairing being all that matters (fp32 addition is commutative). */
+static inline void cpu_inv_tree_add(floatX* d, float* const* L, int nseq, int n) {
+#define R_(x) cpu_inv_round(x)
+    const float *l0 = L[0], *l1 = L[nseq > 1], *l2 = L[nseq > 2 ? 2 : 0], *l3 = L[nseq > 2 ? 3 : 0];
+    if (nseq == 1) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) d[j] = stx(ldx(d[j]) + R_(l0[j]));
+    } else if (nseq == 2) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) d[j] = stx(ldx(d[j]) + R_(R_(l0[j]) + R_(l1[j])));
+    } else if (nseq == 4) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) d[j] = stx(ldx(d[j]) + R_(R_(R_(l0[j]) + R_(l1[j])) + R_(R_(l2[j]) + R_(l3[j]))));
+    } else {
+        const float *l4 = L[4], *l5 = L[5], *l6 = L[6], *l7 = L[7];
+#pragma omp simd
+        for (int j = 0; j < n; j++) {
+            float a = R_(R_(R_(l0[j]) + R_(l1[j])) + R_(R_(l2[j]) + R_(l3[j])));
+            float b = R_(R_(R_(l4[j]) + R_(l5[j])) + R_(R_(l6[j]) + R_(l7[j])));
+            d[j] = stx(ldx(d[j]) + R_(a + b));
+        }
+    }
+#undef R_
+}
+
 /* dweight (OC,C) += the pairwise tree over the nseq = N/T sequences s of
    dout_s^T (OC,T) @ inp_s (T,C), output tile by output tile: per tile of
    64 rows (of OC) x CPU_INV_COLS columns (of C), each sequence's product is
    one single-threaded sgemm with K = T (the leaf, rounded to the storage
    type by cpu_inv_round: bf16, or nothing in fp32), the leaves are added as
-   the complete binary tree (cpu_tree_push, every node rounded likewise),
-   and the root is added to dweight (one rounding). The tiles split among
+   the complete binary tree (every node rounded likewise) and the root is
+   added to dweight (one rounding): for nseq = 1, 2, 4, 8 all leaves are
+   kept and the tree and the add run in one pass (cpu_inv_tree_add), else
+   as a binary counter (cpu_tree_push; the same sums). The tiles split among
    the threads, row block by row block; a tile's leaves and tree stay in the
    thread's cache (never a full-size leaf). The sgemm's A is the tile's 64
    columns of dout_s transposed into a packed fp32 (64,T) block (once per
-   row block and thread; an A read in place, transposed, with the leading
-   dimension OC, ran at half speed), its B the rows of an fp32 copy of inp
-   with CPU_INV_BPAD floats of padding after each row (C a multiple of 256
-   and 64-byte aligned rows put the tile's T rows in the same few cache sets:
-   twice the time for C = 3072 on an AMD EPYC Zen 3). The tile shape and the
-   operands' layout do not depend on N or on the thread count, so no
-   element's tree does. dout (N,OC), inp (N,C), N a multiple of T.
-   shared(n): n floats for the copy of inp (N (C + CPU_INV_BPAD)), held for
-   the call; scratch(ith, n): n floats owned by thread ith for the call
-   ((log2(N/T) + 2) 64 CPU_INV_COLS + 64 N). */
+   row block and thread, cpu_transpose_cvt; an A read in place, transposed,
+   with the leading dimension OC, ran at half speed), its B the rows of an
+   fp32 copy of inp with CPU_INV_BPAD floats of padding after each row (C a
+   multiple of 256 and 64-byte aligned rows put the tile's T rows in the
+   same few cache sets: twice the time for C = 3072 on an AMD EPYC Zen 3).
+   The tile shape and the operands' layout do not depend on N or on the
+   thread count, so no element's tree does. dout (N,OC), inp (N,C), N a
+   multiple of T. shared(n): n floats for the copy of inp (N (C +
+   CPU_INV_BPAD)), held for the call; scratch(ith, n): n floats owned by
+   thread ith for the call (max(nseq, log2(nseq) + 2) 64 CPU_INV_COLS + 64 N
+   at most). */
 #define CPU_INV_BPAD 16   /* floats of padding after each row of the B copy (see cpu_inv_dweight_tree) */
 static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC,
                                         float* (*shared)(size_t n), float* (*scratch)(int ith, size_t n)) {
@@ -39,6 +122,8 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
     while ((1 << (levels - 1)) < nseq) levels++;
     const size_t w = (size_t)64 * CPU_INV_COLS;
     const int ldb = C + CPU_INV_BPAD;
+    const int fused = nseq == 1 || nseq == 2 || nseq == 4 || nseq == 8;   /* cpu_inv_tree_add */
+    const int nbuf = fused ? nseq : levels + 1;
     float* inpf = shared((size_t)N * ldb);
 #pragma omp parallel
     {
@@ -51,22 +136,32 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
 #pragma omp simd
             for (int j = 0; j < C; j++) b[j] = ldx(x[j]);
         }
-        float* sc = scratch(ith, (size_t)(levels + 1) * w + (size_t)N * 64);
-        float* At = sc + (size_t)(levels + 1) * w;   /* per sequence: the row block's (ow,T) block of dout_s^T */
+        float* sc = scratch(ith, (size_t)nbuf * w + (size_t)N * 64);
+        float* At = sc + (size_t)nbuf * w;   /* per sequence: the row block's (ow,T) block of dout_s^T */
         int last_o0 = -1;
 #pragma omp for schedule(static)
         for (int k = 0; k < no * nc; k++) {
             int o0 = (k / nc) * 64, c0 = (k % nc) * CPU_INV_COLS;
             int ow = OC - o0 < 64 ? OC - o0 : 64, cw = C - c0 < CPU_INV_COLS ? C - c0 : CPU_INV_COLS;
             if (o0 != last_o0) {   /* the tiles of one row block follow each other: packed once */
-                for (int n = 0; n < N; n++) {   /* row n = s T + t of dout -> At[s][i][t] */
-                    const floatX* d = dout + (size_t)n * OC + o0;
-                    float* a = At + (size_t)(n / T) * ow * T + n % T;
-                    for (int i = 0; i < ow; i++) a[(size_t)i * T] = ldx(d[i]);
-                }
+                for (int s = 0; s < nseq; s++)
+                    cpu_transpose_cvt(At + (size_t)s * ow * T, T, dout + (size_t)s * T * OC + o0, OC, ow, T);
                 last_o0 = o0;
             }
             size_t tw = (size_t)ow * cw;
+            if (fused) {   /* every leaf kept, the tree and the add to dweight in one pass per row */
+                float* L[8];
+                for (int s = 0; s < nseq; s++) {
+                    L[s] = sc + (size_t)s * w;
+                    cpu_sgemm(0, 0, ow, cw, T, 1.0f, At + (size_t)s * ow * T, T, inpf + (size_t)s * T * ldb + c0, ldb, 0.0f, L[s], cw);
+                }
+                for (int i = 0; i < ow; i++) {
+                    float* Li[8] = {0};
+                    for (int s = 0; s < nseq; s++) Li[s] = L[s] + (size_t)i * cw;
+                    cpu_inv_tree_add(dweight + (size_t)(o0 + i) * C + c0, Li, nseq, cw);
+                }
+                continue;
+            }
             float* stack[40] = {0};
             float* freel[40];
             int nfree = 0;
