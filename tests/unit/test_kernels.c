@@ -500,6 +500,80 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp) {
     free(dx); free(dw); free(db); free(rdx); free(rdw); free(rdb); free(dd);
 }
 
+/* --invariant 1's products (cpu_inv_T = T, matmul.h, docs/design.md
+   section 13): near the float64 reference, and layout-free bit for bit:
+   the forward and dinp rows of B sequences are those of two calls on B/2
+   each (on 1 thread against all of them), and dweight and dbias from zero
+   over B sequences are the sum (one rounding) of the two halves' (B a power
+   of two: each half is a subtree). B = 3 runs the binary counter's tree. */
+static int same_bits(const floatX* a, const floatX* b, size_t n) { return memcmp(a, b, n * sizeof(floatX)) == 0; }
+static void test_invariant_matmul(int T, int B, int C, int OC) {
+    char name[128];
+    const int N = B * T, H = N / 2;
+    float *x = frand((size_t)N * C, 1), *w = frand((size_t)OC * C, 1), *b = frand(OC, 1), *dout = frand((size_t)N * OC, 1);
+    floatX *xx = TX(x, (size_t)N * C), *xw = TX(w, (size_t)OC * C), *xb = TX(b, OC), *xd = TX(dout, (size_t)N * OC);
+    floatX* out[2];
+    floatX *dinp[2], *dw[3], *db[3];
+    for (int k = 0; k < 2; k++) {
+        out[k] = (floatX*)calloc((size_t)N * OC, sizeof(floatX));
+        dinp[k] = (floatX*)calloc((size_t)N * C, sizeof(floatX));
+    }
+    for (int k = 0; k < 3; k++) {
+        dw[k] = (floatX*)calloc((size_t)OC * C, sizeof(floatX));
+        db[k] = (floatX*)calloc(OC, sizeof(floatX));
+    }
+    int nth = cpu_num_threads();
+    cpu_inv_T = T;
+    matmul_forward(out[0], xx, xw, xb, N, C, OC);
+    matmul_backward(dinp[0], dw[0], db[0], xd, xx, xw, N, C, OC);
+    double *xdd = dup_d(x, (size_t)N * C), *wdd = dup_d(w, (size_t)OC * C), *bdd = dup_d(b, OC), *ddd = dup_d(dout, (size_t)N * OC);
+    double *ro = dzeros((size_t)N * OC), *rdx = dzeros((size_t)N * C), *rdw = dzeros((size_t)OC * C), *rdb = dzeros(OC);
+    ref_matmul_fwd(ro, xdd, wdd, bdd, N, C, OC);
+    ref_matmul_bwd(rdx, rdw, rdb, ddd, xdd, wdd, N, C, OC);
+    float *fo = fnan((size_t)N * OC), *fdx = fnan((size_t)N * C), *fdw = fnan((size_t)OC * C), *fdb = fnan(OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++) fo[i] = ldx(out[0][i]);
+    for (size_t i = 0; i < (size_t)N * C; i++) fdx[i] = ldx(dinp[0][i]);
+    for (size_t i = 0; i < (size_t)OC * C; i++) fdw[i] = ldx(dw[0][i]);
+    for (int i = 0; i < OC; i++) fdb[i] = ldx(db[0][i]);
+    snprintf(name, sizeof name, "invariant matmul_forward T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fo, ro, (size_t)N * OC, TOL);
+    snprintf(name, sizeof name, "invariant dinp T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fdx, rdx, (size_t)N * C, TOL);
+    /* bf16: every leaf and node of the tree is rounded (log2(B) + 2
+       roundings on a path, of partial sums up to the leaves' size): a bound
+       of (log2(B) + 2) 2^-7 max|ref|; fp32: the usual tolerance */
+    double ttol = TOL;
+#ifdef LLMC_BF16
+    int lv = 0;
+    while ((1 << lv) < B) lv++;
+    ttol = (lv + 2) * ldexp(1.0, -7);
+#endif
+    snprintf(name, sizeof name, "invariant dweight T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fdw, rdw, (size_t)OC * C, ttol);
+    snprintf(name, sizeof name, "invariant dbias T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fdb, rdb, OC, ttol);
+    if ((B & (B - 1)) == 0 && B >= 2) {
+        omp_set_num_threads(1);
+        for (int h = 0; h < 2; h++) {
+            matmul_forward(out[1] + (size_t)h * H * OC, xx + (size_t)h * H * C, xw, xb, H, C, OC);
+            matmul_backward(dinp[1] + (size_t)h * H * C, dw[1 + h], db[1 + h], xd + (size_t)h * H * OC, xx + (size_t)h * H * C, xw, H, C, OC);
+        }
+        omp_set_num_threads(nth);
+        for (size_t i = 0; i < (size_t)OC * C; i++) dw[1][i] = stx(ldx(dw[1][i]) + ldx(dw[2][i]));
+        for (int i = 0; i < OC; i++) db[1][i] = stx(ldx(db[1][i]) + ldx(db[2][i]));
+        snprintf(name, sizeof name, "invariant T%d B%d C%d OC%d: forward and dinp rows = 2 x B/2 on 1 thread", T, B, C, OC);
+        check_true(name, same_bits(out[0], out[1], (size_t)N * OC) && same_bits(dinp[0], dinp[1], (size_t)N * C));
+        snprintf(name, sizeof name, "invariant T%d B%d C%d OC%d: dweight, dbias = the halves' sum", T, B, C, OC);
+        check_true(name, same_bits(dw[0], dw[1], (size_t)OC * C) && same_bits(db[0], db[1], OC));
+    }
+    cpu_inv_T = 0;
+    for (int k = 0; k < 2; k++) { free(out[k]); free(dinp[k]); }
+    for (int k = 0; k < 3; k++) { free(dw[k]); free(db[k]); }
+    DX(xx); DX(xw); DX(xb); DX(xd);
+    free(x); free(w); free(b); free(dout); free(xdd); free(wdd); free(bdd); free(ddd); free(ro); free(rdx); free(rdw); free(rdb);
+    free(fo); free(fdx); free(fdw); free(fdb);
+}
+
 static void test_attention(int B, int T, int C, int NH) {
     char name[96];
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
@@ -997,6 +1071,10 @@ int main(int argc, char** argv) {
     test_sum_squares(37);
     test_sum_squares(1000003);
     test_norm_parts();
+    test_invariant_matmul(24, 4, 100, 300);   /* 8-row tiles, ragged tile edges, T not a multiple of 8 */
+    test_invariant_matmul(64, 2, 272, 70);
+    test_invariant_matmul(16, 8, 64, 520);    /* 8 sequences: the one-pass tree of 8 and of 4 */
+    test_invariant_matmul(32, 3, 48, 40);     /* 3: the binary counter */
     test_adamw(1001, 1);
     test_adamw(1001, 0);
     /* several panels per thread in the bf16 program's fp32 path (long K) */
