@@ -34,38 +34,54 @@ static inline double sum_squares(const floatX* x, size_t n) {
 }
 
 /* The largest x[i]^2 over n elements (in double, exact), or NaN when an
-   element is not finite (--invariant 1's grad norm, zero_grad_norm). */
+   element is not finite (--invariant 1's grad norm, zero_grad_norm). Works
+   on the bits: |x| as an unsigned integer orders the finite magnitudes
+   (denormals included) as the values do, and the infinities and NaNs lie
+   above all of them (0x7f800000 and up), so one integer max (vectorized)
+   gives both the largest |x| and whether any element is not finite; the
+   square of the largest |x| is the largest square (exact in double: a
+   float's square needs 48 bits and lies in [2^-298, 2^256]). */
 static inline double max_square(const floatX* x, size_t n) {
-    double m = 0.0;
-    int bad = 0;
-#pragma omp parallel for reduction(max : m) reduction(| : bad) schedule(static)
+    uint32_t mb = 0;
+#pragma omp parallel for simd reduction(max : mb) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float v = ldx(x[i]);
-        bad |= !isfinite(v);
-        double s = (double)v * (double)v;
-        m = s > m ? s : m;
+        uint32_t b;
+        memcpy(&b, &v, sizeof(b));
+        b &= 0x7fffffffu;
+        mb = b > mb ? b : mb;
     }
-    return bad ? NAN : m;
+    if (mb >= 0x7f800000u) return NAN;
+    float a;
+    memcpy(&a, &mb, sizeof(a));
+    return (double)a * (double)a;
 }
 
 /* The squares of n elements on an integer grid (--invariant 1): with
-   scale = 2^e a power of two such that max x^2 * scale < 2^31, each
-   y = x^2 * scale (exact in double) is split into its integer part and its
-   fraction times 2^31 (both truncated: a loss below 2^-62 max x^2 per
-   element); hi[0] += the integer parts, lo[0] += the fractions. Integer sums
-   are associative: the result does not depend on how the elements are split
-   among threads, shards or ranks (n < 2^32 elements in all: no overflow). */
+   scale = 2^e a power of two such that max x^2 * scale < 2^31 (the caller's
+   max_square over every element, all ranks), each y = x^2 * scale (exact in
+   double) is split into its integer part and its fraction times 2^31 (both
+   truncated: a loss below 2^-62 max x^2 per element); hi[0] += the integer
+   parts, lo[0] += the fractions. Integer sums are associative: the result
+   does not depend on how the elements are split among threads, shards or
+   ranks (n < 2^32 elements in all: no overflow). Both parts are below 2^31,
+   so each is an exact int32 truncation (vcvttpd2dq: AVX2 has no vector
+   double -> uint64), widened to 64 bits before the sum: the same integers as
+   a conversion to uint64, vectorized. A y of 2^31 or more (a scale that
+   breaks the contract) or a NaN would give INT32_MIN: the caller must not
+   pass one. */
 static inline void sum_squares_fixed(const floatX* x, size_t n, double scale, unsigned long long* hi, unsigned long long* lo) {
-    unsigned long long h = 0, l = 0;
-#pragma omp parallel for reduction(+ : h, l) schedule(static)
+    long long h = 0, l = 0;
+#pragma omp parallel for simd reduction(+ : h, l) schedule(static)
     for (size_t i = 0; i < n; i++) {
         double v = (double)ldx(x[i]);
         double y = v * v * scale;
-        unsigned long long yi = (unsigned long long)y;
+        int32_t yi = (int32_t)y;
+        int32_t yf = (int32_t)((y - (double)yi) * 2147483648.0);
         h += yi;
-        l += (unsigned long long)((y - (double)yi) * 2147483648.0);
+        l += yf;
     }
-    *hi += h; *lo += l;
+    *hi += (unsigned long long)h; *lo += (unsigned long long)l;
 }
 
 #endif /* LLMC_CPU_GLOBAL_NORM_H */

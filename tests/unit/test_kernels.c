@@ -500,6 +500,80 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp) {
     free(dx); free(dw); free(db); free(rdx); free(rdw); free(rdb); free(dd);
 }
 
+/* --invariant 1's products (cpu_inv_T = T, matmul.h, docs/design.md
+   section 13): near the float64 reference, and layout-free bit for bit:
+   the forward and dinp rows of B sequences are those of two calls on B/2
+   each (on 1 thread against all of them), and dweight and dbias from zero
+   over B sequences are the sum (one rounding) of the two halves' (B a power
+   of two: each half is a subtree). B = 3 runs the binary counter's tree. */
+static int same_bits(const floatX* a, const floatX* b, size_t n) { return memcmp(a, b, n * sizeof(floatX)) == 0; }
+static void test_invariant_matmul(int T, int B, int C, int OC) {
+    char name[128];
+    const int N = B * T, H = N / 2;
+    float *x = frand((size_t)N * C, 1), *w = frand((size_t)OC * C, 1), *b = frand(OC, 1), *dout = frand((size_t)N * OC, 1);
+    floatX *xx = TX(x, (size_t)N * C), *xw = TX(w, (size_t)OC * C), *xb = TX(b, OC), *xd = TX(dout, (size_t)N * OC);
+    floatX* out[2];
+    floatX *dinp[2], *dw[3], *db[3];
+    for (int k = 0; k < 2; k++) {
+        out[k] = (floatX*)calloc((size_t)N * OC, sizeof(floatX));
+        dinp[k] = (floatX*)calloc((size_t)N * C, sizeof(floatX));
+    }
+    for (int k = 0; k < 3; k++) {
+        dw[k] = (floatX*)calloc((size_t)OC * C, sizeof(floatX));
+        db[k] = (floatX*)calloc(OC, sizeof(floatX));
+    }
+    int nth = cpu_num_threads();
+    cpu_inv_T = T;
+    matmul_forward(out[0], xx, xw, xb, N, C, OC);
+    matmul_backward(dinp[0], dw[0], db[0], xd, xx, xw, N, C, OC);
+    double *xdd = dup_d(x, (size_t)N * C), *wdd = dup_d(w, (size_t)OC * C), *bdd = dup_d(b, OC), *ddd = dup_d(dout, (size_t)N * OC);
+    double *ro = dzeros((size_t)N * OC), *rdx = dzeros((size_t)N * C), *rdw = dzeros((size_t)OC * C), *rdb = dzeros(OC);
+    ref_matmul_fwd(ro, xdd, wdd, bdd, N, C, OC);
+    ref_matmul_bwd(rdx, rdw, rdb, ddd, xdd, wdd, N, C, OC);
+    float *fo = fnan((size_t)N * OC), *fdx = fnan((size_t)N * C), *fdw = fnan((size_t)OC * C), *fdb = fnan(OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++) fo[i] = ldx(out[0][i]);
+    for (size_t i = 0; i < (size_t)N * C; i++) fdx[i] = ldx(dinp[0][i]);
+    for (size_t i = 0; i < (size_t)OC * C; i++) fdw[i] = ldx(dw[0][i]);
+    for (int i = 0; i < OC; i++) fdb[i] = ldx(db[0][i]);
+    snprintf(name, sizeof name, "invariant matmul_forward T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fo, ro, (size_t)N * OC, TOL);
+    snprintf(name, sizeof name, "invariant dinp T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fdx, rdx, (size_t)N * C, TOL);
+    /* bf16: every leaf and node of the tree is rounded (log2(B) + 2
+       roundings on a path, of partial sums up to the leaves' size): a bound
+       of (log2(B) + 2) 2^-7 max|ref|; fp32: the usual tolerance */
+    double ttol = TOL;
+#ifdef LLMC_BF16
+    int lv = 0;
+    while ((1 << lv) < B) lv++;
+    ttol = (lv + 2) * ldexp(1.0, -7);
+#endif
+    snprintf(name, sizeof name, "invariant dweight T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fdw, rdw, (size_t)OC * C, ttol);
+    snprintf(name, sizeof name, "invariant dbias T%d B%d C%d OC%d", T, B, C, OC);
+    check(name, fdb, rdb, OC, ttol);
+    if ((B & (B - 1)) == 0 && B >= 2) {
+        omp_set_num_threads(1);
+        for (int h = 0; h < 2; h++) {
+            matmul_forward(out[1] + (size_t)h * H * OC, xx + (size_t)h * H * C, xw, xb, H, C, OC);
+            matmul_backward(dinp[1] + (size_t)h * H * C, dw[1 + h], db[1 + h], xd + (size_t)h * H * OC, xx + (size_t)h * H * C, xw, H, C, OC);
+        }
+        omp_set_num_threads(nth);
+        for (size_t i = 0; i < (size_t)OC * C; i++) dw[1][i] = stx(ldx(dw[1][i]) + ldx(dw[2][i]));
+        for (int i = 0; i < OC; i++) db[1][i] = stx(ldx(db[1][i]) + ldx(db[2][i]));
+        snprintf(name, sizeof name, "invariant T%d B%d C%d OC%d: forward and dinp rows = 2 x B/2 on 1 thread", T, B, C, OC);
+        check_true(name, same_bits(out[0], out[1], (size_t)N * OC) && same_bits(dinp[0], dinp[1], (size_t)N * C));
+        snprintf(name, sizeof name, "invariant T%d B%d C%d OC%d: dweight, dbias = the halves' sum", T, B, C, OC);
+        check_true(name, same_bits(dw[0], dw[1], (size_t)OC * C) && same_bits(db[0], db[1], OC));
+    }
+    cpu_inv_T = 0;
+    for (int k = 0; k < 2; k++) { free(out[k]); free(dinp[k]); }
+    for (int k = 0; k < 3; k++) { free(dw[k]); free(db[k]); }
+    DX(xx); DX(xw); DX(xb); DX(xd);
+    free(x); free(w); free(b); free(dout); free(xdd); free(wdd); free(bdd); free(ddd); free(ro); free(rdx); free(rdw); free(rdb);
+    free(fo); free(fdx); free(fdw); free(fdb);
+}
+
 static void test_attention(int B, int T, int C, int NH) {
     char name[96];
     size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
@@ -723,6 +797,93 @@ static void test_sum_squares(size_t n) {
     free(x);
 }
 
+/* --invariant 1's grad norm parts (global_norm.h max_square,
+   sum_squares_fixed): bit for bit what the first, scalar versions gave
+   (kept here as the reference), on random data at several magnitudes and
+   on the edge cases: zeros only, denormals, the largest floats, squares
+   just below the grid's 2^31, odd lengths, and a NaN or an infinity
+   anywhere (max_square: NaN). Split into pieces at arbitrary points, the
+   integer sums add up to the whole's (the order does not matter). */
+static double ref_max_square(const floatX* x, size_t n) {
+    double m = 0.0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = ldx(x[i]);
+        bad |= !isfinite(v);
+        double s = (double)v * (double)v;
+        m = s > m ? s : m;
+    }
+    return bad ? NAN : m;
+}
+static void ref_sum_squares_fixed(const floatX* x, size_t n, double scale, unsigned long long* hi, unsigned long long* lo) {
+    unsigned long long h = 0, l = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v = (double)ldx(x[i]);
+        double y = v * v * scale;
+        unsigned long long yi = (unsigned long long)y;
+        h += yi;
+        l += (unsigned long long)((y - (double)yi) * 2147483648.0);
+    }
+    *hi += h; *lo += l;
+}
+static void check_norm_parts(const char* what, const floatX* x, size_t n) {
+    char name[160];
+    double m0 = ref_max_square(x, n), m1 = max_square(x, n);
+    int same = (isnan(m0) && isnan(m1)) || (!isnan(m0) && !isnan(m1) && memcmp(&m0, &m1, sizeof m0) == 0);
+    snprintf(name, sizeof name, "max_square %s n%zu: %.17g as the reference %.17g", what, n, m1, m0);
+    check_true(name, same);
+    if (isnan(m0) || m0 == 0.0) return;
+    double scale = ldexp(1.0, 30 - ilogb(m0));   /* as zero_grad_norm */
+    unsigned long long h0 = 0, l0 = 0, h1 = 0, l1 = 0, h2 = 0, l2 = 0;
+    ref_sum_squares_fixed(x, n, scale, &h0, &l0);
+    sum_squares_fixed(x, n, scale, &h1, &l1);
+    size_t cut[3] = {n / 3, n / 3 + 17 < n ? n / 3 + 17 : n, n};
+    size_t a = 0;
+    for (int k = 0; k < 3; k++) { sum_squares_fixed(x + a, cut[k] - a, scale, &h2, &l2); a = cut[k]; }
+    snprintf(name, sizeof name, "sum_squares_fixed %s n%zu: hi %llu lo %llu as the reference, and in 3 pieces", what, n, h1, l1);
+    check_true(name, h0 == h1 && l0 == l1 && h2 == h1 && l2 == l1);
+}
+static void test_norm_parts(void) {
+    const size_t n = 100003;
+    floatX* x = (floatX*)malloc(n * sizeof(floatX) + 16);
+    const double mags[4] = {1.0, 1e-3, 1e-30, 1e30};
+    for (int k = 0; k < 4; k++) {
+        for (size_t i = 0; i < n; i++) x[i] = stx((float)(urand() * mags[k] * (i % 7 == 0 ? 1e-6 : 1.0)));
+        char w[32];
+        snprintf(w, sizeof w, "random x %g", mags[k]);
+        check_norm_parts(w, x, n);
+        check_norm_parts("odd length", x + 1, 37);
+    }
+    for (size_t i = 0; i < n; i++) x[i] = stx(0.0f);
+    check_norm_parts("zeros", x, n);
+    x[5] = stx(-0.0f);
+    check_norm_parts("zeros and -0", x, n);
+    /* denormals (fp32: below 2^-126; bf16 has the same exponent range) */
+    for (size_t i = 0; i < n; i++) x[i] = stx((float)(urand() * 1e-39));
+    check_norm_parts("denormals", x, n);
+    x[7] = stx(1e-45f);
+    check_norm_parts("denormals and the smallest", x, 9);
+    /* the largest floats: the squares reach 2^256 */
+    for (size_t i = 0; i < n; i++) x[i] = stx((float)(urand() * 3e38));
+    x[11] = stx(-3.38e38f);   /* bf16: FLT_MAX would round to inf */
+    check_norm_parts("largest", x, n);
+    /* squares just below the grid's 2^31 (every element near the max) */
+    for (size_t i = 0; i < n; i++) x[i] = stx((float)(1.0 - 1e-7 * (i % 5)));
+    check_norm_parts("near the max", x, n);
+    /* not finite anywhere: NaN from max_square */
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    const size_t at[3] = {0, n / 2, n - 1};
+    for (int b = 0; b < 3; b++)
+        for (int k = 0; k < 3; k++) {
+            for (size_t i = 0; i < n; i++) x[i] = stx((float)urand());
+            x[at[k]] = stx(bad[b]);
+            char w[48];
+            snprintf(w, sizeof w, "%s at %zu", b == 0 ? "NaN" : b == 1 ? "+inf" : "-inf", at[k]);
+            check_norm_parts(w, x, n);
+        }
+    free(x);
+}
+
 static void test_adamw(size_t n, int with_master) {
     char name[96];
     float *p = frand(n, 1), *g = frand(n, 0.1), *m = frand(n, 0.01), *v = frand(n, 0.001);
@@ -909,6 +1070,11 @@ int main(int argc, char** argv) {
     test_classifier(3, 2051, 2051, 1.0);
     test_sum_squares(37);
     test_sum_squares(1000003);
+    test_norm_parts();
+    test_invariant_matmul(24, 4, 100, 300);   /* 8-row tiles, ragged tile edges, T not a multiple of 8 */
+    test_invariant_matmul(64, 2, 272, 70);
+    test_invariant_matmul(16, 8, 64, 520);    /* 8 sequences: the one-pass tree of 8 and of 4 */
+    test_invariant_matmul(32, 3, 48, 40);     /* 3: the binary counter */
     test_adamw(1001, 1);
     test_adamw(1001, 0);
     /* several panels per thread in the bf16 program's fp32 path (long K) */
