@@ -281,6 +281,10 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
              list, list[0] && !recv ? " did not take this rank's data" : "", w->timeout_s, hint);
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
+    /* the launcher's SIGTERM finds the other thread still waiting later: its
+       notice (comm_notice_signal) must not replace this record, which names
+       the cause, by one that says only "SIGTERM" */
+    __atomic_store_n(&w->signal_reported, 1, __ATOMIC_SEQ_CST);
     flight_dump("collective timeout", line, comm_my_node(), w->step);
     if (comm_rescue_hook) comm_rescue_hook(waited);
     comm_wait_keepalive(waited);

@@ -25,7 +25,9 @@ RUN=(./train_gpt_cpu -i "data/brown/brown_train_*.bin" -v 0 -s 0 -e d2 -b 1 -t 3
 hang() { # out np hang-spec -o dir [env...]: a run whose ranks stop at step 3; prints exit code and seconds
   local out=$1 np=$2 spec=$3 dir=$4; shift 4
   local t0; t0=$(date +%s.%N)
-  timeout 150 $MPIRUN -np "$np" -x LLMC_TEST_HANG="$spec" "$@" "${RUN[@]}" -o "$dir" > "$out" 2>&1
+  # odls_base_sigkill_timeout 10: the hung (not silent) rank writes its dump on mpirun's SIGTERM before
+  # the SIGKILL; Open MPI's default 1 s lost it under load (a busy loop on each core: 1 dump of the 4-rank run)
+  timeout 150 $MPIRUN -np "$np" --mca odls_base_sigkill_timeout 10 -x LLMC_TEST_HANG="$spec" "$@" "${RUN[@]}" -o "$dir" > "$out" 2>&1
   local rc=$?
   echo "$rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
 }
