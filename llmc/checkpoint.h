@@ -277,6 +277,18 @@ static inline void cfile_write(CollectiveFile* f, const void* p, size_t n, long 
         set_err(f->err, ERRLEN, "writing %s %s failed on rank %d (%s)", f->what, f->tmp, f->c->rank, strerror(errno));
 }
 
+/* fsync the directory that holds `path` (its last '/' or "."): makes a
+   rename or link into it durable. Errors are ignored (a directory some file
+   systems will not open or sync loses only that durability). */
+static inline void fsync_parent_dir(const char* path) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash) { if (slash == dir) slash[1] = 0; else *slash = 0; } else snprintf(dir, sizeof(dir), ".");
+    int dfd = open(dir, O_RDONLY);
+    if (dfd >= 0) { fsync(dfd); close(dfd); }
+}
+
 /* A rescue's commit (CkptWriters): every member fsyncs; when all did,
    group rank 0 links PATH.tmp.gK to PATH (EEXIST: published already, by
    another group or an earlier write of the same step: the same bytes) and
@@ -298,12 +310,7 @@ static inline void cfile_commit_rescue(CollectiveFile* f) {
             else set_err(f->err, ERRLEN, "cannot link %s to %s (%s)", f->tmp, f->path, strerror(errno));
         }
         unlink(f->tmp);
-        char dir[4096];
-        snprintf(dir, sizeof(dir), "%s", f->path);
-        char* slash = strrchr(dir, '/');
-        if (slash) { if (slash == dir) slash[1] = 0; else *slash = 0; } else snprintf(dir, sizeof(dir), ".");
-        int dfd = open(dir, O_RDONLY);
-        if (dfd >= 0) { fsync(dfd); close(dfd); }
+        fsync_parent_dir(f->path);
     }
     intr_unwatch(f->watch);
     f->watch = -1;
@@ -356,13 +363,7 @@ static inline void cfile_commit(CollectiveFile* f) {
             set_err(f->err, ERRLEN, "cannot rename %s to %s (%s)", f->tmp, f->path, strerror(errno));
             unlink(f->tmp);
         } else {
-            /* make the rename durable: fsync the directory */
-            char dir[4096];
-            snprintf(dir, sizeof(dir), "%s", f->path);
-            char* slash = strrchr(dir, '/');
-            if (slash) { if (slash == dir) slash[1] = 0; else *slash = 0; } else snprintf(dir, sizeof(dir), ".");
-            int dfd = open(dir, O_RDONLY);
-            if (dfd >= 0) { fsync(dfd); close(dfd); }
+            fsync_parent_dir(f->path);   /* make the rename durable */
         }
     }
     intr_unwatch(f->watch);
