@@ -376,8 +376,9 @@ static inline float* cpu_thread_scratch(size_t n) {
 /* cpu_inv_T: 0 = off; else the rows per sequence (T) of the kernels' row
    dimension (N = B*T). Set once at start-up (backend_set_invariant). Then:
    - every product (matmul forward, dinp) runs on fixed tiles of
-     CPU_INV_ROWS(T) rows x CPU_INV_COLS columns, one single-threaded BLAS
-     call per tile, so a row's bits depend neither on B nor on the thread
+     cpu_inv_rows(T) rows x cpu_inv_cols(OC) columns (the fp32 program;
+     the bf16 program's: CPU_INV_COLS), one single-threaded BLAS call per
+     tile, so a row's bits depend neither on B nor on the thread
      count;
    - every sum over rows (dweight, dbias, LayerNorm's dweight and dbias) is
      one sum per sequence (its T rows in order), then a pairwise tree over
@@ -390,6 +391,17 @@ static int cpu_inv_T = 0;
    the identity in the fp32 program */
 static inline float cpu_inv_round(float x) { return ldx(stx(x)); }
 #define CPU_INV_COLS 256
+/* the fp32 program's column tile of an invariant product with OC output
+   columns: OC split into ceil(OC / 512) tiles of equal width, rounded up
+   to 16 columns (GPT-2's C = 384: one tile of 384, not 256 + 128, which
+   left a thin tile and one thread idle at its end: on a 2-core AMD EPYC
+   Zen 3, 2 threads, d6's qkv, fc and LM-head dinp products at B*T = 1024
+   took 1.30-1.35x one whole sgemm, now 0.87-1.01x). A function of OC alone, so the tiles
+   are the same at every layout. */
+static inline int cpu_inv_cols(int OC) {
+    int nt = (OC + 511) / 512, cw = (OC + nt - 1) / nt;
+    return (cw + 15) / 16 * 16;
+}
 /* the row tile: the largest power of two <= 64 that divides T (tiles never
    cross a sequence, so their shapes do not depend on B) */
 static inline int cpu_inv_rows(int T) { int r = 64; while (r > 1 && T % r) r /= 2; return r; }

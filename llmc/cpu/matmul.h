@@ -811,7 +811,7 @@ static inline unsigned long long cpu_gemm_copy_bytes(void) {
 
 /* out (N,OC) = inp (N,C) @ weight (OC,C)^T [+ bias] (beta = 0: overwrite,
    1: accumulate into out) on fixed tiles of cpu_inv_rows(T) rows x
-   CPU_INV_COLS columns, one single-threaded sgemm per tile: a row's bits do
+   cpu_inv_cols(OC) columns, one single-threaded sgemm per tile: a row's bits do
    not depend on N (= B*T) or on the thread count. The tiles run column
    block by column block (the block's weights stay in cache over its row
    tiles). tb: weight stored (OC,C) (1) or (C,OC) (0, the dinp product:
@@ -819,10 +819,10 @@ static inline unsigned long long cpu_gemm_copy_bytes(void) {
 static inline void cpu_inv_rows_gemm(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                                      int tb, float beta) {
     cpu_blas_init();
-    int R = cpu_inv_rows(cpu_inv_T), nr = N / R, nc = (OC + CPU_INV_COLS - 1) / CPU_INV_COLS;
+    int R = cpu_inv_rows(cpu_inv_T), nr = N / R, tc = cpu_inv_cols(OC), nc = (OC + tc - 1) / tc;
 #pragma omp parallel for schedule(static)
     for (int k = 0; k < nr * nc; k++) {
-        int c0 = (k / nr) * CPU_INV_COLS, i0 = (k % nr) * R, cw = OC - c0 < CPU_INV_COLS ? OC - c0 : CPU_INV_COLS;
+        int c0 = (k / nr) * tc, i0 = (k % nr) * R, cw = OC - c0 < tc ? OC - c0 : tc;
         float* o = out + (size_t)i0 * OC + c0;
         float b = beta;
         if (bias) { for (int i = 0; i < R; i++) memcpy(o + (size_t)i * OC, bias + c0, sizeof(float) * cw); b = 1.0f; }
