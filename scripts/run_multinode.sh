@@ -78,6 +78,23 @@ launcher+=(-np "$NP" --hostfile "$HOSTFILE" --map-by "ppr:$PER_NODE:node" --bind
 for kv in oob_tcp_keepalive_time=5 oob_tcp_keepalive_intvl=2 oob_tcp_keepalive_probes=5 odls_base_sigkill_timeout=10; do
   v=OMPI_MCA_${kv%%=*}; [ -n "${!v:-}" ] || launcher+=(--mca "${kv%%=*}" "${kv#*=}")
 done
+# ELASTIC=1 with --shard-group (HSDP): the survivors of a lost node time out
+# in their collective (--collective-timeout, 60 s unless given) and then
+# write the checkpoint of their last step (llmc/rescue.h); mpirun SIGKILLs
+# them twice the kill delay after it hears of the loss (at once when the
+# node's daemon dies), so a kill delay (this script's or the environment's)
+# below (timeout + 20 s) / 2 is raised to it, with one line: the SIGKILL
+# then comes 20 s after the timeout at the earliest, time for the write.
+if [ "${ELASTIC:-0}" = 1 ] && printf '%s\n' "$@" | grep -qx -- --shard-group; then
+  ct=60; prev=""; for a in "$@"; do [ "$prev" = --collective-timeout ] && ct=$a; prev=$a; done
+  ct=${ct%%.*}; [[ "$ct" =~ ^[0-9]+$ ]] || ct=60
+  kd=${OMPI_MCA_odls_base_sigkill_timeout:-10}; need=$(( (ct + 21) / 2 ))
+  if [ "$ct" -gt 0 ] && [[ "$kd" =~ ^[0-9]+$ ]] && [ "$need" -gt "$kd" ]; then
+    for i in "${!launcher[@]}"; do [ "${launcher[$i]}" = odls_base_sigkill_timeout ] && launcher[$((i + 1))]=$need; done
+    [ -n "${OMPI_MCA_odls_base_sigkill_timeout:-}" ] && launcher+=(--mca odls_base_sigkill_timeout "$need")
+    [ "${DRYRUN:-0}" = 1 ] || echo "elastic: --shard-group: mpirun's kill delay raised from $kd to $need s, so that the survivors of a lost node can write their checkpoint after the $ct s collective timeout (docs/faults.md)" >&2
+  fi
+fi
 if [ "$CPU" = 1 ]; then
   [ -n "${OMP_NUM_THREADS:-}" ] && launcher+=(-x OMP_NUM_THREADS)
 else

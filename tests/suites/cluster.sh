@@ -204,6 +204,9 @@ expect_cmd "multinode GPU command" "mpirun $root -np 16 --hostfile hosts.txt --m
   env -u NCCL_SOCKET_IFNAME -u NCCL_IB_HCA DRYRUN=1 HOSTFILE=hosts.txt bash scripts/run_multinode.sh -e d48
 expect_cmd "multinode CPU command" "mpirun $root -np 4 --hostfile hosts.txt --map-by ppr:2:node --bind-to none $faults -x OMP_NUM_THREADS ./train_gpt_cpu -z 2 -b 8 -t 128 -x 500 -e d4" \
   env DRYRUN=1 HOSTFILE=hosts.txt CPU=1 NODES=2 PER_NODE=2 ZERO=2 OMP_NUM_THREADS=1 bash scripts/run_multinode.sh -e d4
+# ELASTIC=1 with --shard-group: the kill delay leaves the survivors 20 s after the collective timeout for their checkpoint
+expect_cmd "multinode elastic HSDP command (kill delay (60 + 20) / 2 s)" "mpirun $root -np 4 --hostfile hosts.txt --map-by ppr:2:node --bind-to none ${faults% 10} 40 -x OMP_NUM_THREADS ./train_gpt_cpu -z 3 -b 8 -t 128 -d 4096 -x 500 -e d4 --shard-group 2 -o out" \
+  env DRYRUN=1 HOSTFILE=hosts.txt CPU=1 NODES=2 PER_NODE=2 ZERO=3 ELASTIC=1 OMP_NUM_THREADS=1 bash scripts/run_multinode.sh -e d4 --shard-group 2 -o out
 expect_cmd "1-node CPU command" "mpirun $root --mca odls_base_sigkill_timeout 10 -np 2 --oversubscribe --bind-to none ./train_gpt_cpu -z 1 -b 8 -t 128 -x 500" \
   env DRYRUN=1 CPU=1 bash scripts/run_1node.sh
 # the trainer parses the flags the slurm script generates (--estimate: no data, no run)

@@ -30,7 +30,11 @@
 #     continues from it ("... from checkpoint S (written by the survivors;
 #     ..."), and checkpoint S is cmp-equal to the one an uninterrupted
 #     4-rank run writes at S (-n S), and checkpoint 20 to that run's S
-#     resumed on 2 ranks, the surviving layout.
+#     resumed on 2 ranks, the surviving layout;
+#  5. (only when ELASTIC_CASES names it: about 3 min more) HSDP on a
+#     hostfile at the default --collective-timeout (60 s): the launcher's
+#     kill delay of (60 + 20) / 2 s leaves the survivors the time to write
+#     checkpoint S before mpirun's SIGKILL, and the relaunch goes on from it.
 # ELASTIC_CASES (default 1234) runs some of them.
 # The model is make train's d2 at 64 channels (quick steps).
 # Every wait is bounded. Needs root, namespaces and (2.) Slurm; else skipped.
@@ -238,6 +242,32 @@ else
   compare_final "$tmp/hf" 30 "hostfile"
 fi
 $CL link $NAME-node1 up > /dev/null
+fi
+# --- 5. (not in the default ELASTIC_CASES: about 3 min) HSDP on a hostfile at the default collective
+# timeout: run_multinode.sh ELASTIC=1 raises mpirun's kill delay to (60 + 20) / 2 s, so the survivors
+# time out at 60 s and write their checkpoint before mpirun's SIGKILL (with the kill delay of 10 s
+# they were killed first and the relaunch went on from the periodic checkpoint)
+if want 5; then
+  H5=("${SMALL[@]}" -i "data/brown/brown_train_*.bin" -v 0 -s 0 --shard-group 2)
+  out=$tmp/hf5.out
+  kd=$(HOSTFILE=$($CL hostfile) CPU=1 NODES=2 PER_NODE=2 ELASTIC=1 DRYRUN=1 bash scripts/run_multinode.sh "${H5[@]}" -o x | grep -o 'odls_base_sigkill_timeout [0-9]*' | cut -d' ' -f2)
+  HOSTFILE=$($CL hostfile) CPU=1 NODES=2 PER_NODE=2 ZERO=3 B=2 T=64 TOTAL=512 STEPS=20 ELASTIC=1 \
+    timeout 500 bash scripts/run_multinode.sh "${H5[@]}" -n 10 -o "$tmp/hf5" > "$out" 2>&1 &
+  job=$!
+  if ! wait_line "$out" "^step +12/" 240; then bad "hostfile hsdp: the run never reached step 12"; tail -5 "$out"
+  else
+    t0=$(now); $CL link $NAME-node1 down > /dev/null
+    nxt=$(next_step_after_cut "$out" "$t0" 400)
+    wait "$job"; rc=$?
+    S=$(sed -n 's/^rescue: wrote checkpoint \([0-9][0-9]*\) .*/\1/p' "$out" | head -1)
+    ev=$(grep "^elastic: lost" "$out")
+    if [ $rc = 0 ] && [ -n "$S" ] && [ "$S" -ge 12 ] && [ "$S" -le 14 ] \
+       && echo "$ev" | grep -qE "^elastic: lost $NAME-node1 at step 1[2-9]; continuing on 1 node \(2 ranks\) from checkpoint $S \(written by the survivors; " \
+       && grep -q "^elastic: completed on 1 node (2 ranks) after 1 relaunch$" "$out" && [ -f "$tmp/hf5/state_00000020.bin" ]; then
+      ok "hostfile hsdp: default --collective-timeout 60, kill delay ${kd:-?} s: the survivors wrote checkpoint $S ($(grep -m1 '^rescue: wrote' "$out" | sed 's/.* in \([0-9.]* s\), \([0-9.]* s\) after.*/in \1, \2 after its collective began/')); '$ev'; completed with checkpoint 20; from the cut to the next step: ${nxt:-?} s"
+    else bad "hostfile hsdp: exit $rc, rescue '${S:-none}': $(grep -E '^(elastic|rescue)' "$out")"; grep -E "^error|SIGTERM|SIGKILL|Killed" "$out" | head -5; fi
+  fi
+  $CL link $NAME-node1 up > /dev/null
 fi
 $CL down > /dev/null 2>&1; UP=0
 summary
