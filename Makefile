@@ -28,7 +28,7 @@ DNNL_HEADER := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
 KERNELS_ID := $(shell { cat $(sort $(wildcard llmc/cpu/*.h)); echo '$(CFLAGS)'; $(MPICC) --version 2>/dev/null | head -1; } | md5sum | cut -c1-16)
 CFLAGS_BF16 = $(CFLAGS) -DLLMC_BF16 -DLLMC_USE_DNNL -DLLMC_KERNELS_ID='"$(KERNELS_ID)"' -std=gnu11 -fopenmp -Wall -Wextra -Wno-unused-function -Wno-unused-parameter -I.
 LIBS_BF16 = -ldnnl -lm
-HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h) $(wildcard llmc/zero/*.h)
+HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/cpu/*.h) $(wildcard llmc/zero/*.h) $(wildcard llmc/run/*.h)
 PY = /usr/bin/python3
 # Open MPI's settings for faults (docs/faults.md), on every launch: mpirun
 # declares a node's daemon lost 5 + 5 x 2 = 15 s at most after its link is
@@ -56,19 +56,25 @@ TABLE_STEPS ?= 4
 FUZZ_SECONDS ?= 15
 TABLE_MODEL ?= -e d6 -b 4 -t 256
 
-.PHONY: all help train test deps data ref docs compare check-model bench bench-offload zero-table cluster-bench fit-demo bench-recompute zeropp-accuracy plots clean sanitize fuzz _dnnl-headers
+.PHONY: all help train test check deps data ref docs compare check-model bench bench-offload zero-table cluster-bench fit-demo bench-recompute zeropp-accuracy plots clean sanitize fuzz _dnnl-headers
 
 all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/train_gpt_cpu.workspace build/fit/train_gpt_cpu_bf16.matmul build/fit/train_gpt_cpu_bf16.workspace
 
 # the fit check's training workspace of each program, measured once per build (llmc/fit.h)
+# at the default thread count (all cores) and at 1 thread (.threads1.workspace:
+# every rank of a multi-rank run on 2 cores; the libraries keep per-thread memory)
 build/fit/%.workspace: %
-	@./$< --calibrate-workspace
+	@env -u OMP_NUM_THREADS ./$< --calibrate-workspace
+	@[ "$$(nproc)" -le 1 ] || OMP_NUM_THREADS=1 ./$< --calibrate-workspace
 # the bf16 matmul paths of this CPU and build, measured once per build
-# (./train_gpt_cpu_bf16 --calibrate-matmul; llmc/cpu/matmul_choice.h); the
-# test program reads the same file; a provisional file (measured at a
-# start-up, not by --calibrate-matmul) is calibrated again
-build/fit/train_gpt_cpu_bf16.matmul: train_gpt_cpu_bf16 $(if $(shell grep -qs '^provisional 1' build/fit/train_gpt_cpu_bf16.matmul && echo y),_force) | build/fit/train_gpt_cpu.workspace
-	@./train_gpt_cpu_bf16 --calibrate-matmul
+# (./train_gpt_cpu_bf16 --calibrate-matmul; llmc/cpu/matmul_choice.h) at
+# the default thread count (all cores) and at 1 thread (.threads1.matmul:
+# every rank of a multi-rank run on 2 cores), so that no run measures them
+# at its start; the test program reads the same files; a provisional file
+# (measured at a start-up, not by --calibrate-matmul) is calibrated again
+build/fit/train_gpt_cpu_bf16.matmul: train_gpt_cpu_bf16 $(if $(shell grep -qs '^provisional 1' build/fit/train_gpt_cpu_bf16.matmul build/fit/train_gpt_cpu_bf16.threads1.matmul && echo y),_force) | build/fit/train_gpt_cpu.workspace
+	@env -u OMP_NUM_THREADS ./train_gpt_cpu_bf16 --calibrate-matmul
+	@[ "$$(nproc)" -le 1 ] || OMP_NUM_THREADS=1 ./train_gpt_cpu_bf16 --calibrate-matmul
 .PHONY: _force
 _force:
 # one at a time, even under make -j: two trainers starting together reach a
@@ -80,6 +86,7 @@ help:
 	@echo "targets:"
 	@echo "  make train       train the default GPT on the CPU (installs packages, prepares the Brown corpus, builds)"
 	@echo "  make test        every check a CPU machine can run (what CI runs); last line 'N passed, M failed'"
+	@echo "  make check       the quick inner loop (1-2 min): unit suites, a short run of each program, stage 3 at 2 ranks"
 	@echo "  make all         the four CPU programs: ./train_gpt_cpu ./test_gpt_cpu (fp32), ./train_gpt_cpu_bf16 ./test_gpt_cpu_bf16 (the default target),"
 	@echo "                   and build/fit/: each program's workspace, the bf16 matmul paths measured on this CPU"
 	@echo "  make zero-table  the ZeRO stage table of the README: memory, wire bytes, ms/step per stage on 2 and 4 ranks"
@@ -123,6 +130,10 @@ help:
 
 # the CUDA build: make cuda (./train_gpt ./test_gpt), make cuda-dev (dev/cuda kernel checks)
 include cuda.mk
+# the emulated CUDA device: make emu, make emu-asan (tests/cuda_emu)
+include tests/cuda_emu/emu.mk
+# the C unit tests (build/test_*; tests/run.sh builds them through it): make unit-tests
+include tests/unit/unit.mk
 
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(MPICC) $(CFLAGS_ALL) -x c train_gpt.cu -o $@ $(LIBS)
@@ -163,6 +174,14 @@ train: deps data
 test: deps data ref
 	@$(MAKE) --no-print-directory all
 	bash tests/run.sh
+
+# the inner loop (about 1-2 minutes): the unit suites, a short run of each
+# program, stage 3 at 2 ranks; the same last line as make test
+# (docs/testing.md: what it leaves out)
+check: deps data
+	@[ -f data/ref/odd_debug_state.bin ] || $(MAKE) --no-print-directory ref
+	@$(MAKE) --no-print-directory all
+	bash tests/run.sh --quick
 
 # compare runs (their -o directories): RUNS="A B ..." [PLOT=overlay.png] [COMPARE_ARGS="--tol 1e-5"]
 RUNS ?=

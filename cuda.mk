@@ -1,6 +1,6 @@
 # cuda.mk: the CUDA build (nvcc, cuBLASLt, NCCL, MPI). Builds ./train_gpt and
 # ./test_gpt from the same train_gpt.cu / test_gpt.cu as the CPU build; only
-# the backend header differs (llmc/cuda/backend.cuh under __CUDACC__).
+# the backend header differs (llmc/cuda/backend.cuh under LLMC_CUDA: nvcc, or the emulated device of tests/cuda_emu).
 #
 #   make cuda                      (when included from the Makefile)
 #   make -f cuda.mk cuda           (standalone)
@@ -74,7 +74,7 @@ CUDA_INCLUDES = -I. $(CUDA_MPI_INC) -I$(CUDA_NCCL_INCDIR) $(filter-out -I$(CUDA_
 CUDA_BLAS_LIBS = -L$(CUDA_CUBLAS_LIBDIR) -lcublasLt -lcublas -Xlinker -rpath=$(CUDA_CUBLAS_LIBDIR)
 CUDA_LIBS = $(CUDA_NCCL_LIBS) $(CUDA_BLAS_LIBS) $(CUDA_MPI_LIBS) \
             $(if $(strip $(CUDA_MPI_OTHER)),-Xcompiler $(subst $(_cuda_space),$(_cuda_comma),$(strip $(CUDA_MPI_OTHER))),)
-CUDA_HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/zero/*.h) $(wildcard llmc/cuda/*.cuh) $(wildcard llmc/mpi_stub/*.h)
+CUDA_HEADERS = $(wildcard llmc/*.h) $(wildcard llmc/zero/*.h) $(wildcard llmc/run/*.h) $(wildcard llmc/cuda/*.cuh) $(wildcard llmc/mpi_stub/*.h)
 CUDA_FLAGS_FILE = build/cuda_flags.txt
 
 .PHONY: cuda cuda-dev cuda-test cuda-clean cuda-config _cuda_force

@@ -24,7 +24,12 @@
         and the bytes moved between tiers must equal the plan's.
  Prints one line per check and "N passed, M failed"; exit 1 if any failed.
 */
-#ifdef __CUDACC__
+/* LLMC_CUDA selects the CUDA build: set here under nvcc; the emulated device
+   (tests/cuda_emu, make emu) compiles this file with g++ and -DLLMC_CUDA */
+#if defined(__CUDACC__) && !defined(LLMC_CUDA)
+#define LLMC_CUDA 1
+#endif
+#ifdef LLMC_CUDA
 #include "llmc/cuda/backend.cuh"
 #else
 #include "llmc/cpu/backend.h"
@@ -34,7 +39,7 @@
 #include "llmc/gpt.h"
 #include "llmc/checkpoint.h"
 
-#if defined(__CUDACC__) || defined(LLMC_BF16)
+#if defined(LLMC_CUDA) || defined(LLMC_BF16)
 /* The bf16 programs (CUDA, and the CPU program built with -DLLMC_BF16, which
    rounds at the same points, see the llmc/cpu headers) against the float64
    reference. bf16 keeps 8 significant bits: unit roundoff u = 2^-8 = 3.9e-3
@@ -107,12 +112,12 @@ static int tflag_offload(void* p, const char* f, const char* v, char* err, size_
     TestArgs* a = (TestArgs*)p;
     (void)f;
     if (!strcmp(v, "none")) { a->offload = OFFLOAD_NONE; return 0; }
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
     if (!strcmp(v, "host")) { a->offload = OFFLOAD_HOST; return 0; }
 #endif
     if (!strncmp(v, "disk:", 5) && v[5]) { a->offload = OFFLOAD_DISK; a->offload_dir = v + 5; return 0; }
     return set_err(err, errlen, "--offload-optimizer '%s' must be none, disk:DIR%s", v,
-#ifdef __CUDACC__
+#ifdef LLMC_CUDA
                    " or host"
 #else
                    ""

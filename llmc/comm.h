@@ -32,6 +32,7 @@
 #include "interrupt.h"
 #include "flight.h"
 #include "comm_watch.h"   /* the waits of every collective (timeouts, arrivals, signals): below the process group, never above it */
+#include "comm_straggler.h"   /* --straggler-report over the waits comm_watch.h records */
 
 typedef struct {
     int rank, world_size;       /* in MPI_COMM_WORLD */
@@ -173,6 +174,7 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     c->thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+    comm_lost_peer_install();   /* Open MPI's "peer hung up" ends a collective's wait at once (comm_watch.h) */
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->world_size);
     MPI_Comm local;
@@ -295,13 +297,37 @@ static inline void comm_finalize(Comm* c) {
 /* Collective error check: every rank passes its own error message (NULL or
    "" when fine). If any rank failed, the lowest failing rank prints its
    message as one line "error: ..." on stderr and EVERY rank exits with code 1
-   after MPI_Finalize. Must be reached by all ranks (it is a collective). */
+   after MPI_Finalize. Must be reached by all ranks (it is a collective).
+   Under the collective timeout like every collective (comm_watch.h); up to
+   COMM_CHECK_PEERS_MAX ranks its timeout names the ranks that never
+   answered. */
+#define COMM_CHECK_PEERS_MAX 256
 static inline void comm_check_all(Comm* c, const char* err) {
     int mine = (err && err[0]) ? c->rank : c->world_size;
     int first = c->world_size;
-    MPI_Request req;
-    MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
-    comm_wait_request(&req, 0, comm_ctx_what ? comm_ctx_what : "the error check (an all-reduce over every rank)");
+    const char* what = comm_ctx_what ? comm_ctx_what : "the error check (an all-reduce over every rank)";
+    const int n = c->world_size, r = c->rank;
+    if (n > 1 && n <= COMM_CHECK_PEERS_MAX) {
+        /* up to COMM_CHECK_PEERS_MAX ranks: one int to and from every peer
+           (tag 713), so that a timeout names the ranks whose answer never
+           came (hostcoll_wait_peers), as the collectives' timeouts do; the
+           minimum over all is MPI_MIN's */
+        int vals[COMM_CHECK_PEERS_MAX];
+        MPI_Request rq[COMM_CHECK_PEERS_MAX], sq[COMM_CHECK_PEERS_MAX];
+        unsigned long long fid = flight_start(MPI_COMM_WORLD, n, what, -1, comm_watch.step, (long long)sizeof(int) * (n - 1), 1);
+        for (int q = 0; q < n; q++) {
+            rq[q] = sq[q] = MPI_REQUEST_NULL;
+            vals[q] = mine;
+            if (q != r) MPI_Irecv(&vals[q], 1, MPI_INT, q, 713, MPI_COMM_WORLD, &rq[q]);
+        }
+        for (int k = 1; k < n; k++) MPI_Isend(&mine, 1, MPI_INT, (r + k) % n, 713, MPI_COMM_WORLD, &sq[(r + k) % n]);
+        hostcoll_wait_peers(MPI_COMM_WORLD, n, r, rq, sq, 0, what, fid);
+        for (int q = 0; q < n; q++) if (vals[q] < first) first = vals[q];
+    } else {
+        MPI_Request req;
+        MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req);
+        comm_wait_request(&req, 0, what);
+    }
     if (first == c->world_size) return;
     if (c->rank == first) {
         fprintf(stderr, "error: %s\n", err);

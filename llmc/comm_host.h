@@ -79,10 +79,61 @@ static inline void hostcoll_exchange(MPI_Comm mc, int n, int r, void* send, void
     if (sq != ss) free(sq);
 }
 
+/* The sums of a reduce-scatter after its exchange: x holds n shards of
+   `shard` elements of eb bytes (4: fp32, 2: bf16 bits), rank q's at
+   x + q*shard; s_i = the sum over q of x[q*shard + i] in fp32, in rank
+   order (tree = 0) or as the pairwise tree over q (tree = 1:
+   hostcoll_tree_sum's, for any n, no limit on the rank count; bf16: each
+   node of the tree rounded to bf16, as the kernels' trees); then out[i] =
+   round(s_i + (add ? out[i] : 0)). Each thread holds the n values of its
+   element in a heap buffer of n floats (exits the job if it cannot be
+   had). threads: 1 to parallelise over the elements with OpenMP. */
+static inline void hostcoll_sum_shards(const void* scratch, int n, size_t shard, int eb, void* outp, int add, int tree, int threads) {
+    long ns = (long)shard;
+#pragma omp parallel if (threads)
+    {
+        float* v = tree ? (float*)malloc((size_t)n * sizeof(float)) : NULL;
+        if (tree && !v) { fprintf(stderr, "error: out of host memory in a collective (the tree over %d ranks)\n", n); MPI_Abort(MPI_COMM_WORLD, 1); }
+        if (eb == 4) {
+            const float* x = (const float*)scratch;
+            float* out = (float*)outp;
+#pragma omp for schedule(static)
+            for (long i = 0; i < ns; i++) {
+                float s = x[i];
+                if (tree) {
+                    for (int q = 0; q < n; q++) v[q] = x[(size_t)q * shard + (size_t)i];
+                    s = hostcoll_tree_sum(v, n);
+                } else
+                    for (int q = 1; q < n; q++) s += x[(size_t)q * shard + (size_t)i];
+                out[i] = s + (add ? out[i] : 0.0f); /* + 0 either way: -0 sums become +0 as in an accumulator */
+            }
+        } else {
+            const uint16_t* x = (const uint16_t*)scratch;
+            uint16_t* out = (uint16_t*)outp;
+#pragma omp for schedule(static)
+            for (long i = 0; i < ns; i++) {
+                float s = bf16_bits_to_float(x[i]);
+                if (tree) {
+                    for (int q = 0; q < n; q++) v[q] = bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
+                    for (int h = 1; h < n; h *= 2)   /* rounded to bf16 at every node: the tree of the kernels (cpu_inv_round) */
+                        for (int q = 0; q + h < n; q += 2 * h) v[q] = bf16_bits_to_float(bf16_bits_from_float(v[q] + v[q + h]));
+                    s = v[0];
+                } else
+                    for (int q = 1; q < n; q++) s += bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
+                s += add ? bf16_bits_to_float(out[i]) : 0.0f;
+                out[i] = bf16_bits_from_float(s);
+            }
+        }
+        free(v);
+    }
+}
+
 /* Reduce-scatter, in place over n*shard elements of buf (n = size of mc,
    r = this rank in mc): an all-to-all of the n shards (rank q's shard k goes
    to rank k) into `scratch` (n*shard elements, must not overlap buf), then
-   s_i = sum over q in rank order of scratch[q*shard + i], in fp32; then
+   s_i = sum over q in rank order of scratch[q*shard + i], in fp32 (with
+   --invariant 1, hostcoll_pairwise: the pairwise tree over q, at any rank
+   count); then (hostcoll_sum_shards)
      acc == NULL: buf[r*shard + i] = round(s_i + 0)    (NCCL's in-place layout)
      acc != NULL: acc[i] = round(s_i + acc[i])          (accumulate, shard elements)
    (the + 0 makes both forms agree bit for bit on a zero accumulator)
@@ -95,41 +146,8 @@ static inline void hostcoll_reduce_scatter(MPI_Comm mc, void* buf, size_t shard,
     MPI_Comm_size(mc, &n);
     MPI_Comm_rank(mc, &r);
     hostcoll_exchange(mc, n, r, buf, scratch, shard, eb, 1, !threads, comm_ctx_what ? comm_ctx_what : "reduce-scatter");
-    long ns = (long)shard;
-    if (eb == 4) {
-        const float* x = (const float*)scratch;
-        float* out = acc ? (float*)acc : (float*)buf + (size_t)r * shard;
-        int add = acc != NULL, tree = hostcoll_pairwise && n <= 1024;
-#pragma omp parallel for schedule(static) if (threads)
-        for (long i = 0; i < ns; i++) {
-            float s = x[i];
-            if (tree) {
-                float v[1024];
-                for (int q = 0; q < n; q++) v[q] = x[(size_t)q * shard + (size_t)i];
-                s = hostcoll_tree_sum(v, n);
-            } else
-                for (int q = 1; q < n; q++) s += x[(size_t)q * shard + (size_t)i];
-            out[i] = s + (add ? out[i] : 0.0f); /* + 0 either way: -0 sums become +0 as in an accumulator */
-        }
-    } else {
-        const uint16_t* x = (const uint16_t*)scratch;
-        uint16_t* out = acc ? (uint16_t*)acc : (uint16_t*)buf + (size_t)r * shard;
-        int add = acc != NULL, tree = hostcoll_pairwise && n <= 1024;
-#pragma omp parallel for schedule(static) if (threads)
-        for (long i = 0; i < ns; i++) {
-            float s = bf16_bits_to_float(x[i]);
-            if (tree) {
-                float v[1024];
-                for (int q = 0; q < n; q++) v[q] = bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
-                for (int h = 1; h < n; h *= 2)   /* rounded to bf16 at every node: the tree of the kernels (cpu_inv_round) */
-                    for (int q = 0; q + h < n; q += 2 * h) v[q] = bf16_bits_to_float(bf16_bits_from_float(v[q] + v[q + h]));
-                s = v[0];
-            } else
-                for (int q = 1; q < n; q++) s += bf16_bits_to_float(x[(size_t)q * shard + (size_t)i]);
-            s += add ? bf16_bits_to_float(out[i]) : 0.0f;
-            out[i] = bf16_bits_from_float(s);
-        }
-    }
+    void* out = acc ? acc : (char*)buf + (size_t)r * shard * (size_t)eb;
+    hostcoll_sum_shards(scratch, n, shard, eb, out, acc != NULL, hostcoll_pairwise, threads);
 }
 
 /* All-gather, in place: rank r's shard elements sit at buf + r*shard;

@@ -625,6 +625,32 @@ static inline size_t dataloader_batches_per_epoch(const DataLoader* dl) {
     return n * (step / NB);
 }
 
+/* dataloader_shard_read: the tokens of shard i that one epoch reads as
+ * inputs: whole steps of step_seqs sequences of T tokens (M = step_seqs*T
+ * tokens), steps_i * M, steps_i = floor((ntok_i - 1) / M) in file order
+ * (shuffled: floor(floor((ntok_i - 1) / T) / step_seqs)); a step never
+ * crosses a shard. Token steps_i * M is the last step's final target; the
+ * other ntok_i - 1 - steps_i * M tokens of the shard are never read, as
+ * input or target, in an epoch (in file order the same tail each time;
+ * shuffled, the sequences left over differ each epoch, their count does
+ * not). The same on every rank. */
+static inline size_t dataloader_shard_read(const DataLoader* dl, int i) {
+    size_t NB = (size_t)dl->num_ranks * (size_t)dl->B;
+    size_t step = dl->step_seqs > 0 ? dl->step_seqs : NB;
+    size_t M = step * (size_t)dl->T;
+    size_t steps = dl->shuffle ? dl_num_seqs_(dl, i) / step : (dl->shard_ntok[i] - 1) / M;
+    return steps * M;
+}
+
+/* dataloader_tokens_per_epoch: tokens one epoch reads as inputs, the sum of
+ * dataloader_shard_read over the shards (= dataloader_batches_per_epoch x
+ * num_ranks*B*T); at most num_tokens. */
+static inline size_t dataloader_tokens_per_epoch(const DataLoader* dl) {
+    size_t n = 0;
+    for (int i = 0; i < dl->num_shards; i++) n += dataloader_shard_read(dl, i);
+    return n;
+}
+
 /* dataloader_num_seqs: the split's distinct sequences of T tokens (each
  * with its target) in file order: sum over shards of floor((ntok - 1) / T).
  * Sequence k of shard s is tokens [k*T, k*T + T] of that shard; shards

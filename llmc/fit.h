@@ -337,8 +337,17 @@ static inline unsigned long long fit_own_unreclaimable(void) {
 
 /* The training workspace of this program measured at build time
    (--calibrate-workspace writes build/fit/<program>.workspace beside the
-   binary's directory): 1 with *bytes, 0 when not calibrated. */
-static inline int fit_calibrated_workspace(unsigned long long* bytes, char* path, size_t pn) {
+   binary's directory, or the thread count's file): 1 with *bytes, 0 when
+   not calibrated. */
+/* The workspace file's path for the calibration key `key` ("" : the CPU's
+   own level at the default thread count, all cores:
+   build/fit/<program>.workspace; else <program><key>.workspace, the key
+   from backend_workspace_key: ".<level>" where LLMC_CPU_ISA caps the level
+   (other kernels, other library buffers) and ".threads<T>" at another
+   thread count (make calibrates 1 thread, the count of every rank of a
+   multi-rank run on 2 cores: the libraries keep per-thread memory)). 0
+   when the binary's path is unknown. */
+static inline int fit_workspace_path(char* path, size_t pn, const char* key) {
     char exe[4096];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (k <= 0) return 0;
@@ -346,8 +355,18 @@ static inline int fit_calibrated_workspace(unsigned long long* bytes, char* path
     char* slash = strrchr(exe, '/');
     if (!slash) return 0;
     *slash = 0;
-    snprintf(path, pn, "%s/build/fit/%s.workspace", exe, slash + 1);
-    return fit_read_number(path, bytes);
+    snprintf(path, pn, "%s/build/fit/%s%s.workspace", exe, slash + 1, key);
+    return 1;
+}
+
+/* Reads the calibration of this run's key (backend_workspace_key) when
+   there is one, else the default's (the CPU's level, all cores); *path
+   names the file read (or the default's, when none). */
+static inline int fit_calibrated_workspace(unsigned long long* bytes, char* path, size_t pn) {
+    char key[64];
+    backend_workspace_key(key, sizeof(key));
+    if (key[0] && fit_workspace_path(path, pn, key) && fit_read_number(path, bytes)) return 1;
+    return fit_workspace_path(path, pn, "") && fit_read_number(path, bytes);
 }
 
 /* The parts of a predicted per-rank peak (bytes). */
@@ -359,7 +378,7 @@ typedef struct {
     unsigned long long staging;   /* parameter I/O staging (transient) */
     unsigned long long workspace; /* the libraries' training workspace: calibrated, plus the modelled matmul scratch */
     unsigned long long kernel_scratch; /* of which the kernels' shape-dependent scratch (the bf16 program's fp32 operand copies and attention buffers; backend_predict_kernel_scratch) */
-    unsigned long long matmul_copies;  /* of that, the fp32 operand copies (the part a run can read back: backend_matmul_copy_bytes) */
+    unsigned long long matmul_copies;  /* of that, the bf16 matmuls' buffers (fp32 operand copies, oneDNN scratchpad, attention's packed heads) (the part a run can read back: backend_matmul_copy_bytes) */
     unsigned long long decision;  /* the decision's own buffers before the model (-z auto: the link probe's, rank 0's candidate list; freed) */
     unsigned long long peak;      /* baseline + max(decision, ledger + max(staging, host + workspace)) */
 } FitPeak;

@@ -8,7 +8,7 @@
  configuration (comm_agree_config).
 
  Candidates (gpt2_fit_enumerate): zero_stage 0-3; --shard-group G over the
- divisors of N; at stage 3 --reshard-embedding 1 and 0; --keep-logits 0
+ divisors of N (only G = N with --invariant 1: HSDP is not layout-invariant); at stage 3 --reshard-embedding 1 and 0; --keep-logits 0
  and 1; -r 0..3; with -d, smaller micro-batches with more accumulation; the
  optimizer offloaded to disk (chosen only when a disk:DIR is given and
  nothing else fits; always evaluated, so that the advice can say whether it
@@ -193,6 +193,7 @@ static inline int gpt2_fit_enumerate(const FitContext* x, FitCandidate* out, int
             if (x->N % G || (s == 0 && G != x->N)) continue;
             if (x->shard_group > 0 && G != x->shard_group) continue;
             if (s > 0 && G == 1 && x->N > 1) continue;  /* shards of one rank: stage 0's memory with extra copies */
+            if (x->base.invariant && G != x->N) continue;   /* --invariant 1: no HSDP (its replica sum is not the tree; setup_invariant) */
             int re0 = s == 3 && !x->reshard_emb_given ? 0 : x->base.reshard_embedding, re1 = s == 3 && !x->reshard_emb_given ? 1 : x->base.reshard_embedding;
             for (int re = re1; re >= re0; re--)
                 for (int kl = kl0; kl <= kl1; kl++)

@@ -25,7 +25,9 @@
          enumeration, the matmul measurement; --calibrate-*, --estimate):
          exit now with 128 + the signal (nothing of a run is written yet;
          a file being written, as the matmul calibration file, is a
-         watched .tmp and removed first);
+         watched .tmp and removed first); the line says "no step has run"
+         for a training run's start-up and what was stopped for a run that
+         trains nothing (intr_phase_no_training);
        INTR_STEP (a training step): the ranks agree at the end of the step
          (comm_agree_interrupt, comm_host.h), write the checkpoint and
          state of that step and exit 128 + the signal;
@@ -35,7 +37,13 @@
        INTR_WRITE (a checkpoint or state being written): the write ends,
          then the run stops as after a step;
        INTR_FINISH (after the last checkpoint: the tables): the run ends
-         as it would have, exit 0;
+         as it would have, exit 0; every rank that gets it says so
+         ("rank 1: SIGTERM after the last step: ..."), so that a late
+         signal is told from an ignored one;
+     a collective that fails after the line (a lost peer, the timeout:
+     comm_watch.h) withdraws its promise in the rank's error line
+     ("SIGTERM's stop cannot be kept: ... checkpoint N will not be
+     written and the exit is 1, not 143");
    - a repeat of SIGTERM or SIGUSR1, however late, is the same stop (a
      launcher and the batch system both deliver it; Slurm's
      --signal=B:USR1 comes before the time limit's SIGTERM): one line on
@@ -106,6 +114,8 @@ typedef struct {
     int step;                           /* atomic: INTR_STEP: the step running (1-based); else the steps completed */
     int ckpt;                           /* atomic: the step whose checkpoint a stop now writes, -1: none (no -o, or nothing new) */
     const char* what;                   /* atomic: the phase in words (a string literal) */
+    const char* note;                   /* atomic: INTR_EXIT of a run that trains nothing (a calibration, --estimate): the exit line's
+                                           words in parentheses (a string literal); NULL: a training run's start-up */
     int crit;                           /* atomic: 1 while the main thread renames a file into place (intr_critical_begin) */
     int exiting;                        /* atomic: 1 once an exit now has begun */
     int pair;                           /* 1 + the slot of the model file whose state is being written (0: none; rank 0) */
@@ -139,14 +149,24 @@ static inline double intr_since_s(void) {
 /* Declare what the main thread does now, for what a signal does (above):
    phase INTR_*, what (a string literal: "start-up", "evaluation", ...),
    step (INTR_STEP: the step being run, 1-based; else the steps completed),
-   ckpt (the step whose checkpoint a stop now would write; -1 none).
-   Release: a signal that sees the phase sees its words. */
-static inline void intr_phase(int phase, const char* what, int step, int ckpt) {
+   ckpt (the step whose checkpoint a stop now would write; -1 none),
+   note (intr_phase_no_training; NULL otherwise).
+   Release: a signal that sees the phase sees its words. intr_phase: note NULL. */
+static inline void intr_phase_note(int phase, const char* what, int step, int ckpt, const char* note) {
+    __atomic_store_n(&intr_state.note, note, __ATOMIC_RELAXED);
     __atomic_store_n(&intr_state.what, what, __ATOMIC_RELAXED);
     __atomic_store_n(&intr_state.step, step, __ATOMIC_RELAXED);
     __atomic_store_n(&intr_state.ckpt, ckpt, __ATOMIC_RELAXED);
     __atomic_store_n(&intr_state.phase, phase, __ATOMIC_RELEASE);
 }
+static inline void intr_phase(int phase, const char* what, int step, int ckpt) { intr_phase_note(phase, what, step, ckpt, NULL); }
+
+/* Declare a run that trains nothing (--calibrate-workspace,
+   --calibrate-matmul, --estimate): phase INTR_EXIT, what (a string
+   literal: the flag), note (a string literal: what the run was doing and
+   what a stop leaves, said in parentheses on the exit line in place of a
+   training run's "no step has run: no checkpoint to write"). */
+static inline void intr_phase_no_training(const char* what, const char* note) { intr_phase_note(INTR_EXIT, what, 0, -1, note); }
 
 /* Async-signal-safe line building: append s / a non-negative integer. */
 static inline void intr_cat(char* b, size_t* k, size_t cap, const char* s) {
@@ -224,7 +244,10 @@ static void intr_handler(int s) {
                 intr_cat(line, &k, sizeof(line), what ? what : "start-up");
                 intr_cat(line, &k, sizeof(line), ": exiting now with ");
                 intr_cat_int(line, &k, sizeof(line), 128 + s);
-                intr_cat(line, &k, sizeof(line), " (no step has run: no checkpoint to write)\n");
+                const char* note = __atomic_load_n(&intr_state.note, __ATOMIC_RELAXED);   /* published with the phase */
+                intr_cat(line, &k, sizeof(line), " (");
+                intr_cat(line, &k, sizeof(line), note ? note : "no step has run: no checkpoint to write");
+                intr_cat(line, &k, sizeof(line), ")\n");
             } else {
                 intr_cat(line, &k, sizeof(line), " again: exiting now with ");
                 intr_cat_int(line, &k, sizeof(line), 128 + s);
@@ -235,7 +258,16 @@ static void intr_handler(int s) {
         }
         _exit(128 + s);
     }
-    if (intr_state.rank != 0) return;
+    /* rank 0 says what will happen; after the last step (nothing to agree:
+       each rank finishes alone) every rank says that its signal came too
+       late to stop anything, so that a stop that did not happen is never
+       taken for one that was ignored (tests/suites/kill.sh) */
+    if (intr_state.rank != 0 && phase != INTR_FINISH) return;
+    if (intr_state.rank != 0) {
+        intr_cat(line, &k, sizeof(line), "rank ");
+        intr_cat_int(line, &k, sizeof(line), intr_state.rank);
+        intr_cat(line, &k, sizeof(line), ": ");
+    }
     intr_cat(line, &k, sizeof(line), intr_signame(s));
     if (phase == INTR_STEP) {
         intr_cat(line, &k, sizeof(line), ": stopping at the end of step ");
@@ -332,6 +364,28 @@ static inline int intr_watch_tmp(const char* path) {
 }
 static inline void intr_unwatch(int slot) {
     if (slot >= 0 && slot < INTR_SLOTS) __atomic_store_n(&intr_state.tmp_on[slot], 0, __ATOMIC_RELEASE);
+}
+
+/* At exit (exit(), an error's exit(1) on every rank: a failed state write,
+   a full disk): a pair's model whose state is not complete (intr_state.pair)
+   is removed by rank 0, so that -o keeps whole model+state pairs only (a
+   signal's exit removes it in the handler). A SIGKILL or _exit between the
+   model's rename and the state's leaves the model alone: no resume reads it
+   (state_find_latest), --keep-checkpoints does not count it (state_prune),
+   and a later write of that step replaces it. Registered once, by
+   intr_watch_pair. */
+static void intr_drop_pair_at_exit(void) {
+    int pair = intr_state.pair;
+    if (pair > 0 && intr_state.rank == 0 && __atomic_load_n(&intr_state.tmp_on[pair - 1], __ATOMIC_ACQUIRE) == 1) unlink(intr_state.tmp[pair - 1]);
+}
+/* The model file `path` of a pair whose state is about to be written:
+   watched (intr_watch_tmp) until the state is in place (cfile_commit
+   releases it), removed by an exit before that (the signal handler, or
+   intr_drop_pair_at_exit). Sets intr_state.pair. */
+static inline void intr_watch_pair(const char* path) {
+    static int registered = 0;
+    if (!registered) { registered = 1; atexit(intr_drop_pair_at_exit); }
+    intr_state.pair = 1 + intr_watch_tmp(path);
 }
 
 /* Around a rename that puts a complete file into place (and the release of

@@ -35,7 +35,7 @@ static inline void cpu_att_softmax_backward_row(floatX* dp, const floatX* a, con
 #include "matmul.h"
 
 /* ------------------------------------------------------------------------ */
-/* bf16 program, two implementations, the paths of cpu_gemm_bf16 (matmul.h:
+/* bf16 program, two implementations, the paths of cpu_gemm_bf16 (matmul_bf16.h:
    "primitive" and "fp32"), chosen as its class CPU_MM_ATTENTION; both
    round at the CUDA program's points (llmc/cuda/attention.cuh):
      forward:  preatt = bf16(scale q.k)           (fp32 sum of exact products)

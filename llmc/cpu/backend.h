@@ -43,6 +43,17 @@
 #else
 #define BACKEND_NAME "cpu-fp32"
 #endif
+/* 1 when this process measured the matmul paths at its start-up (no file
+   of its level and thread count): the measurement's library buffers are
+   then in its memory before any step, and --calibrate-workspace refuses
+   to calibrate on top of them (run --calibrate-matmul first, as make does). */
+static inline int backend_kernels_measured_here(void) {
+#if defined(LLMC_BF16)
+    return cpu_gemm_state.choice.how == CPU_GEMM_BY_MEASURED;
+#else
+    return 0;
+#endif
+}
 /* backend_matmul_desc(): one line for the start-up output saying which
    library multiplies the matrices in this program on this CPU (matmul.h),
    at the ISA level of isa.h; in the bf16 program the path of every shape
@@ -81,7 +92,7 @@ static inline void backend_cpu_desc(char* out, size_t n) {
 }
 
 /* The LM head's matmuls follow (1) or the blocks' (0): the bf16 program
-   chooses the path of each shape class separately (matmul.h); a no-op
+   chooses the path of each shape class separately (matmul_bf16.h); a no-op
    elsewhere. Called by gpt.h around the LM head's products. */
 static inline void backend_matmul_lm_head(int on) {
 #ifdef LLMC_BF16
@@ -353,7 +364,7 @@ static inline void backend_add(floatX* dst, const floatX* src, size_t n) {
 static inline void backend_finalize(Comm* c) { (void)c; ct_stop(); }
 
 /* Bytes the backend allocated for itself outside the ledger: none in the
-   fp32 program; in the bf16 program the matmul scratch (matmul.h: oneDNN's
+   fp32 program; in the bf16 program the matmul scratch (matmul_bf16.h: oneDNN's
    scratchpad or the fp32 copies of the operands). */
 static inline unsigned long long backend_internal_bytes(void) {
 #ifdef LLMC_BF16
@@ -364,20 +375,23 @@ static inline unsigned long long backend_internal_bytes(void) {
 }
 
 /* The fit check's model of the kernels' scratch that depends on the
-   shapes (bytes per rank), on this rank's threads: the bf16 program's fp32
-   copies of the matmul operands (cpu_gemm_copy_predict_model: L blocks, C
-   channels, LM-head chunks of Vc rows (the last of last_rows), B*T rows per
-   micro-step, training or eval_only; also into *copies) and its fp32
+   shapes (bytes per rank), on this rank's threads: the bf16 program's
+   matmul buffers (into *copies as well): the fp32 copies of the operands
+   (cpu_gemm_copy_predict_model: L blocks, C channels, LM-head chunks of Vc
+   rows (the last of last_rows), B*T rows per micro-step, training or
+   eval_only) and the primitive's scratchpad and attention's packed heads
+   (cpu_gemm_prim_predict_model: oneDNN's own descriptor of each call); its fp32
    attention's per-thread buffers (cpu_attention_scratch_predict: NH
    heads, T^2 and T*C/NH floats); 0 in the fp32 program (oneDNN's sgemm
    buffers are in the calibrated workspace). backend_matmul_copy_bytes:
-   what the run holds of the copies (after the steps: the same buffers,
-   as allocated). */
+   what the run holds of those matmul buffers (after the steps: the same
+   buffers, as allocated). */
 static inline unsigned long long backend_predict_kernel_scratch(int L, int C, int NH, int Vc, int last_rows, int B, int T, int eval_only,
                                                                 unsigned long long* copies) {
 #ifdef LLMC_BF16
     int nth = cpu_num_threads();
-    *copies = cpu_gemm_copy_predict_model(L, C, Vc, last_rows, B * T, eval_only, nth);
+    *copies = cpu_gemm_copy_predict_model(L, C, Vc, last_rows, B * T, eval_only, nth) +
+              cpu_gemm_prim_predict_model(L, C, NH, Vc, last_rows, B * T, T, eval_only);
     return *copies + cpu_attention_scratch_predict(B, T, C, NH, eval_only, nth);
 #else
     (void)L; (void)C; (void)NH; (void)Vc; (void)last_rows; (void)B; (void)T; (void)eval_only;
@@ -387,7 +401,7 @@ static inline unsigned long long backend_predict_kernel_scratch(int L, int C, in
 }
 static inline unsigned long long backend_matmul_copy_bytes(void) {
 #ifdef LLMC_BF16
-    return cpu_gemm_copy_bytes();
+    return cpu_gemm_copy_bytes() + cpu_gemm_prim_bytes();
 #else
     return 0;
 #endif
@@ -401,6 +415,20 @@ static inline void backend_memory_budget(unsigned long long* bytes, char* source
     (void)bytes; (void)source; (void)n; (void)local_rank; (void)ranks_on_node;
 }
 static inline int backend_host_counts(void) { return 1; }
+/* The key of the workspace calibration a run reads and --calibrate-workspace
+   writes (llmc/fit.h, fit_workspace_path): ".<level>" where LLMC_CPU_ISA
+   caps the level below the CPU's, ".threads<T>" where the OpenMP threads
+   per rank are not the default (every core the process may use); "" for
+   neither. */
+static inline void backend_workspace_key(char* out, size_t n) {
+    const CpuIsaState* s = cpu_isa_init();
+    char lv[32] = "", th[32] = "";
+    if (s->level < s->detected) snprintf(lv, sizeof(lv), ".%s", cpu_isa_names[s->level]);
+#ifdef _OPENMP
+    if (cpu_num_threads() != omp_get_num_procs()) snprintf(th, sizeof(th), ".threads%d", cpu_num_threads());
+#endif
+    snprintf(out, n, "%s%s", lv, th);
+}
 
 /* The compute rate of this program's matmuls on this rank (flops per
    second): the best of 3 products of 512 x 512 x 512 through matmul_forward,

@@ -71,7 +71,7 @@ static inline floatX stx(float f) { return f; }
 #endif
 
 /* The bf16 program always uses oneDNN (its matmul primitive for the linear
-   layers, llmc/cpu/matmul.h, and its sgemm for attention), with the headers
+   layers, llmc/cpu/matmul_bf16.h, and its sgemm for attention), with the headers
    of libdnnl-dev; the fp32 program only needs the runtime library. */
 #if defined(LLMC_BF16) && !defined(LLMC_USE_DNNL)
 #define LLMC_USE_DNNL

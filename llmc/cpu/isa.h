@@ -30,7 +30,7 @@
  *     in different blockings: an fp32 run at avx2 differs from one at
  *     avx512 in the last bits; avx512, avx512_bf16 and amx run the same
  *     sgemm and agree bit for bit.
- *   bf16 matmul (the bf16 program, matmul.h): oneDNN's bf16 matmul
+ *   bf16 matmul (the bf16 program, matmul_bf16.h): oneDNN's bf16 matmul
  *     primitive at amx (AMX tiles); the exact-fp32-copy path on the fp32
  *     sgemm at every other level. The primitive can be forced at avx512 and
  *     above (LLMC_BF16_MATMUL=primitive: oneDNN 2.6 has no bf16 matmul below

@@ -1,10 +1,10 @@
 /*
  * llmc/cpu/matmul_choice.h -- which path each bf16 matmul class runs on
- * (matmul.h: oneDNN's bf16 primitive or the fp32-copy path), chosen by
+ * (matmul_bf16.h: oneDNN's bf16 primitive or the fp32-copy path), chosen by
  * measuring both on this CPU, not by a rule from one machine. bf16 program
  * only. Conventions: common.h.
  *
- * The classes (CpuMmClass, matmul.h): forward, dinp and dweight of the
+ * The classes (CpuMmClass, matmul_bf16.h): forward, dinp and dweight of the
  * blocks' linear layers and of the LM head, and attention's products. For
  * each, the rate (GFLOP/s) of both paths is measured on the model shapes of
  * two configurations, summed over the shapes of the class (total flops /
@@ -22,28 +22,43 @@
  * takes the fp32-copy path, and the file says so.
  *
  * Where the choice comes from (cpu_gemm_decide, rank 0; every rank then
- * uses rank 0's, backend_agree_kernels in backend.h):
+ * uses rank 0's, backend_agree_kernels in backend.h). The paths are a
+ * property of the machine, the program and the thread count: decided once,
+ * written, and read by every later run, never measured again per run (a
+ * timing taken beside other work is noise, and two runs of one
+ * configuration must give the same bits):
  *   1. LLMC_BF16_MATMUL=primitive|fp32 forces one path for every class;
  *   2. some rank's level is below avx512: fp32 for every class;
- *   3. the calibration file build/fit/train_gpt_cpu_bf16.matmul beside the
+ *   3. --invariant 1 (cpu_gemm_request): fp32 for every class, nothing
+ *      measured (the fixed tiles of matmul_invariant.h run on that path);
+ *   4. -y 1 (cpu_gemm_request): the paths the resumed state recorded
+ *      (state.h, header word 26), so the resumed run goes on with the
+ *      numbers of the run it resumes;
+ *   5. the calibration file build/fit/train_gpt_cpu_bf16.matmul beside the
  *      binary (.<level>.matmul under an LLMC_CPU_ISA cap below the CPU;
  *      LLMC_BF16_MATMUL_FILE names another), written by
  *      `./train_gpt_cpu_bf16 --calibrate-matmul` (make runs it once per
  *      build), when it is for this CPU and build: the same CPUID brand,
  *      ISA level, oneDNN ISA, oneDNN version and build id (LLMC_KERNELS_ID:
- *      the Makefile's hash of the CPU kernels' sources and flags);
- *      and the same thread count ("threads": a file of another count is
- *      used where there is nothing to choose, below avx512, with a line
- *      saying whose threads its rates are; else measured again);
- *   4. else a short measurement (one timed call per shape instead of the
- *      best of 3), written to the same file (atomically, by rename) so that
- *      the next start reads it instead of measuring again, marked
- *      "provisional 1" (taken at a start-up, maybe beside other work): the
- *      start-up line says so, make's rule and --calibrate-matmul replace
- *      it, and a start-up measurement never replaces a calibrated file.
+ *      the Makefile's hash of the CPU kernels' sources and flags), and of
+ *      this run's thread count; a file of another count is used where
+ *      there is nothing to choose, below avx512, with a line saying whose
+ *      threads its rates are;
+ *   6. else the file of this thread count beside it, <file>.threads<T>.matmul
+ *      (cpu_gemm_thread_file_path; make calibrates 1 thread there, the
+ *      count of every rank of a 2-core multi-rank run);
+ *   7. else a short measurement (one timed call per shape instead of the
+ *      best of 3), written to the main file if it is missing or not this
+ *      CPU's, else to the thread count's file, atomically (rename) and
+ *      under a lock (<file>.lock: two runs that start together measure
+ *      once, the second reads the first's), marked "provisional 1" (taken
+ *      at a start-up, maybe beside other work): the start-up line says
+ *      so, and --calibrate-matmul (at that thread count; make's rule)
+ *      replaces it. Every later run reads it: the paths never depend on
+ *      the load of the moment a run starts.
  * Test hook: LLMC_BF16_MATMUL_RATES="fwd=P/F,dinp=P/F,..." (GFLOP/s of the
  * primitive P and of the fp32-copy path F per class; a class not named is
- * 0/0) replaces the timing of steps 3-4 (the selection logic then runs on
+ * 0/0) replaces the timing of steps 5-7 (the selection logic then runs on
  * these figures, where the primitive can run).
  */
 #ifndef LLMC_CPU_MATMUL_CHOICE_H
@@ -51,6 +66,9 @@
 
 #ifdef LLMC_BF16
 #include <errno.h>
+#include <malloc.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -250,6 +268,32 @@ static inline double cpu_gemm_rate(int k, int fp32, int reps) {
     return fl / sec * 1e-9;
 }
 
+/* Frees the fp32-copy path's operand buffers (the shared operand and the
+   threads' panels) that a measurement grew: the run then holds only what
+   its own classes need, as the fit check predicts them
+   (cpu_gemm_copy_predict_model; with the primitive for every class, none). */
+static inline void cpu_gemm_drop_copies(void) {
+    /* and the primitive path's: the cached plans (each sized its scratchpad
+       to the shared buffer), the scratchpad, attention's packed heads */
+    for (int i = 0; i < CPU_GEMM_CACHE; i++) cpu_gemm_plan_destroy(&cpu_gemm_state.cache[i]);
+    cpu_gemm_state.next = 0;
+    free(cpu_gemm_state.scratch);
+    cpu_gemm_state.scratch = NULL;
+    cpu_gemm_state.scratch_bytes = 0;
+    free(cpu_gemm_state.att_buf);
+    cpu_gemm_state.att_buf = NULL;
+    cpu_gemm_state.att_cap = 0;
+    free(cpu_gemm_state.shared);
+    cpu_gemm_state.shared = NULL;
+    cpu_gemm_state.shared_cap = 0;
+    for (int i = 0; i < 256; i++) {
+        free(cpu_gemm_state.tbuf[i]);
+        cpu_gemm_state.tbuf[i] = NULL;
+        cpu_gemm_state.tcap[i] = 0;
+    }
+    malloc_trim(0);   /* back to the system: a later VmRSS (the fit check's baseline, --calibrate-workspace) does not hold them */
+}
+
 /* Measures both paths of every class (the primitive only where prim_ok)
    with the best of `reps` timed calls per shape, or takes
    LLMC_BF16_MATMUL_RATES; then selects. 0, or -1 with err (a malformed
@@ -265,6 +309,7 @@ static inline int cpu_gemm_measure(CpuGemmChoice* c, int prim_ok, int reps, char
         }
     cpu_gemm_select(c, prim_ok);
     if (prim_ok) cpu_gemm_probe_impl(c->impl, sizeof(c->impl));
+    cpu_gemm_drop_copies();
     return 0;
 }
 
@@ -274,11 +319,11 @@ static inline int cpu_gemm_measure(CpuGemmChoice* c, int prim_ok, int reps, char
 /* Writes c with this CPU's identity to path (a temporary file renamed over
    it; the directory made if missing). 0, or -1 with err. */
 static inline int cpu_gemm_write_file(const char* path, const CpuGemmChoice* c, int prim_ok, char* err, size_t errlen) {
-    char dir[4200];
+    char dir[4500];
     snprintf(dir, sizeof(dir), "%s", path);
     for (char* p = dir + 1; *p; p++)
         if (*p == '/') { *p = 0; mkdir(dir, 0755); *p = '/'; }
-    char tmp[4300];
+    char tmp[4600];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
     int slot = intr_watch_tmp(tmp);   /* an exit now (a signal during the measurement, interrupt.h) removes it */
     FILE* f = fopen(tmp, "w");
@@ -357,9 +402,57 @@ static inline int cpu_gemm_read_file(const char* path, CpuGemmChoice* c, char* w
 /* ------------------------------------------------------------------------ */
 /* the decision (rank 0), the calibration, the start-up line                */
 
-/* Rank 0's decision for every rank (steps 1-4 at the top). lowest: the
-   lowest ISA level over the ranks. Never exits: a malformed test hook
-   leaves a message in err (the caller ends every rank). */
+/* What the run asks of the decision beyond the calibration files (set by
+   the trainer before backend_agree_kernels, from its flags, which every
+   rank shares): --invariant 1 takes the fp32-copy path for every class
+   and measures nothing; -y 1 takes the paths the resumed state recorded
+   (resume_mask: bit k = class k on the primitive) wherever this CPU can
+   run them (every rank at avx512 or above), whatever a measurement would
+   say, so a resume continues on the numbers of the run it resumes. */
+typedef struct {
+    int invariant;
+    int resume_have;            /* 1: resume_mask holds the saved run's paths */
+    int resume_mask;
+    char resume_from[160];      /* the state file, for the start-up line */
+} CpuGemmRequest;
+static CpuGemmRequest cpu_gemm_request;
+
+/* The calibration file of `threads` OpenMP threads beside the main one
+   (path): "<path without .matmul>.threads<T>.matmul". The main file holds
+   the thread count make calibrated at; every other count a run meets gets
+   its own file, written once (provisional at a start-up, calibrated by
+   --calibrate-matmul at that count) and read by every later run. */
+static inline void cpu_gemm_thread_file_path(const char* path, int threads, char* out, size_t n) {
+    size_t L = strlen(path);
+    if (L > 7 && !strcmp(path + L - 7, ".matmul")) snprintf(out, n, "%.*s.threads%d.matmul", (int)(L - 7), path, threads);
+    else snprintf(out, n, "%s.threads%d", path, threads);
+}
+
+/* An exclusive lock on "<path>.lock" (made if missing), so that two runs
+   that start together without a file of their thread count measure once:
+   the second waits and reads what the first wrote. Returns the fd to pass
+   to cpu_gemm_unlock_file, or -1 where the file system has no locks (then
+   each measures and the last rename wins; the two files are complete). */
+static inline int cpu_gemm_lock_file(const char* path) {
+    char lp[4400];
+    snprintf(lp, sizeof(lp), "%s.lock", path);
+    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+static inline void cpu_gemm_unlock_file(int fd) {
+    if (fd >= 0) { flock(fd, LOCK_UN); close(fd); }
+}
+
+/* Rank 0's decision for every rank (the steps at the top). lowest: the
+   lowest ISA level over the ranks; cpu_gemm_request: the run's
+   --invariant 1 and -y 1. Never exits: a malformed test hook leaves a
+   message in err (the caller ends every rank). */
 static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size_t errlen) {
     memset(c, 0, sizeof(*c));
     char path[4200], why[600];
@@ -379,16 +472,18 @@ static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size
         snprintf(c->where, sizeof(c->where), "LLMC_BF16_MATMUL=%s", f ? "fp32" : "primitive");
         return;
     }
+    const CpuGemmRequest* q = &cpu_gemm_request;
+    if (q->invariant) {   /* one path whatever the thread count or the file: nothing to measure */
+        c->how = CPU_GEMM_BY_INVARIANT;
+        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = 1;
+        snprintf(c->where, sizeof(c->where), "--invariant 1: the fp32-copy path on fixed tiles for every class, nothing measured");
+        return;
+    }
+    int threads = cpu_num_threads();
     int have = cpu_gemm_read_file(path, c, why, sizeof(why));
-    /* the thread count is part of the calibration's identity: make's one
-       process on all cores and N ranks of cores/N threads can want other
-       paths. A file of another count: where there is a choice, measured
-       again (rank 0, this run's threads); the measurement replaces a
-       provisional file, never a calibrated one. Where there is none, the
-       file is used and the line says whose threads its rates are. */
-    int threads = cpu_num_threads(), other_threads = have && c->threads != threads;
     const char* prov = have && c->provisional ? "; provisional: measured at a start-up, `./train_gpt_cpu_bf16 --calibrate-matmul` (make) replaces it" : "";
     if (!prim_ok) {   /* the rates of the file (if it is this CPU's) say what the fp32 path does; nothing to choose */
+        int other_threads = have && c->threads != threads;
         if (!have) memset(c, 0, sizeof(*c));
         c->how = CPU_GEMM_BY_UNAVAILABLE;
         for (int k = 0; k < CPU_MM_NUM; k++) { c->fp32[k] = 1; c->rate[0][k] = 0; }
@@ -400,24 +495,48 @@ static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size
         else snprintf(c->where, sizeof(c->where), "%.400s: %.200s", path, why);
         return;
     }
-    if (have && !other_threads) {
+    if (q->resume_have) {   /* the resumed run's paths: this CPU can run them (prim_ok) */
+        memset(c, 0, sizeof(*c));
+        c->how = CPU_GEMM_BY_STATE;
+        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = !((q->resume_mask >> k) & 1);
+        if (q->resume_mask) cpu_gemm_probe_impl(c->impl, sizeof(c->impl));
+        snprintf(c->where, sizeof(c->where), "the paths the resumed state recorded (%.300s), not measured", q->resume_from);
+        return;
+    }
+    if (have && c->threads == threads) {
         c->how = CPU_GEMM_BY_FILE;
         snprintf(c->where, sizeof(c->where), "%.400s%s", path, prov);
         return;
     }
-    int keep = have && !c->provisional;   /* a calibrated file of another thread count stays */
-    int file_threads = c->threads;
-    if (have) snprintf(why, sizeof(why), "for %d thread%s (this run: %d)%s", file_threads, file_threads == 1 ? "" : "s", threads,
-                       keep ? ", calibrated: kept" : "");
+    /* no file of this thread count yet: the main file when it is missing or
+       not this CPU's, else the thread count's own file; read again under
+       its lock (a run that started beside this one may have written it),
+       else measured (one timed call per shape) and written provisional */
+    char target[4300];
+    if (have) cpu_gemm_thread_file_path(path, threads, target, sizeof(target));
+    else snprintf(target, sizeof(target), "%s", path);
+    int lk = cpu_gemm_lock_file(target);
+    char why2[600] = "";
+    CpuGemmChoice keep = *c;   /* the main file's (for the line below) */
+    if (cpu_gemm_read_file(target, c, why2, sizeof(why2)) && c->threads == threads) {
+        cpu_gemm_unlock_file(lk);
+        c->how = CPU_GEMM_BY_FILE;
+        snprintf(c->where, sizeof(c->where), "%.400s%s", target,
+                 c->provisional ? "; provisional: measured at a start-up, `./train_gpt_cpu_bf16 --calibrate-matmul` (make) replaces it" : "");
+        return;
+    }
+    if (have) snprintf(why, sizeof(why), "for %d thread%s (this run: %d)", keep.threads, keep.threads == 1 ? "" : "s", threads);
     memset(c, 0, sizeof(*c));
     double t0 = cpu_gemm_now();
-    if (cpu_gemm_measure(c, 1, 1, err, errlen)) return;
+    if (cpu_gemm_measure(c, 1, 1, err, errlen)) { cpu_gemm_unlock_file(lk); return; }
     c->how = CPU_GEMM_BY_MEASURED;
     c->provisional = 1;
     char werr[150] = "";
-    int w = keep ? 0 : cpu_gemm_write_file(path, c, 1, werr, sizeof(werr));
-    snprintf(c->where, sizeof(c->where), "measured at start-up in %.1f s: the calibration file %.300s is %.120s; %.150s", cpu_gemm_now() - t0,
-             path, why, keep ? "this measurement is not written" : w ? werr : "written for the next start, provisional (--calibrate-matmul replaces it)");
+    int w = cpu_gemm_write_file(target, c, 1, werr, sizeof(werr));
+    cpu_gemm_unlock_file(lk);
+    snprintf(c->where, sizeof(c->where), "measured at start-up in %.1f s: the calibration file %.180s is %.100s; %.120s%s%.180s", cpu_gemm_now() - t0,
+             path, why, w ? werr : "written for the next start, provisional (--calibrate-matmul replaces it)", !w && have ? " as " : "",
+             !w && have ? target : "");
 }
 
 /* --calibrate-matmul: measures every class on both paths (best of 3 per
@@ -425,16 +544,29 @@ static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size
    calibration file and prints what it found. One process. 0, or -1 with
    err. */
 static inline int cpu_gemm_calibrate(char* err, size_t errlen) {
-    char path[4200];
+    char path[4400];
     cpu_gemm_file_path(path, sizeof(path));
     if (!path[0]) { snprintf(err, errlen, "--calibrate-matmul: the binary's directory is unknown (set LLMC_BF16_MATMUL_FILE)"); return -1; }
     CpuGemmChoice c;
     memset(&c, 0, sizeof(c));
     int prim_ok = cpu_isa() >= CPU_ISA_AVX512;
     double t0 = cpu_gemm_now();
+    /* the main file, unless it is this CPU's and of another thread count:
+       then this count's own file (make calibrates its count and 1) */
+    CpuGemmChoice m;
+    char why[600];
+    memset(&m, 0, sizeof(m));
+    if (cpu_gemm_read_file(path, &m, why, sizeof(why)) && m.threads != cpu_num_threads()) {
+        char t[4300];
+        cpu_gemm_thread_file_path(path, cpu_num_threads(), t, sizeof(t));
+        snprintf(path, sizeof(path), "%s", t);
+    }
     if (cpu_gemm_measure(&c, prim_ok, 3, err, errlen)) return -1;
     c.provisional = 0;   /* the calibration: replaces a provisional file */
-    if (cpu_gemm_write_file(path, &c, prim_ok, err, errlen)) return -1;
+    int lk = cpu_gemm_lock_file(path);
+    int w = cpu_gemm_write_file(path, &c, prim_ok, err, errlen);
+    cpu_gemm_unlock_file(lk);
+    if (w) return -1;
     c.how = CPU_GEMM_BY_FILE;
     snprintf(c.where, sizeof(c.where), "%.400s", path);
     cpu_gemm_apply(&c);
@@ -481,7 +613,8 @@ static inline void cpu_gemm_describe(char* out, size_t n) {
                                        (double)c->rate[0][j], (double)c->rate[1][j]);
         }
     }
-    if (k < n && (c->how == CPU_GEMM_BY_FILE || c->how == CPU_GEMM_BY_MEASURED || c->how == CPU_GEMM_BY_UNAVAILABLE))
+    if (k < n && (c->how == CPU_GEMM_BY_FILE || c->how == CPU_GEMM_BY_MEASURED || c->how == CPU_GEMM_BY_UNAVAILABLE ||
+                  c->how == CPU_GEMM_BY_STATE || c->how == CPU_GEMM_BY_INVARIANT))
         k += (size_t)snprintf(out + k, n - k, " (%s)", c->where);
 }
 
@@ -495,7 +628,8 @@ static inline void cpu_gemm_paths_text(char* out, size_t n) {
         k += (size_t)snprintf(out + k, n - k, "%s%s:%s", j ? "," : "", cpu_mm_names[j], cpu_gemm_state.fp32[j] ? "fp32" : "primitive");
 }
 
-static const char* const cpu_gemm_how_names[] = {"rule", "LLMC_BF16_MATMUL", "primitive-unavailable", "calibration-file", "measured-at-start"};
+static const char* const cpu_gemm_how_names[] = {"rule", "LLMC_BF16_MATMUL", "primitive-unavailable", "calibration-file", "measured-at-start",
+                                                  "resumed-state", "invariant"};
 
 #endif /* LLMC_BF16 */
 #endif /* LLMC_CPU_MATMUL_CHOICE_H */

@@ -123,7 +123,7 @@ static inline void zero_offload_fail(ZeroEngine* E) {
    unit keeps the host waits of the CUDA backend to num_units per step. */
 static inline double zero_grad_norm(ZeroEngine* E) {
     const ZeroPlan* P = E->plan;
-#ifndef __CUDACC__   /* the CUDA build refuses --invariant 1 (train_gpt.cu check_args) */
+#ifndef LLMC_CUDA   /* the CUDA build refuses --invariant 1 (train_gpt.cu check_args) */
     if (P->invariant) {   /* --invariant 1: exact integer sums on a grid set by the largest square (global_norm.h) */
         double m = 0.0;
         for (int u = 0; u < P->num_units; u++) {
