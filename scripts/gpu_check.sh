@@ -57,7 +57,10 @@
 # toolkit's headers and versioned libraries, no unversioned .so) on
 # PYTHONPATH. So the unpack, the builds, the NCCL and cuBLAS discovery, mpirun
 # and the reference generation run as on the GPU machine, and every stage
-# that needs the GPU says so and is skipped. Without unshare the dry run
+# that needs the GPU says so and is skipped, except the test_gpt stages on
+# the tiny reference: those run on the CPU-emulated device (./test_gpt_emu,
+# made before the namespace; docs/gpu.md) and are counted as "emulated"
+# (EMUL), never as passed (GPU_CHECK_EMU=0 skips them). Without unshare the dry run
 # still runs, unisolated, and says so. (Debian's torch here links libibverbs,
 # libnuma, ...: those packages stay visible; the closure stage checks them.)
 # Exit status: 0 if no stage failed.
@@ -86,6 +89,20 @@ dry_run_outer() {
   rm -f "$D/tree/data"
   mkdir -p "$D/tree/build"
   cp -r "$CARRY" "$D/tree/build/gpu-carry"
+  # the emulated device's programs (make emu; tests/cuda_emu), built here with
+  # this machine's MPI before it is hidden: the GPU stages they can run
+  # (test_gpt on the tiny reference) run on them inside and are counted as
+  # "emulated", never as passed on a GPU. GPU_CHECK_EMU=0: no emulation.
+  if [ "${GPU_CHECK_EMU:-1}" = 1 ]; then
+    mkdir -p "$D/tree/build/emu-bins"
+    if (cd "$ROOT" && make -q train_gpt_emu test_gpt_emu 2>/dev/null); then
+      cp "$ROOT/train_gpt_emu" "$ROOT/test_gpt_emu" "$D/tree/build/emu-bins/"
+    elif (cd "$D/tree" && nice make -s train_gpt_emu test_gpt_emu) > "$D/emu_build.log" 2>&1; then
+      cp "$D/tree/train_gpt_emu" "$D/tree/test_gpt_emu" "$D/tree/build/emu-bins/"
+    else
+      echo "note: make train_gpt_emu test_gpt_emu failed here: the GPU stages are skipped, not emulated"; tail -5 "$D/emu_build.log"
+    fi
+  fi
   # python3 = the one with torch; a stand-in for the nvidia-nccl wheel
   ln -s /usr/bin/python3 "$D/bin/python3"
   local cuda_home=/usr/local/cuda nvcc_path
@@ -191,15 +208,31 @@ note() { echo; echo "=== [$(elapsed) s] $*"; }
 # it must keep each command under $STAGE_LIMIT seconds (use `tmo`)
 STAGE_LIMIT=0; STAGE_START=0; STAGE_NOTE=""
 tmo() { local l=$(( STAGE_LIMIT - ($(date +%s) - STAGE_START) )); [ $l -lt 1 ] && l=1; timeout -k 5 $l "$@"; }
+# A dry run's GPU stage runs on the emulated device (build/emu-bins, made by
+# the outer dry run) when it is a test_gpt stage on the tiny reference (the
+# emulated device takes ~80 s for odd, minutes for small and the kernel
+# benchmarks): ./test_gpt and ./train_gpt are the emulated programs during
+# the stage; it is recorded EMUL ("emulated": ran on the CPU-emulated device,
+# not a GPU result) or FAIL, never PASS.
+emu_stage() { # fn args...: 0 when the dry run emulates this stage
+  [ "$DRY" = 1 ] && [ -x build/emu-bins/test_gpt_emu ] && [ "$1" = st_test_gpt ] && [ "$2" = tiny ]
+}
 run_stage() {
   local name=$1 gpu=$2 min=$3 max=$4 fn=$5; shift 5
-  if [ "$gpu" = 1 ] && [ "$DRY" = 1 ]; then record "$name" SKIP 0 "dry run: needs the GPU"; return 0; fi
+  local emu=0
+  if [ "$gpu" = 1 ] && [ "$DRY" = 1 ]; then
+    if emu_stage "$fn" "$@" && [ -n "$BIN_KIND" ]; then emu=1
+    else record "$name" SKIP 0 "dry run: needs the GPU"; return 0; fi
+  fi
   local l; l=$(left)
   if [ $((l - 15)) -lt "$min" ]; then record "$name" SKIP 0 "time budget: ${l} s left, needs ${min} s"; return 0; fi
   STAGE_LIMIT=$(( max < l - 15 ? max : l - 15 )); STAGE_START=$(date +%s); STAGE_NOTE=""
-  note "$name (limit ${STAGE_LIMIT} s)"
+  note "$name (limit ${STAGE_LIMIT} s)$( [ $emu = 1 ] && echo ' on the emulated device')"
+  [ $emu = 1 ] && cp build/emu-bins/test_gpt_emu ./test_gpt && cp build/emu-bins/train_gpt_emu ./train_gpt
   "$fn" "$@"; local rc=$?
+  [ $emu = 1 ] && use_bins "$BIN_KIND"
   local s=$(( $(date +%s) - STAGE_START ))
+  [ $emu = 1 ] && [ $rc = 0 ] && { record "$name" EMUL $s "emulated device (not a GPU): $STAGE_NOTE"; return 0; }
   case $rc in 0) record "$name" PASS $s "$STAGE_NOTE";; 2) record "$name" SKIP $s "$STAGE_NOTE";;
               124|137) record "$name" FAIL $s "timed out after ${STAGE_LIMIT} s${STAGE_NOTE:+; $STAGE_NOTE}";;
               *) record "$name" FAIL $s "${STAGE_NOTE:-exit $rc}";; esac
@@ -674,9 +707,9 @@ fi
 [ -n "$REF_PID" ] && kill "$REF_PID" 2>/dev/null
 
 # ---------------------------------------------------------------- summary
-np=0; nf=0; ns=0
+np=0; nf=0; ns=0; ne=0
 for i in "${!RES_NAME[@]}"; do
-  case ${RES_STAT[$i]} in PASS) np=$((np+1));; FAIL) nf=$((nf+1));; *) ns=$((ns+1));; esac
+  case ${RES_STAT[$i]} in PASS) np=$((np+1));; FAIL) nf=$((nf+1));; EMUL) ne=$((ne+1));; *) ns=$((ns+1));; esac
 done
 {
   echo
@@ -686,6 +719,7 @@ done
     printf '%-50s %-5s %5s  %s\n' "${RES_NAME[$i]}" "${RES_STAT[$i]}" "${RES_SECS[$i]}" "${RES_NOTE[$i]}"
   done
   [ -n "$D12_LINE" ] && echo "GPT-2 124M: $D12_LINE"
+  [ "$DRY" = 1 ] && echo "$ne emulated (GPU stages run on the CPU-emulated device, tests/cuda_emu: not counted as passed)"
   echo "$np passed, $nf failed, $ns skipped"
 } > "$SUMMARY"
 cat "$SUMMARY"

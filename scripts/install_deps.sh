@@ -17,13 +17,14 @@
 #   clang-14 libclang-rt-14-dev the fuzz smoke test (libFuzzer)
 #   libomp-14-dev               clang's OpenMP (omp.h, -lomp) for the fuzz build
 #   iproute2 util-linux         the simulated cluster (ip netns, tc, unshare, nsenter)
+#   libboost-context-dev        Boost.Context fibers of the emulated CUDA device (make emu, tests/cuda_emu)
 #   slurmctld slurmd slurm-client munge   Slurm on the simulated cluster (cluster.sh up --slurm, tests/suites/slurm.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 need=()
 for p in openmpi-bin libopenmpi-dev libopenblas-dev libdnnl-dev libdnnl2 python3-matplotlib \
-         clang-14 libclang-rt-14-dev libomp-14-dev iproute2 util-linux slurmctld slurmd slurm-client munge; do
+         clang-14 libclang-rt-14-dev libomp-14-dev iproute2 util-linux slurmctld slurmd slurm-client munge libboost-context-dev; do
   installed "$p" || need+=("$p")
 done
 /usr/bin/python3 -c "import torch, numpy" >/dev/null 2>&1 || need+=(python3-torch python3-numpy)

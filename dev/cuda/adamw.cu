@@ -13,7 +13,7 @@
 
 int main(int argc, char** argv) {
     (void)argc; (void)argv;
-    const size_t n = 10 * 1000 * 1000 + 7;
+    const size_t n = DEV_SHAPE(10 * 1000 * 1000 + 7, 100 * 1000 + 7);
     auto master = rand_floats(n, 0.1f, 71), g = rand_floats(n, 0.01f, 72), m = rand_floats(n, 0.001f, 73), v = rand_floats(n, 1e-5f, 74);
     for (auto& x : v) x = fabsf(x);
     round_bf16(g);

@@ -95,11 +95,11 @@ static void run_case(int B, int T, int C, int NH) {
 
 int main(int argc, char** argv) {
     int version = dev_version_arg(argc, argv);
-    run_case(4, 256, 384, 6);
+    run_case(DEV_SHAPE(4, 2), DEV_SHAPE(256, 64), DEV_SHAPE(384, 96), DEV_SHAPE(6, 3));
     run_case(2, 37, 96, 3);
 
     /* softmax versions on a GPT-2 124M shape */
-    int B = 8, NH = 12, T = 1024, rows = B * NH * T;
+    int B = DEV_SHAPE(8, 2), NH = DEV_SHAPE(12, 2), T = DEV_SHAPE(1024, 96), rows = B * NH * T;
     size_t n = (size_t)rows * T;
     auto pre = rand_floats(n, 4.0f, 21);
     round_bf16(pre);
@@ -118,8 +118,8 @@ int main(int argc, char** argv) {
     for (int v = 1; v <= 2; v++) {
         if (version && version != v) continue;
         auto run = [&]() {
-            if (v == 1) softmax_v1<<<cdiv_u(rows, 128), 128>>>(d_att, d_pre, rows, T);
-            else causal_softmax_kernel<<<cdiv_u(rows, 8), 256>>>(d_att, d_pre, rows, T);
+            if (v == 1) LLMC_LAUNCH(softmax_v1, cdiv_u(rows, 128), 128, 0, 0, d_att, d_pre, rows, T);
+            else LLMC_LAUNCH(causal_softmax_kernel, cdiv_u(rows, 8), 256, 0, 0, d_att, d_pre, rows, T);
             cudaCheckLaunch("softmax");
         };
         run();

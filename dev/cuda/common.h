@@ -17,6 +17,18 @@
 
 static int dev_failures = 0;
 
+/* Under the emulated device (make emu: LLMC_CUDA_EMU, the kernels run on the
+   CPU, tests/cuda_emu) every program runs its checks at a small shape,
+   DEV_SHAPE(gpu, emu) picks one, and time_ms runs the timed function once
+   without warm-up (the numbers are the CPU's, not a GPU's), so each program
+   finishes in seconds. With nvcc: the benchmark shapes and timing loops. */
+#ifdef LLMC_CUDA_EMU
+#define DEV_EMU 1
+#else
+#define DEV_EMU 0
+#endif
+#define DEV_SHAPE(gpu, emu) (DEV_EMU ? (emu) : (gpu))
+
 /* deterministic pseudo-random floats in [-scale, scale] (xorshift) */
 static inline std::vector<float> rand_floats(size_t n, float scale, unsigned long long seed) {
     std::vector<float> v(n);
@@ -83,7 +95,8 @@ static inline int check(const char* what, const std::vector<float>& got, const s
 /* average milliseconds of f() over reps runs (after one warm-up) */
 template <class F>
 static inline float time_ms(F f, int reps) {
-    f();
+    if (DEV_EMU) reps = 1;
+    else f();
     cudaEvent_t a, b;
     cudaCheck(cudaEventCreate(&a));
     cudaCheck(cudaEventCreate(&b));

@@ -22,7 +22,7 @@ __global__ void enc_bwd_v1(float* dwte, float* dwpe, const floatX* dout, const i
 
 int main(int argc, char** argv) {
     int version = dev_version_arg(argc, argv);
-    const int B = 8, T = 1024, C = 768, V = 50304, maxT = 1024;
+    const int B = DEV_SHAPE(8, 2), T = DEV_SHAPE(1024, 64), C = DEV_SHAPE(768, 96), V = DEV_SHAPE(50304, 1000), maxT = DEV_SHAPE(1024, 96);
     size_t BT = (size_t)B * T;
     auto wte = rand_floats((size_t)V * C, 0.1f, 41), wpe = rand_floats((size_t)maxT * C, 0.1f, 42);
     auto dout = rand_floats(BT * C, 1.0f, 43);
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
         printf(" version %d\n", v);
         if (v == 1) {
             float *f_wte = to_device_f32(zte), *f_wpe = to_device_f32(zpe);
-            auto run = [&]() { enc_bwd_v1<<<cdiv_u(BT * C, 256), 256>>>(f_wte, f_wpe, d_dout, d_inp, (int)BT, T, C); cudaCheckLaunch("enc_bwd_v1"); };
+            auto run = [&]() { LLMC_LAUNCH(enc_bwd_v1, cdiv_u(BT * C, 256), 256, 0, 0, f_wte, f_wpe, d_dout, d_inp, (int)BT, T, C); cudaCheckLaunch("enc_bwd_v1"); };
             run();
             check("dwte", from_device_f32(f_wte, (size_t)V * C), dwte, 1e-4, 1e-5);
             check("dwpe", from_device_f32(f_wpe, (size_t)maxT * C), dwpe, 1e-4, 1e-5);

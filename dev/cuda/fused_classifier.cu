@@ -63,7 +63,7 @@ static void run_case(int N, int V, int Vp, int version) {
         if (version && version != v) continue;
         floatX* d_l = to_device(logits);
         auto run = [&]() {
-            if (v == 1) classifier_v1<<<N, 512>>>(d_l, d_loss, d_tg, V, Vp, dloss);
+            if (v == 1) LLMC_LAUNCH(classifier_v1, N, 512, 0, 0, d_l, d_loss, d_tg, V, Vp, dloss);
             else fused_classifier(d_l, d_loss, d_tg, N, V, Vp, dloss);
             cudaCheckLaunch("classifier");
         };
@@ -73,7 +73,7 @@ static void run_case(int N, int V, int Vp, int version) {
         check("dlogits", from_device(d_l, (size_t)N * Vp), dl, 1e-9, 1e-2);
         /* timing on the forward-only path (dloss = 0 keeps the logits intact) */
         float ms = time_ms([&]() {
-            if (v == 1) classifier_v1<<<N, 512>>>(d_l, d_loss, d_tg, V, Vp, 0.0f);
+            if (v == 1) LLMC_LAUNCH(classifier_v1, N, 512, 0, 0, d_l, d_loss, d_tg, V, Vp, 0.0f);
             else fused_classifier(d_l, d_loss, d_tg, N, V, Vp, 0.0f);
         }, 10);
         printf("  %.4f ms (loss only; the gradient pass rewrites the row once more)\n", ms);
@@ -84,7 +84,7 @@ static void run_case(int N, int V, int Vp, int version) {
 
 int main(int argc, char** argv) {
     int version = dev_version_arg(argc, argv);
-    run_case(1024, 50257, 50304, version);
-    run_case(333, 1001, 1024, version);
+    run_case(DEV_SHAPE(1024, 32), DEV_SHAPE(50257, 5003), DEV_SHAPE(50304, 5008), version);
+    run_case(DEV_SHAPE(333, 33), 1001, 1024, version);
     return dev_finish("fused_classifier");
 }

@@ -63,7 +63,7 @@ __global__ void ln_bwd_v1(floatX* dinp, float* dw, float* db, const floatX* dout
 
 int main(int argc, char** argv) {
     int version = dev_version_arg(argc, argv);
-    const int N = 8 * 1024, C = 768;
+    const int N = DEV_SHAPE(8 * 1024, 256), C = DEV_SHAPE(768, 200);
     auto x = rand_floats((size_t)N * C, 2.0f, 1), w = rand_floats(C, 1.0f, 2), b = rand_floats(C, 0.5f, 3);
     auto dout = rand_floats((size_t)N * C, 1.0f, 4), dinp0 = rand_floats((size_t)N * C, 0.1f, 5);
     auto dw0 = rand_floats(C, 0.1f, 6), db0 = rand_floats(C, 0.1f, 7);
@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
     for (int v = 1; v <= 3; v++) {
         if (version && version != v) continue;
         auto run = [&]() {
-            if (v == 1) ln_fwd_v1<<<cdiv_u(N, 128), 128>>>(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-            else if (v == 2) ln_fwd_v2<<<cdiv_u(N, 8), 256>>>(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
+            if (v == 1) LLMC_LAUNCH(ln_fwd_v1, cdiv_u(N, 128), 128, 0, 0, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
+            else if (v == 2) LLMC_LAUNCH(ln_fwd_v2, cdiv_u(N, 8), 256, 0, 0, d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
             else layernorm_forward(d_out, d_mean, d_rstd, d_x, d_w, d_b, N, C);
             cudaCheckLaunch("layernorm forward");
         };
@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
             cudaCheck(cudaMemcpy(f_db, db0.data(), C * 4, cudaMemcpyHostToDevice));
         };
         auto run = [&]() {
-            if (v == 1) ln_bwd_v1<<<cdiv_u(N, 8), 256>>>(d_dinp, f_dw, f_db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
+            if (v == 1) LLMC_LAUNCH(ln_bwd_v1, cdiv_u(N, 8), 256, 0, 0, d_dinp, f_dw, f_db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
             else layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_x, d_w, d_mean, d_rstd, N, C);
             cudaCheckLaunch("layernorm backward");
         };

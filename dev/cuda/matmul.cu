@@ -23,7 +23,7 @@ __global__ void matmul_v1(floatX* out, const floatX* inp, const floatX* w, const
 
 int main(int argc, char** argv) {
     int version = dev_version_arg(argc, argv);
-    const int N = 8 * 1024, C = 768, OC = 3072;
+    const int N = DEV_SHAPE(8 * 1024, 256), C = DEV_SHAPE(768, 128), OC = DEV_SHAPE(3072, 384);
     auto x = rand_floats((size_t)N * C, 1.0f, 51), w = rand_floats((size_t)OC * C, 0.05f, 52), b = rand_floats(OC, 0.5f, 53);
     auto dout = rand_floats((size_t)N * OC, 0.05f, 54);
     round_bf16(x); round_bf16(w); round_bf16(b); round_bf16(dout);
@@ -45,9 +45,9 @@ int main(int argc, char** argv) {
     for (int v = 1; v <= 3; v++) {
         if (version && version != v) continue;
         auto run = [&]() {
-            if (v == 1) { matmul_v1<<<cdiv_u((size_t)N * OC, 256), 256>>>(d_out, d_x, d_w, d_b, N, C, OC); cudaCheckLaunch("matmul_v1"); }
+            if (v == 1) { LLMC_LAUNCH(matmul_v1, cdiv_u((size_t)N * OC, 256), 256, 0, 0, d_out, d_x, d_w, d_b, N, C, OC); cudaCheckLaunch("matmul_v1"); }
             else if (v == 2) {
-                gemm_bias_fill_kernel<<<cdiv_u((size_t)N * OC, 256), 256>>>(d_out, d_b, OC, N, OC);
+                LLMC_LAUNCH(gemm_bias_fill_kernel, cdiv_u((size_t)N * OC, 256), 256, 0, 0, d_out, d_b, OC, N, OC);
                 float one = 1.0f;
                 cublasCheck(cublasGemmEx(gemm_state.blas, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, d_w, CUDA_R_16BF, C,
                                          d_x, CUDA_R_16BF, C, &one, d_out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -79,10 +79,16 @@ __global__ void check_kernel(const floatX* buf, size_t lo, size_t hi, size_t sha
     }
 }
 
+/* the GPU's nanosecond timer (%globaltimer); the emulated device has no
+   PTX: its __globaltimer() reads CLOCK_MONOTONIC (tests/cuda_emu) */
 __device__ __forceinline__ unsigned long long global_ns(void) {
+#ifdef LLMC_CUDA_EMU
+    return __globaltimer();
+#else
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+#endif
 }
 /* spins ns nanoseconds, then *flag = value */
 __global__ void delayed_write_kernel(volatile int* flag, int value, unsigned long long ns) {
@@ -134,30 +140,30 @@ int main(int argc, char** argv) {
         unsigned long long bad_rs = 0, bad_acc = 0, bad_ag = 0, nonzero = 0;
         for (int round = 0; round < 3; round++) {
             salt++;
-            fill_kernel<<<G, TPB, 0, cs>>>(buf, n, 0, n, me, salt);
+            LLMC_LAUNCH(fill_kernel, G, TPB, 0, cs, buf, n, 0, n, me, salt);
             unsigned long long f = backend_reduce_scatter_start(c, buf, shard, NULL);
             if (nccl_state.host && f != 0) nonzero++;
             backend_wait_comm(f);
-            check_kernel<<<G, TPB, 0, cs>>>(buf, lo, hi, shard, N, salt, 0, d_bad);
+            LLMC_LAUNCH(check_kernel, G, TPB, 0, cs, buf, lo, hi, shard, N, salt, 0, d_bad);
             bad_rs += read_bad();
             want_calls[COLL_REDUCE_SCATTER]++; want_bytes[COLL_REDUCE_SCATTER] += n * sizeof(floatX);
 
             salt++;
-            fill_kernel<<<G, TPB, 0, cs>>>(buf, n, 0, n, me, salt);
-            fill_kernel<<<G, TPB, 0, cs>>>(acc, shard, 0, shard, 99, salt);
+            LLMC_LAUNCH(fill_kernel, G, TPB, 0, cs, buf, n, 0, n, me, salt);
+            LLMC_LAUNCH(fill_kernel, G, TPB, 0, cs, acc, shard, 0, shard, 99, salt);
             f = backend_reduce_scatter_start(c, buf, shard, acc);
             if (nccl_state.host && f != 0) nonzero++;
             backend_wait_comm(f);
-            check_kernel<<<G, TPB, 0, cs>>>(acc, lo, hi, shard, N, salt, 2, d_bad);
+            LLMC_LAUNCH(check_kernel, G, TPB, 0, cs, acc, lo, hi, shard, N, salt, 2, d_bad);
             bad_acc += read_bad();
             want_calls[COLL_REDUCE_SCATTER]++; want_bytes[COLL_REDUCE_SCATTER] += n * sizeof(floatX);
 
             salt++;
-            fill_kernel<<<G, TPB, 0, cs>>>(buf, n, lo, hi, me, salt);
+            LLMC_LAUNCH(fill_kernel, G, TPB, 0, cs, buf, n, lo, hi, me, salt);
             f = backend_all_gather_start(c, buf, shard);
             if (nccl_state.host && f != 0) nonzero++;
             backend_wait_comm(f);
-            check_kernel<<<G, TPB, 0, cs>>>(buf, 0, n, shard, N, salt, 1, d_bad);
+            LLMC_LAUNCH(check_kernel, G, TPB, 0, cs, buf, 0, n, shard, N, salt, 1, d_bad);
             bad_ag += read_bad();
             want_calls[COLL_ALL_GATHER]++; want_bytes[COLL_ALL_GATHER] += n * sizeof(floatX);
         }
@@ -176,6 +182,7 @@ int main(int argc, char** argv) {
     size_t shard = 4096, n = shard * (size_t)N;
     floatX* buf = (floatX*)backend_malloc(n * sizeof(floatX));
     if (!buf) comm_fatal(c, "out of device memory");
+    backend_memset_zero(buf, n * sizeof(floatX));   /* the ordering checks gather it: defined bytes (the emulated device refuses to send cudaMalloc's fill) */
     const unsigned long long delay_ns = 2000000ULL; /* 2 ms */
 
     if (nccl_state.host && me == 0) printf("(host-staged mode: no comm stream, the ordering checks 2-4 do not apply)\n");
@@ -184,9 +191,9 @@ int main(int argc, char** argv) {
         unsigned long long bad = 0;
         for (int k = 1; k <= 6; k++) {
             backend_memset_zero(d_flag, sizeof(int));
-            delayed_write_kernel<<<1, 1, 0, cs>>>(d_flag, k, delay_ns);
+            LLMC_LAUNCH(delayed_write_kernel, 1, 1, 0, cs, d_flag, k, delay_ns);
             unsigned long long f = backend_all_gather_start(c, buf, shard);
-            expect_flag_kernel<<<1, 1, 0, ks>>>(d_flag, k, d_bad);
+            LLMC_LAUNCH(expect_flag_kernel, 1, 1, 0, ks, d_flag, k, d_bad);
             backend_wait_comm(f);
             want_calls[COLL_ALL_GATHER]++; want_bytes[COLL_ALL_GATHER] += n * sizeof(floatX);
             backend_synchronize();
@@ -201,10 +208,10 @@ int main(int argc, char** argv) {
         for (int k = 1; k <= 6; k++) {
             backend_memset_zero(d_flag, sizeof(int));
             backend_synchronize(); /* the memset is done before the comm-stream kernel runs */
-            delayed_write_kernel<<<1, 1, 0, ks>>>(d_flag, k, delay_ns);
+            LLMC_LAUNCH(delayed_write_kernel, 1, 1, 0, ks, d_flag, k, delay_ns);
             unsigned long long f = backend_all_gather_start(c, buf, shard);
             backend_wait_comm(f);
-            expect_flag_kernel<<<1, 1, 0, cs>>>(d_flag, k, d_bad);
+            LLMC_LAUNCH(expect_flag_kernel, 1, 1, 0, cs, d_flag, k, d_bad);
             want_calls[COLL_ALL_GATHER]++; want_bytes[COLL_ALL_GATHER] += n * sizeof(floatX);
             bad += read_bad();
         }
@@ -223,12 +230,12 @@ int main(int argc, char** argv) {
                 backend_all_gather_start(c, buf, shard);
                 want_calls[COLL_ALL_GATHER]++; want_bytes[COLL_ALL_GATHER] += n * sizeof(floatX);
             }
-            delayed_write_kernel<<<1, 1, 0, ks>>>(d_flag, k, delay_ns);
+            LLMC_LAUNCH(delayed_write_kernel, 1, 1, 0, ks, d_flag, k, delay_ns);
             unsigned long long f1 = backend_all_gather_start(c, buf, shard); /* same event as f0 */
             want_calls[COLL_ALL_GATHER]++; want_bytes[COLL_ALL_GATHER] += n * sizeof(floatX);
             if (f1 != f0 + NCCL_FENCES) wrong_waited++;
             backend_wait_comm(f0);
-            expect_flag_kernel<<<1, 1, 0, cs>>>(d_flag, k, d_bad);
+            LLMC_LAUNCH(expect_flag_kernel, 1, 1, 0, cs, d_flag, k, d_bad);
             backend_wait_comm(f1);
             if (nccl_state.waited != f1) wrong_waited++;
             backend_wait_comm(f0); /* older than waited: no-op */
@@ -253,14 +260,14 @@ int main(int argc, char** argv) {
                 if (!dev[k]) comm_fatal(c, "out of device memory");
             }
             backend_memset_zero(d_flag, sizeof(int));
-            delayed_write_kernel<<<1, 1, 0, cs>>>(d_flag, 1, delay_ns); /* copies queue behind it */
+            LLMC_LAUNCH(delayed_write_kernel, 1, 1, 0, cs, d_flag, 1, delay_ns); /* copies queue behind it */
             for (int k = 0; k < 3; k++) {
                 for (size_t i = 0; i < bytes; i++) host[i] = (unsigned char)(1000u * (unsigned)(k + 1) + si + i * 131u);
                 backend_to_device(dev[k], host.data(), bytes);
             }
             memset(host.data(), 0xee, bytes); /* the last source is overwritten too */
             for (int k = 0; k < 3; k++)
-                check_bytes_kernel<<<G, TPB, 0, cs>>>(dev[k], bytes, 1000u * (unsigned)(k + 1) + (unsigned)si, d_bad);
+                LLMC_LAUNCH(check_bytes_kernel, G, TPB, 0, cs, dev[k], bytes, 1000u * (unsigned)(k + 1) + (unsigned)si, d_bad);
             bad += read_bad();
             for (int k = 0; k < 3; k++) backend_free(dev[k]);
         }

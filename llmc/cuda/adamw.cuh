@@ -64,7 +64,7 @@ static inline void adamw_update(floatX* params, float* master, const floatX* gra
     unsigned int blocks = cdiv_u(n, 256);
     unsigned int cap = (unsigned int)(cuda_ctx.num_sms > 0 ? cuda_ctx.num_sms * 16 : 2048);
     if (blocks > cap) blocks = cap;
-    adamw_kernel<<<blocks, 256, 0, cuda_ctx.stream>>>(params, master, grads, m, v, n, beta1, beta2, decay, step,
+    LLMC_LAUNCH(adamw_kernel, blocks, 256, 0, cuda_ctx.stream, params, master, grads, m, v, n, beta1, beta2, decay, step,
                                                       bc2_sqrt, eps, grad_scale);
     cudaCheckLaunch("adamw_kernel");
 }

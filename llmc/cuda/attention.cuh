@@ -74,7 +74,7 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att, c
         gemm_bf16(1, 0, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f, pre, T, TT, NH, NULL);
     }
     size_t rows = (size_t)B * NH * T;
-    causal_softmax_kernel<<<cdiv_u(rows, 8), 256, 0, cuda_ctx.stream>>>(att, preatt, rows, T);
+    LLMC_LAUNCH(causal_softmax_kernel, cdiv_u(rows, 8), 256, 0, cuda_ctx.stream, att, preatt, rows, T);
     cudaCheckLaunch("causal_softmax_kernel");
     for (int b = 0; b < B; b++) {
         const floatX* v = qkv + (size_t)b * T * C3 + 2 * C;
@@ -100,7 +100,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt, floatX* dat
         gemm_bf16(1, 0, T, T, hs, 1.0f, v, C3, hs, d, C, hs, 0.0f, da, T, TT, NH, NULL);
     }
     size_t rows = (size_t)B * NH * T;
-    causal_softmax_backward_kernel<<<cdiv_u(rows, 8), 256, 0, cuda_ctx.stream>>>(dpreatt, datt, att, rows, T, scale);
+    LLMC_LAUNCH(causal_softmax_backward_kernel, cdiv_u(rows, 8), 256, 0, cuda_ctx.stream, dpreatt, datt, att, rows, T, scale);
     cudaCheckLaunch("causal_softmax_backward_kernel");
     for (int b = 0; b < B; b++) {
         const floatX* q = qkv + (size_t)b * T * C3;

@@ -50,6 +50,8 @@
 
 #define BACKEND_NAME "cuda-bf16"
 /* one line for the start-up output: what multiplies the matrices */
+/* no start-up measurement on the GPU (llmc/cpu/backend.h) */
+static inline int backend_kernels_measured_here(void) { return 0; }
 static inline const char* backend_matmul_desc(void) { return "cuBLASLt bf16, fp32 accumulation"; }
 /* the twin of the CPU backend's start-up line: here the kernels run on the GPU */
 static inline void backend_cpu_desc(char* out, size_t n) { snprintf(out, n, "kernels on the GPU (CUDA, cuBLASLt); the host CPU only drives them"); }
@@ -115,6 +117,8 @@ static inline void backend_memory_budget(unsigned long long* bytes, char* source
     snprintf(source, n, "GPU %d: %.4g GB free / %d rank%s sharing it", dev, free_b / 1e9, share, share > 1 ? "s" : "");
 }
 static inline int backend_host_counts(void) { return 0; }
+/* one calibration file on the GPU (llmc/fit.h, fit_workspace_path) */
+static inline void backend_workspace_key(char* out, size_t n) { if (n) out[0] = 0; }
 /* compute rate for -z auto: not measured on the GPU (the cost model then
    compares communication only) */
 static inline double backend_matmul_flops(void) { return 0.0; }

@@ -76,6 +76,8 @@ typedef struct {
     unsigned long long issued;            /* fences handed out (1, 2, ...) */
     unsigned long long waited;            /* compute stream already waits on fences <= this */
     double timeout_s;
+    const char* fence_call[NCCL_FENCES];  /* the NCCL call of fence n (n % NCCL_FENCES), for a timeout's message */
+    size_t fence_count[NCCL_FENCES];      /* its count argument (elements) */
 } NcclState;
 static NcclState nccl_state;
 
@@ -124,6 +126,24 @@ static void nccl_fatal_hook(const char* msg) {
     comm_fatal(nccl_state.comm, "%s", msg);
 }
 
+/* The oldest collective of the comm stream not complete, for the timeout's
+   message: "ncclAllGather #12 (count 4096) has not completed", or that every
+   collective issued (the last NCCL_FENCES of them are checked) completed.
+   Queries the fence events (cudaEventQuery: no wait). */
+static void nccl_pending(char* out, size_t n) {
+    unsigned long long f0 = nccl_state.issued > NCCL_FENCES ? nccl_state.issued - NCCL_FENCES + 1 : 1;
+    for (unsigned long long f = f0; f <= nccl_state.issued; f++) {
+        cudaError_t q = cudaEventQuery(nccl_state.fences[f % NCCL_FENCES]);
+        if (q == cudaSuccess) continue;
+        (void)cudaGetLastError();
+        const char* call = nccl_state.fence_call[f % NCCL_FENCES];
+        snprintf(out, n, "%s #%llu (count %zu) of the comm stream has not completed", call ? call : "collective", f,
+                 nccl_state.fence_count[f % NCCL_FENCES]);
+        return;
+    }
+    snprintf(out, n, "every NCCL collective issued (%llu) completed: the wait is for a kernel or a copy", nccl_state.issued);
+}
+
 /* Called by every polling host wait (common.cuh) every 256 polls: ends the
    run on NCCL's asynchronous error state (a collective failed, e.g. a peer
    died) or once the wait exceeds LLMC_GPU_TIMEOUT seconds; a signal found
@@ -147,10 +167,13 @@ static void nccl_poll_hook(double waited) {
         }
     }
     if (nccl_state.timeout_s > 0 && waited > nccl_state.timeout_s) {
+        char pending[160];
+        nccl_pending(pending, sizeof(pending));
         if (nccl_state.nccl) { ncclCommAbort(nccl_state.nccl); nccl_state.nccl = NULL; }
         if (nccl_state.nccl_rep) { ncclCommAbort(nccl_state.nccl_rep); nccl_state.nccl_rep = NULL; }
-        cuda_fatal("waited more than %.0f s for the GPU at step %d (a collective may be waiting for a rank that is "
-                   "gone; NCCL communicators aborted; --collective-timeout or LLMC_GPU_TIMEOUT change the limit)", nccl_state.timeout_s, comm_watch.step);
+        cuda_fatal("waited more than %.0f s for the GPU at step %d (%s; a collective may be waiting for a rank that is "
+                   "gone; NCCL communicators aborted; --collective-timeout or LLMC_GPU_TIMEOUT change the limit)",
+                   nccl_state.timeout_s, comm_watch.step, pending);
     }
 }
 
@@ -304,10 +327,13 @@ static void nccl_trace(Comm* c, int kind, unsigned long long bytes) {
     trace_begin_coll(c->cur_unit, bytes, coll_name(c->purpose_embedding && kind == COLL_ALL_GATHER ? COLL_EMB_GATHER : kind));
 }
 
-/* step 3: the fence of the collective just enqueued */
-static unsigned long long nccl_end(void) {
+/* step 3: the fence of the collective just enqueued (call: its NCCL
+   function's name, count: its count argument, both for a timeout's message) */
+static unsigned long long nccl_end(const char* call, size_t count) {
     trace_end(TRACE_TID_COMM);
     unsigned long long f = ++nccl_state.issued;
+    nccl_state.fence_call[f % NCCL_FENCES] = call;
+    nccl_state.fence_count[f % NCCL_FENCES] = count;
     cudaCheck(cudaEventRecord(nccl_state.fences[f % NCCL_FENCES], nccl_state.comm_stream));
     return f;
 }
@@ -419,7 +445,7 @@ static inline unsigned long long backend_reduce_scatter_start(Comm* c, floatX* b
     floatX* mine = buf + (size_t)c->group_rank * shard;
     ncclCheck(ncclReduceScatter(buf, mine, shard, ncclBfloat16, ncclSum, nccl_state.nccl, nccl_state.comm_stream));
     if (acc) elementwise_launch<2>(acc, acc, mine, shard, "reduce-scatter accumulate", nccl_state.comm_stream);
-    unsigned long long f = nccl_end();
+    unsigned long long f = nccl_end("ncclReduceScatter", shard);
     comm_count(c, COLL_REDUCE_SCATTER, bytes, c->group_size);
     return f;
 }
@@ -439,7 +465,7 @@ static inline unsigned long long backend_all_reduce_replicas_start(Comm* c, floa
         nccl_begin();
         nccl_trace(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX));
         ncclCheck(ncclAllReduce(buf, buf, n, ncclBfloat16, ncclSum, nccl_state.nccl_rep, nccl_state.comm_stream));
-        f = nccl_end();
+        f = nccl_end("ncclAllReduce", n);
     }
     comm_count(c, COLL_ALL_REDUCE, (unsigned long long)n * sizeof(floatX), c->replica_size);
     return f;
@@ -490,7 +516,7 @@ static inline unsigned long long backend_all_gather_start(Comm* c, floatX* buf, 
     nccl_trace(c, COLL_ALL_GATHER, (unsigned long long)shard * (unsigned long long)c->group_size * sizeof(floatX));
     ncclCheck(ncclAllGather(buf + (size_t)c->group_rank * shard, buf, shard, ncclBfloat16, nccl_state.nccl,
                             nccl_state.comm_stream));
-    unsigned long long f = nccl_end();
+    unsigned long long f = nccl_end("ncclAllGather", shard);
     comm_count(c, COLL_ALL_GATHER, bytes, c->group_size);
     return f;
 }

@@ -28,6 +28,18 @@
 #define LLMC_CUDA_COMMON_CUH
 
 #include <cuda_runtime.h>
+
+/* LLMC_LAUNCH(kernel, grid, block, smem, stream, args...): every kernel launch
+   of the CUDA sources. Under nvcc it is kernel<<<grid, block, smem, stream>>>
+   (args...); the emulated device (tests/cuda_emu/cuda_runtime.h, make emu)
+   defines it first as its own launch, which runs the same kernel on the CPU.
+   LLMC_CUDA: the CUDA build (nvcc or the emulated device). */
+#ifndef LLMC_CUDA
+#define LLMC_CUDA 1
+#endif
+#ifndef LLMC_LAUNCH
+#define LLMC_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
 #include <cuda_bf16.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,10 +182,18 @@ static inline int aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 /* ------------------------------------------------------------------------ */
 /* device helpers                                                           */
 
-/* 8 bf16 in one 16-byte load/store. */
+/* 8 bf16 in one 16-byte load/store; p must be 16-byte aligned (a GPU
+   traps on a misaligned 128-bit access: "misaligned address").
+   LLMC_CHECK_ALIGN16(p, what): nothing under nvcc; the emulated device
+   (tests/cuda_emu/cuda_runtime.h) defines it as a check that names the
+   kernel, because x86 would tolerate the misaligned access. */
 struct alignas(16) bf16x8 { __nv_bfloat16 v[8]; };
+#ifndef LLMC_CHECK_ALIGN16
+#define LLMC_CHECK_ALIGN16(p, what) ((void)0)
+#endif
 
 __device__ __forceinline__ void load8(float* f, const floatX* p) {
+    LLMC_CHECK_ALIGN16(p, "load8");
     bf16x8 x = *reinterpret_cast<const bf16x8*>(p);
 #pragma unroll
     for (int i = 0; i < 8; i++) f[i] = __bfloat162float(x.v[i]);
@@ -182,6 +202,7 @@ __device__ __forceinline__ void store8(floatX* p, const float* f) {
     bf16x8 x;
 #pragma unroll
     for (int i = 0; i < 8; i++) x.v[i] = __float2bfloat16_rn(f[i]);
+    LLMC_CHECK_ALIGN16(p, "store8");
     *reinterpret_cast<bf16x8*>(p) = x;
 }
 __device__ __forceinline__ float bf(floatX x) { return __bfloat162float(x); }

@@ -48,7 +48,7 @@ static inline void encoder_forward(floatX* out, const int* inp, const floatX* wt
     int BT = B * T;
     int vec = C % 8 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe);
     size_t work = (size_t)BT * (vec ? C / 8 : C);
-    encoder_forward_kernel<<<cdiv_u(work, 256), 256, 0, cuda_ctx.stream>>>(out, inp, wte, wpe, BT, T, C, vec);
+    LLMC_LAUNCH(encoder_forward_kernel, cdiv_u(work, 256), 256, 0, cuda_ctx.stream, out, inp, wte, wpe, BT, T, C, vec);
     cudaCheckLaunch("encoder_forward_kernel");
 }
 
@@ -132,7 +132,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     cudaStream_t st = cuda_ctx.stream;
     int vec = C % 8 == 0 && aligned16(dwte) && aligned16(dwpe) && aligned16(dout);
     int w = vec ? 8 : 1;
-    encoder_backward_wpe_kernel<<<cdiv_u((size_t)T * (C / w), 256), 256, 0, st>>>(dwpe, dout, B, T, C, vec);
+    LLMC_LAUNCH(encoder_backward_wpe_kernel, cdiv_u((size_t)T * (C / w), 256), 256, 0, st, dwpe, dout, B, T, C, vec);
     cudaCheckLaunch("encoder_backward_wpe_kernel");
 
     /* sort (token, row) pairs */
@@ -140,7 +140,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
     unsigned int* keys_out = (unsigned int*)buf;
     int* rows_in = buf + BT;
     int* rows_out = buf + 2 * BT;
-    iota_kernel<<<cdiv_u((size_t)BT, 256), 256, 0, st>>>(rows_in, BT);
+    LLMC_LAUNCH(iota_kernel, cdiv_u((size_t)BT, 256), 256, 0, st, rows_in, BT);
     cudaCheckLaunch("iota_kernel");
     size_t temp_bytes = 0;
     cudaCheck(cub::DeviceRadixSort::SortPairs(NULL, temp_bytes, (const unsigned int*)inp, keys_out,
@@ -150,7 +150,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe, const floatX* do
                                               (const int*)rows_in, rows_out, BT, 0, 32, st));
     int threads = 128;
     dim3 grid((unsigned)BT, cdiv_u((size_t)C / w, (size_t)threads));
-    encoder_backward_wte_kernel<<<grid, threads, 0, st>>>(dwte, dout, keys_out, rows_out, BT, C, vec);
+    LLMC_LAUNCH(encoder_backward_wte_kernel, grid, threads, 0, st, dwte, dout, keys_out, rows_out, BT, C, vec);
     cudaCheckLaunch("encoder_backward_wte_kernel");
 }
 
@@ -173,7 +173,7 @@ __global__ void encoder_forward_rows_kernel(floatX* out, const int* inp, const f
 static inline void encoder_forward_rows(floatX* out, const int* inp, const floatX* W, int row0, int nrows,
                                         const floatX* wpe, int B, int T, int C) {
     if (B * T <= 0) return;
-    encoder_forward_rows_kernel<<<(unsigned)(B * T), 128, 0, cuda_ctx.stream>>>(out, inp, W, row0, nrows, wpe, T, C);
+    LLMC_LAUNCH(encoder_forward_rows_kernel, (unsigned)(B * T), 128, 0, cuda_ctx.stream, out, inp, W, row0, nrows, wpe, T, C);
     cudaCheckLaunch("encoder_forward_rows_kernel");
 }
 
@@ -206,7 +206,7 @@ static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, c
     cudaCheck(cudaMemcpy(d, seg, (size_t)(nseg + 1) * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d + nseg + 1, seg_key, (size_t)nseg * sizeof(int), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d + head, order, (size_t)n * sizeof(int), cudaMemcpyHostToDevice));
-    embedding_backward_range_kernel<<<(unsigned)nseg, 128, 0, cuda_ctx.stream>>>(dst, lo, hi, rows, d, d + nseg + 1,
+    LLMC_LAUNCH(embedding_backward_range_kernel, (unsigned)nseg, 128, 0, cuda_ctx.stream, dst, lo, hi, rows, d, d + nseg + 1,
                                                                                   d + head, C);
     cudaCheckLaunch("embedding_backward_range_kernel");
 }

@@ -90,7 +90,7 @@ static inline void fused_classifier(floatX* logits, float* losses, const int* ta
     int vec = Vp % 8 == 0 && aligned16(logits);
     for (size_t r0 = 0; r0 < N; r0 += max_rows) {
         unsigned int rows = (unsigned int)(N - r0 < max_rows ? N - r0 : max_rows);
-        fused_classifier_kernel<<<rows, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(
+        LLMC_LAUNCH(fused_classifier_kernel, rows, CLASSIFIER_THREADS, 0, cuda_ctx.stream, 
             logits + r0 * (size_t)Vp, losses ? losses + r0 : NULL, targets + r0, V, Vp, dloss, vec);
         cudaCheckLaunch("fused_classifier_kernel");
     }
@@ -109,7 +109,7 @@ __global__ void classifier_stats_init_kernel(float* mx, double* sum, float* tl, 
 
 static inline void classifier_stats_init(float* mx, double* sum, float* tl, size_t N) {
     if (N == 0) return;
-    classifier_stats_init_kernel<<<cdiv_u(N, 256), 256, 0, cuda_ctx.stream>>>(mx, sum, tl, N);
+    LLMC_LAUNCH(classifier_stats_init_kernel, cdiv_u(N, 256), 256, 0, cuda_ctx.stream, mx, sum, tl, N);
     cudaCheckLaunch("classifier_stats_init_kernel");
 }
 
@@ -143,7 +143,7 @@ static inline void classifier_chunk_stats(const floatX* logits, size_t N, int co
                                           float* mx, double* sum, float* tl) {
     int valid = V - col0 < ncols ? V - col0 : ncols;
     if (valid <= 0 || N == 0) return;
-    classifier_chunk_stats_kernel<<<(unsigned)N, 256, 0, cuda_ctx.stream>>>(logits, ncols, valid, col0, targets, mx, sum, tl);
+    LLMC_LAUNCH(classifier_chunk_stats_kernel, (unsigned)N, 256, 0, cuda_ctx.stream, logits, ncols, valid, col0, targets, mx, sum, tl);
     cudaCheckLaunch("classifier_chunk_stats_kernel");
 }
 
@@ -154,7 +154,7 @@ __global__ void classifier_losses_kernel(float* losses, const float* mx, const d
 
 static inline void classifier_losses(float* losses, const float* mx, const double* sum, const float* tl, size_t N) {
     if (N == 0) return;
-    classifier_losses_kernel<<<cdiv_u(N, 256), 256, 0, cuda_ctx.stream>>>(losses, mx, sum, tl, N);
+    LLMC_LAUNCH(classifier_losses_kernel, cdiv_u(N, 256), 256, 0, cuda_ctx.stream, losses, mx, sum, tl, N);
     cudaCheckLaunch("classifier_losses_kernel");
 }
 
@@ -173,7 +173,7 @@ static inline void classifier_chunk_grad(floatX* logits, size_t N, int col0, int
                                          const float* mx, const double* sum, float dloss) {
     int valid = V - col0 < ncols ? (V - col0 > 0 ? V - col0 : 0) : ncols;
     if (N == 0) return;
-    classifier_chunk_grad_kernel<<<(unsigned)N, 256, 0, cuda_ctx.stream>>>(logits, ncols, valid, col0, targets, mx, sum, dloss);
+    LLMC_LAUNCH(classifier_chunk_grad_kernel, (unsigned)N, 256, 0, cuda_ctx.stream, logits, ncols, valid, col0, targets, mx, sum, dloss);
     cudaCheckLaunch("classifier_chunk_grad_kernel");
 }
 

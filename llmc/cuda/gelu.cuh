@@ -59,7 +59,7 @@ static inline void elementwise_launch(floatX* out, const floatX* a, const floatX
                                       cudaStream_t stream = cuda_ctx.stream) {
     if (n == 0) return;
     int vec = aligned16(out) && aligned16(a) && aligned16(b);
-    elementwise_kernel<OP><<<cdiv_u(n, 8 * 256), 256, 0, stream>>>(out, a, b, n, vec);
+    LLMC_LAUNCH(elementwise_kernel<OP>, cdiv_u(n, 8 * 256), 256, 0, stream, out, a, b, n, vec);
     cudaCheckLaunch(name);
 }
 

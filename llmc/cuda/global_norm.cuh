@@ -47,9 +47,9 @@ static inline double sum_squares(const floatX* x, size_t n) {
     unsigned int blocks = cdiv_u(n, (size_t)NORM_THREADS * 8);
     if (blocks > NORM_MAX_BLOCKS) blocks = NORM_MAX_BLOCKS;
     double* part = (double*)cuda_scratch(SCRATCH_NORM, NORM_MAX_BLOCKS * sizeof(double));
-    sum_squares_partial_kernel<<<blocks, NORM_THREADS, 0, cuda_ctx.stream>>>(part, x, n);
+    LLMC_LAUNCH(sum_squares_partial_kernel, blocks, NORM_THREADS, 0, cuda_ctx.stream, part, x, n);
     cudaCheckLaunch("sum_squares_partial_kernel");
-    sum_partials_kernel<<<1, NORM_THREADS, 0, cuda_ctx.stream>>>(part, (int)blocks);
+    LLMC_LAUNCH(sum_partials_kernel, 1, NORM_THREADS, 0, cuda_ctx.stream, part, (int)blocks);
     cudaCheckLaunch("sum_partials_kernel");
     cudaCheck(cudaMemcpyAsync(sum_squares_host, part, sizeof(double), cudaMemcpyDeviceToHost, cuda_ctx.stream));
     cuda_wait_compute();

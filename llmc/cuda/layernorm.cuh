@@ -78,7 +78,7 @@ static inline void layernorm_forward(floatX* out, float* mean, float* rstd, cons
     if (N == 0) return;
     int vec = C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight) && aligned16(bias);
     int rows_per_block = 8;
-    layernorm_forward_kernel<<<cdiv_u(N, rows_per_block), 32 * rows_per_block, 0, cuda_ctx.stream>>>(
+    LLMC_LAUNCH(layernorm_forward_kernel, cdiv_u(N, rows_per_block), 32 * rows_per_block, 0, cuda_ctx.stream, 
         out, mean, rstd, inp, weight, bias, N, C, vec);
     cudaCheckLaunch("layernorm_forward_kernel");
 }
@@ -163,15 +163,15 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight, floatX* dbi
     cudaStream_t st = cuda_ctx.stream;
     int vec = C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
     int rows_per_block = 8;
-    layernorm_backward_dinp_kernel<<<cdiv_u(N, rows_per_block), 32 * rows_per_block, 0, st>>>(
+    LLMC_LAUNCH(layernorm_backward_dinp_kernel, cdiv_u(N, rows_per_block), 32 * rows_per_block, 0, st, 
         dinp, dout, inp, weight, mean, rstd, N, C, vec);
     cudaCheckLaunch("layernorm_backward_dinp_kernel");
     int chunks = (int)cdiv_u(N, LN_ROWS);
     float* part = (float*)cuda_scratch(SCRATCH_PARTIALS, (size_t)chunks * 2 * C * sizeof(float));
     dim3 grid((unsigned)chunks, cdiv_u((size_t)C, 128));
-    layernorm_backward_partials_kernel<<<grid, 128, 0, st>>>(part, dout, inp, mean, rstd, N, C);
+    LLMC_LAUNCH(layernorm_backward_partials_kernel, grid, 128, 0, st, part, dout, inp, mean, rstd, N, C);
     cudaCheckLaunch("layernorm_backward_partials_kernel");
-    layernorm_backward_finish_kernel<<<cdiv_u((size_t)C, 256), 256, 0, st>>>(dweight, dbias, part, chunks, C);
+    LLMC_LAUNCH(layernorm_backward_finish_kernel, cdiv_u((size_t)C, 256), 256, 0, st, dweight, dbias, part, chunks, C);
     cudaCheckLaunch("layernorm_backward_finish_kernel");
 }
 

@@ -102,8 +102,11 @@ static cublasLtMatrixLayout_t gemm_layout(int rows, int cols, int ld, int batch,
     return l;
 }
 
-/* Build the cuBLASLt plan of p's key; use_lt = 0 if no algorithm exists. */
-static void gemm_plan_build(GemmPlan* p) {
+/* Build the cuBLASLt plan of p's key; use_lt = 0 if no algorithm exists.
+   bias: the call's bias (NULL without): the epilogue's pointer is set before
+   the heuristic query, which checks it (its alignment) on a GPU; each
+   gemm_bf16 call sets its own bias again before cublasLtMatmul. */
+static void gemm_plan_build(GemmPlan* p, const floatX* bias) {
     p->use_lt = 0;
     if (gemm_state.no_lt) return;
     cublasOperation_t opA = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -115,6 +118,7 @@ static void gemm_plan_build(GemmPlan* p) {
     if (p->has_bias) {
         cudaDataType_t bt = CUDA_R_16BF;
         cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     /* stored shapes: A is (m,k) or (k,m) if transposed; B is (k,n) or (n,k) */
     p->la = p->ta ? gemm_layout(p->k, p->m, p->lda, p->batch, p->sA) : gemm_layout(p->m, p->k, p->lda, p->batch, p->sA);
@@ -185,7 +189,7 @@ static void gemm_bf16(int ta, int tb, int m, int n, int k, float alpha,
         gemm_plan_destroy(p);
         p->ta = ta; p->tb = tb; p->m = m; p->n = n; p->k = k; p->lda = lda; p->ldb = ldb; p->ldd = ldd;
         p->batch = batch; p->has_bias = has_bias; p->align = al; p->sA = sA; p->sB = sB; p->sD = sD;
-        gemm_plan_build(p);
+        gemm_plan_build(p, bias);
         p->valid = 1;
     }
     if (p->use_lt) {
@@ -197,7 +201,7 @@ static void gemm_bf16(int ta, int tb, int m, int n, int k, float alpha,
     }
     /* fallback: plain cuBLAS; the bias is written first and accumulated */
     if (has_bias) {
-        gemm_bias_fill_kernel<<<cdiv_u((size_t)m * n, 256), 256, 0, cuda_ctx.stream>>>(D, bias, m, n, ldd);
+        LLMC_LAUNCH(gemm_bias_fill_kernel, cdiv_u((size_t)m * n, 256), 256, 0, cuda_ctx.stream, D, bias, m, n, ldd);
         cudaCheckLaunch("gemm_bias_fill_kernel");
         beta = 1.0f;
     }
@@ -238,9 +242,9 @@ static void bias_backward(floatX* dbias, const floatX* dout, size_t N, int OC) {
     int chunks = (int)cdiv_u(N, COLSUM_ROWS);
     float* part = (float*)cuda_scratch(SCRATCH_PARTIALS, (size_t)chunks * OC * sizeof(float));
     dim3 grid((unsigned)chunks, cdiv_u((size_t)OC, 128));
-    colsum_partials_kernel<<<grid, 128, 0, cuda_ctx.stream>>>(part, dout, N, OC);
+    LLMC_LAUNCH(colsum_partials_kernel, grid, 128, 0, cuda_ctx.stream, part, dout, N, OC);
     cudaCheckLaunch("colsum_partials_kernel");
-    colsum_finish_kernel<<<cdiv_u((size_t)OC, 256), 256, 0, cuda_ctx.stream>>>(dbias, part, chunks, OC);
+    LLMC_LAUNCH(colsum_finish_kernel, cdiv_u((size_t)OC, 256), 256, 0, cuda_ctx.stream, dbias, part, chunks, OC);
     cudaCheckLaunch("colsum_finish_kernel");
 }
 
