@@ -44,7 +44,7 @@ PY=/usr/bin/python3
 mkdir -p build
 prog() { [ "$1" = bf16 ] && echo ./train_gpt_cpu_bf16 || echo ./train_gpt_cpu; }
 ncores=$(nproc)
-echo "machine: $ncores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); ISA flags: $(grep -o 'avx2\|avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+echo "machine: $ncores cores, $(bash dev/cpu_name.sh); ISA flags: $(grep -o 'avx2\|avx512f\|avx512_bf16\|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A PEAK
 gcc -O3 -march=x86-64-v3 -fopenmp -std=gnu11 -I. -DLLMC_BF16 ${KERNELS_ID:+-DLLMC_KERNELS_ID=\"$KERNELS_ID\"} dev/bench_kernels.c -ldnnl -lm -o build/bench_kernels_bf16 || exit 1

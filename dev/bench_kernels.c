@@ -226,7 +226,7 @@ static double g_peak = 0; /* the peak of this build's matmul implementation */
 
 /* C (M,N) = op(A) op(B) (+ C if acc), as the kernels call it; best of >= 3
    runs and >= 0.3 s; GFLOP/s */
-static int g_lm = 0; /* bf16: the shape is the LM head's (its own classes, matmul.h) */
+static int g_lm = 0; /* bf16: the shape is the LM head's (its own classes, matmul_bf16.h) */
 static double gemm_gflops(int ta, int tb, int M, int N, int K, int acc) {
     int lda = ta ? M : K, ldb = tb ? K : N;
     floatX* A = xalloc((size_t)M * K);
@@ -493,7 +493,7 @@ static size_t layer_map(Layer* L, floatX* base, int C) {
     }
     return off;
 }
-/* the LM head's products follow (bf16: their own path classes, matmul.h) */
+/* the LM head's products follow (bf16: their own path classes, matmul_bf16.h) */
 static void lm_head(int on) {
 #ifdef LLMC_BF16
     cpu_gemm_lm_head(on);

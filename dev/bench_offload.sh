@@ -23,7 +23,7 @@ mkdir -p "$DIR"
 PROG=${PROG:-./train_gpt_cpu}
 [ -x "$PROG" ] || { echo "build $PROG first (make all)"; exit 1; }
 threads=$(( $(nproc) / NP )); [ $threads -lt 1 ] && threads=1
-echo "machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/^Mem/{print $2}') GiB RAM;" \
+echo "machine: $(nproc) cores ($(bash dev/cpu_name.sh)), $(free -g | awk '/^Mem/{print $2}') GiB RAM;" \
      "scratch DIR $DIR on $(df -T "$DIR" | awk 'NR==2{print $2, $1}'); $NP rank(s) x $threads threads, -z $ZERO, $STEPS steps; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "| model | offload | VmHWM rank 0 (MB) | ms / step | disk read + written / step (MB) | I/O thread MB/s | wait for reads / step (ms) |\n"
 printf "|---|---|---|---|---|---|---|\n"

@@ -21,7 +21,7 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 DATA="-i data/brown/brown_train_*.bin -v 0 -s 0"
 [ -x "$PROG" ] || { echo "error: bench_recompute.sh: $PROG not built (make all)" >&2; exit 1; }
 mkdir -p "$OUT"
-cpu=$(grep -m1 "model name" /proc/cpuinfo | sed 's/.*: //'); isa=$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')
+cpu=$(bash dev/cpu_name.sh); isa=$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')
 echo "bench_recompute: $PROG; CPU: $cpu, $(nproc) cores (${isa:-no AVX-512/AMX})"
 field() { sed -n "$2" "$1"; }
 first=""

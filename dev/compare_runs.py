@@ -23,8 +23,9 @@ and the other did not (a run cut short), a NaN or infinite value (a
 diverged run), val losses over different val sets (main.log's val_tokens).
 A checkpoint step only one run saved (the extra checkpoint of a run stopped
 by a signal and resumed, another -n) is named, not compared and not a
-difference, unless its model has no state beside it (an incomplete
-checkpoint, in a run that saves states).
+difference. Half a pair is a difference at any step, compared or not: a
+model without its state or a state without its model (an incomplete
+checkpoint, in a run that saves states; a resume reads neither).
 
 --tol REL: exit 1 if a metric's largest relative difference exceeds REL,
 or if any of the differences above is found. --expect-equal: exit 1 unless
@@ -168,7 +169,8 @@ def state_arrays(path):
 
 
 def checkpoints(run):
-    return {int(m.group(1)) for f in os.listdir(run) for m in [re.fullmatch(r"model_(\d{8})\.bin", f)] if m}
+    """The checkpoint steps of a run: every S with a model_S.bin or a state_S.bin."""
+    return {int(m.group(2)) for f in os.listdir(run) for m in [re.fullmatch(r"(model|state)_(\d{8})\.bin", f)] if m}
 
 
 def has_states(run):
@@ -268,9 +270,10 @@ def main(argv=None):
             only = sorted(x - y)
             if only:   # an interrupt's checkpoint, another -n: named, not a difference (the steps both saved are compared)
                 print("  checkpoints only in %s: step%s %s (not compared)" % (who, "" if len(only) == 1 else "s", ranges(only)))
-            for s in only:   # but a model without its state is an incomplete checkpoint
-                if check and has_states(who) and not os.path.isfile(os.path.join(who, "state_%08d.bin" % s)):
-                    fail.append("%s: model_%08d.bin without state_%08d.bin (an incomplete checkpoint)" % (who, s, s))
+            for s in sorted(x):   # but half a pair is an incomplete checkpoint: a model without its state, a state without its model
+                hm, hs = (os.path.isfile(os.path.join(who, "%s_%08d.bin" % (k, s))) for k in ("model", "state"))
+                if check and has_states(who) and hm != hs:
+                    fail.append("%s: %s_%08d.bin without %s_%08d.bin (an incomplete checkpoint)" % (who, *(("model", s, "state", s) if hm else ("state", s, "model", s))))
         if check and (cb or cr) and not (cb & cr):
             fail.append("%s: no checkpoint step both runs saved (%s: %s; %s: %s): nothing to compare bitwise" % (
                 run, base, ranges(sorted(cb)) or "none", run, ranges(sorted(cr)) or "none"))

@@ -33,7 +33,7 @@ mkdir -p "$OUT"
 trap '$CL down >/dev/null 2>&1' EXIT
 export OMP_NUM_THREADS=1
 DATA="-i data/brown/brown_train_*.bin -j data/brown/brown_val_*.bin"
-cpu=$(grep -m1 "model name" /proc/cpuinfo | sed 's/.*: //'); isa=$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')
+cpu=$(bash dev/cpu_name.sh); isa=$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')
 echo "fit demo: $PROG $MODEL, $NODES nodes x 1 rank, $STEPS steps; CPU: $cpu (${isa:-no AVX-512/AMX})"
 
 # 1. the estimator with a budget: the full peaks at N = NODES

@@ -6,6 +6,8 @@
 #   bash dev/kill_fuzz.sh [TRIALS] [SEED]       (default 40 trials, seed 1)
 #   PLAN=cover bash dev/kill_fuzz.sh 14         (tests/suites/kill.sh: trial i takes
 #                                                phase i mod 7 and kind i mod 5)
+#   PRELOAD=SO   the trials' ranks run with LD_PRELOAD=SO (kill.sh's planted
+#   bug: build/ignore_signals.so, from tests/ignore_signals.c, must fail)
 #   GAP_MAX=15 (seconds, the largest gap between a repeated signal's two
 #   deliveries; 0.1 s the smallest, log-uniform), KEEP=1 keeps the work dir.
 #
@@ -29,8 +31,9 @@
 #   2. every model_S.bin has its state_S.bin and the reverse, and a pair of
 #      an even step is bitwise the reference's (cmp);
 #   3. the exit codes: catchable signals: both ranks' codes present and
-#      equal, 0 or 128 + the signal (0: the signal came when the run had
-#      ended or was past its last checkpoint); but a signal to one rank in
+#      equal, 0 or 128 + the signal (0 only when the signal did not reach
+#      a live rank, or a rank said "SIGTERM after the last step": it came
+#      past the last checkpoint; a run that ignored it fails); but a signal to one rank in
 #      start-up or a -y 1 load exits that rank at once (no collective to
 #      agree in), and so does SIGINT twice to one rank (exit now, alone): it
 #      has 128 + the signal and the other stopped with it or was ended by
@@ -92,7 +95,7 @@ finish() { # seconds: wait for JOB; RC
   JOB=""
 }
 
-echo "kill_fuzz: $TRIALS trials, seed $SEED, plan $PLAN, gap 0.1..$GAP_MAX s; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+echo "kill_fuzz: $TRIALS trials, seed $SEED, plan $PLAN, gap 0.1..$GAP_MAX s; $(bash dev/cpu_name.sh), $(nproc) cores"
 timeout 300 $MPIRUN -np 2 ./train_gpt_cpu "${ARGS[@]}" -o "$W/ref" > "$W/ref.out" 2>&1 || { echo "error: kill_fuzz.sh: the reference run failed"; tail -3 "$W/ref.out"; exit 1; }
 [ -s "$W/ref/model_00000008.bin" ] && [ -s "$W/ref/state_00000008.bin" ] || { echo "error: kill_fuzz.sh: the reference wrote no checkpoint 8"; exit 1; }
 declare -A N FAILS
@@ -108,7 +111,7 @@ for ((i = 0; i < TRIALS; i++)); do
   extra=()
   if [ $ph = load ]; then mkdir -p "$o"; cp "$W/ref/model_00000004.bin" "$W/ref/state_00000004.bin" "$o/"; extra=(-y 1); fi
   desc="trial $i: $ph #$occ, $kind SIG$sig$([ "${kind#once}" = "$kind" ] && [ $kind != kill-one ] && echo " +${gap}s")$([ "${kind%one}" != "$kind" ] && echo " to rank $who") at +${at}s"
-  $MPIRUN -np 2 --mca odls_base_sigkill_timeout 3 -x LLMC_TEST_SLOW="$ph:$hold" -x RCDIR="$rcd" \
+  $MPIRUN -np 2 --mca odls_base_sigkill_timeout 3 -x LLMC_TEST_SLOW="$ph:$hold" -x RCDIR="$rcd" ${PRELOAD:+-x LD_PRELOAD="$PRELOAD"} \
     "$W/rank.sh" ./train_gpt_cpu "${ARGS[@]}" -o "$o" "${extra[@]}" > "$W/t$i.out" 2>&1 &
   JOB=$!
   hook="^test hook LLMC_TEST_SLOW: rank 0 in $ph\$"
@@ -117,13 +120,17 @@ for ((i = 0; i < TRIALS; i++)); do
   if wait_n "$W/t$i.out" "$hook" "$occ" 120; then
     sleep "$at"
     p0=$(cat "$rcd/pid_0" 2>/dev/null); p1=$(cat "$rcd/pid_1" 2>/dev/null); pw=$(cat "$rcd/pid_$who" 2>/dev/null)
+    # landed: the first signal reached a live trainer (kill succeeded on
+    # a process that was not a zombie): the run must then exit 128 + the
+    # signal, or a rank must say the signal came after its last step
+    landed=0
+    alive() { local q; for q in "$@"; do [ -e "/proc/$q/stat" ] && [ "$(awk '{print $3}' "/proc/$q/stat" 2>/dev/null)" != Z ] && return 0; done; return 1; }
     case $kind in
-      once-all) kill -$sig $p0 $p1 2>/dev/null ;;
-      once-one) kill -$sig $pw 2>/dev/null ;;
-      twice-all) kill -$sig $p0 $p1 2>/dev/null; sleep "$gap"; kill -$sig $p0 $p1 2>/dev/null ;;
-      twice-one) kill -$sig $pw 2>/dev/null; sleep "$gap"; kill -$sig $pw 2>/dev/null ;;
+      once-all|twice-all) alive $p0 $p1 && kill -$sig $p0 $p1 2>/dev/null && landed=1 ;;
+      once-one|twice-one) alive $pw && kill -$sig $pw 2>/dev/null && landed=1 ;;
       kill-one) kill -KILL $pw 2>/dev/null ;;
     esac
+    case $kind in twice-all) sleep "$gap"; kill -$sig $p0 $p1 2>/dev/null ;; twice-one) sleep "$gap"; kill -$sig $pw 2>/dev/null ;; esac
     finish 120
   else
     problems+=("the phase $ph #$occ never came"); finish 120
@@ -157,6 +164,8 @@ for ((i = 0; i < TRIALS; i++)); do
     want=$((128 + ${SIGNUM[$sig]}))
     if [ -z "$r0" ] || [ -z "$r1" ] || [ "$r0" != "$r1" ] || { [ "$r0" != 0 ] && [ "$r0" != $want ]; }; then
       problems+=("exit codes rank 0 '$r0', rank 1 '$r1' (want both 0 or $want)")
+    elif [ "$r0" = 0 ] && [ "${landed:-0}" = 1 ] && ! grep -qE "^(rank [0-9]+: )?SIG$sig after the last step" "$W/t$i.out"; then
+      problems+=("exit 0/0, but SIG$sig reached a live rank and no rank said it came after the last step (want $want: the signal was ignored)")
     fi
   fi
   latest=$(ls "$o" 2>/dev/null | sed -n 's/^state_0*\([0-9][0-9]*\)\.bin$/\1/p' | sort -n | tail -1)

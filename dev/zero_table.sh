@@ -14,7 +14,7 @@ EXTRA="$*"
 MODEL=${MODEL:--e d6 -b 4 -t 256}
 PROG=${PROG:-./train_gpt_cpu_bf16}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
-echo "model: $MODEL, $PROG, $STEPS steps, $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
+echo "model: $MODEL, $PROG, $STEPS steps, $(nproc) cores ($(bash dev/cpu_name.sh))"
 printf "| N | stage | model states / rank (MB) | total allocated / rank (MB) | gathered in use, peak (MB) | wire / rank / step (MB) | volume (Psi) | ms / step |\n"
 printf "|---|---|---|---|---|---|---|---|\n"
 for n in 2 4; do

@@ -22,12 +22,13 @@ PLOT=${PLOT:-$OUT/loss.png}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 [ -x "$PROG" ] || { echo "error: zeropp_accuracy.sh: $PROG not built (make all)" >&2; exit 1; }
 rm -rf "$OUT" && mkdir -p "$OUT"
-cpu=$(grep -m1 "model name" /proc/cpuinfo | sed 's/.*: //'); isa=$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')
+cpu=$(bash dev/cpu_name.sh); isa=$(grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')
 echo "zeropp_accuracy: $PROG, 2 ranks, $STEPS steps; CPU: $cpu, $(nproc) cores (${isa:-no AVX-512/AMX})"
 runs=("plain|-z 3" "zero++|-z 3 --quantize-weights int8 --quantize-grads $QG" "seed|-z 3 --seed 1338")
 for r in "${runs[@]}"; do
   name=${r%%|*}; flags=${r#*|}
   t0=$(date +%s)
+  rm -rf "$OUT/$name"   # a rerun starts over (the trainer refuses a fresh run into an -o holding checkpoints)
   $MPIRUN -np 2 "$PROG" -x "$STEPS" $flags -o "$OUT/$name" > "$OUT/$name.log" 2>&1 || { echo "error: the $name run failed (see $OUT/$name.log)" >&2; exit 1; }
   echo "  $name ($flags): $(grep '^val loss' "$OUT/$name.log" | tail -1), $(( $(date +%s) - t0 )) s; $(grep -m1 '^average' "$OUT/$name.log" | cut -d, -f1)"
 done

@@ -19,6 +19,9 @@
 #   scripts/cluster.sh rate R [NODE] change the link rate of the running cluster (of one node: a straggler)
 #   scripts/cluster.sh link NODE down|up   cut a node's link (the bridge-side veth down: no packet in or
 #                                    out, no reset either, as a pulled cable) or restore it
+#   scripts/cluster.sh node NODE down|up   down: SIGKILL every process on the node (its namespace's and
+#                                    cgroups': MPI daemon, ranks, slurmd), a node that loses power; up:
+#                                    its link up, its slurmd started again if dead, back in service
 #   scripts/cluster.sh mem M         change the memory size of every node of the running cluster
 #   scripts/cluster.sh cpu NODE F    give NODE only the fraction F (0 < F <= 1, or none) of its cpus' time
 #                                    (a cpu cgroup quota: a slow node, unmistakable whatever else runs);
@@ -324,6 +327,28 @@ daemon_stop() { # name pidfile: TERM, then KILL, only the process the pid file n
   for _ in $(seq 1 25); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
   kill -KILL "$pid" 2>/dev/null || true
 }
+# slurmd_start I: start node I's slurmd (its config from state slurmconf<I>)
+slurmd_start() {
+  local i=$1 node=$NAME-node$1
+  # slurmd (and so every job step it starts) lives in the node's memory cgroup, as on a real node
+  nsenter --net="/run/netns/$node" unshare --uts --mount -- taskset -c "$(st "cpus$i")" \
+    sh -c 'if [ -n "$4" ]; then echo $$ > "$4/cgroup.procs" || exit 1; fi; hostname "$1" && exec slurmd -f "$3" -N "$1"' \
+    sh "$node" "$TMPBASE/$node" "$(st "slurmconf$i")" "$(st "cg$i")" 9>&-
+}
+# slurmd_alive I: 0 when node I's slurmd (its pid file) runs
+slurmd_alive() {
+  local pid; pid=$(cat "$(slurm_dir)/slurmd.$NAME-node$1.pid" 2>/dev/null)
+  [[ "$pid" =~ ^[0-9]+$ ]] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = slurmd ] \
+    && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]   # a killed slurmd not yet reaped is dead
+}
+# node_pids I: every process running on node I: those in its network
+# namespace (its MPI daemon, its ranks, its slurmd and their job steps),
+# and those in its memory and cpu cgroups
+node_pids() {
+  local g
+  { ip netns pids "$NAME-node$1" 2>/dev/null
+    for g in "$(st "cg$1")" "$(st "cpucg$1")"; do [ -n "$g" ] && cg_procs "$g"; done; } | sort -un
+}
 slurm_up() {
   local t
   for t in slurmctld slurmd munged srun sinfo sbatch scontrol; do
@@ -409,11 +434,8 @@ slurm_up() {
       mount --bind "$(st "cg$i")" "$sd/cg/$node/memory" || die "up --slurm: cannot bind-mount $node's cgroup $(st "cg$i") for Slurm"
     fi
     record daemon slurmd "$sd/slurmd.$node.pid"
-    # slurmd (and so every job step it starts) lives in the node's memory cgroup, as on a real node
-    nsenter --net="/run/netns/$node" unshare --uts --mount -- taskset -c "$(st "cpus$i")" \
-      sh -c 'if [ -n "$4" ]; then echo $$ > "$4/cgroup.procs" || exit 1; fi; hostname "$1" && exec slurmd -f "$3" -N "$1"' \
-      sh "$node" "$TMPBASE/$node" "$nconf" "$(st "cg$i")" 9>&- \
-      || die "up --slurm: slurmd on $node did not start (see $sd/slurmd.$node.log)"
+    st_set "slurmconf$i" "$nconf"
+    slurmd_start "$i" || die "up --slurm: slurmd on $node did not start (see $sd/slurmd.$node.log)"
   done
   local idle=""
   for _ in $(seq 1 100); do
@@ -540,6 +562,13 @@ cmd_up() {
     [ -n "$cpumode" ] && assign_cpus "$cpumode"
     [ -n "$mem" ] && apply_mem "$mem"
     [ $slurm = 1 ] && [ "$(st slurm)" != 1 ] && die "up --slurm: cluster $NAME is up without Slurm (run '$0 --name $NAME down' first)"
+    if [ "$(st slurm)" = 1 ]; then   # a slurmd that died (a node down) is started again
+      for ((i = 0; i < K; i++)); do
+        slurmd_alive "$i" && continue
+        slurmd_start "$i" || die "up: slurmd on $NAME-node$i did not start (see $(slurm_dir)/slurmd.$NAME-node$i.log)"
+        echo "cluster $NAME: slurmd on $NAME-node$i was not running: started" >&2
+      done
+    fi
     write_hostfile
     echo "cluster $NAME: already up, $K nodes on 10.213.$(st subnet).0/24, rate $(st rate), mem $(st mem), cpus $(st cpumode)"
     return 0
@@ -713,6 +742,44 @@ cmd_cpu() {
   echo "cluster $NAME: $1 gets $([ "${2,,}" = none ] && echo "all of its cpus' time (no quota)" || echo "$2 of its cpus' time (cpu cgroup $(st "cpucg$i"))")"
 }
 
+# node NODE down: SIGKILL every process on the node (node_pids), as a node
+# that loses power: its peers see their connections reset, Slurm sees the
+# node not responding; its link stays as it was. node NODE up: the link up,
+# its slurmd started again when it is not running, and the node returned to
+# service (scontrol update State=RESUME).
+cmd_node() {
+  [ $# = 2 ] && { [ "$2" = down ] || [ "$2" = up ]; } || die "node: usage: $0 node NODE down|up"
+  need_root; lock; need_up
+  local i p n=0; i=$(node_index "$1")
+  if [ "$2" = down ]; then
+    for _ in 1 2 3; do   # a process may start one more as it dies: until none is left
+      for p in $(node_pids "$i"); do [ "$p" != $$ ] && kill -KILL "$p" 2>/dev/null && n=$((n + 1)); done
+      [ -z "$(node_pids "$i")" ] && break; sleep 0.2
+    done
+    st_set "node$i" down
+    echo "cluster $NAME: $1 down ($n processes killed)"
+  else
+    ip link set "$(st "veth$i")" up || die "node $1 up: ip link set $(st "veth$i") up failed"
+    st_set "link$i" up
+    local what=""
+    if [ "$(st slurm)" = 1 ]; then
+      if ! slurmd_alive "$i"; then
+        slurmd_start "$i" || die "node $1 up: slurmd did not start (see $(slurm_dir)/slurmd.$1.log)"
+        what=", slurmd started"
+      fi
+      SLURM_CONF=$(slurm_dir)/slurm.conf scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1 || true
+      local s=""
+      for _ in $(seq 1 100); do
+        s=$(SLURM_CONF=$(slurm_dir)/slurm.conf sinfo -h -n "$1" -o %T 2>/dev/null)
+        [ "$s" = idle ] || [ "$s" = allocated ] || [ "$s" = mixed ] && break; sleep 0.2
+      done
+      what="$what, Slurm: $s"
+    fi
+    st_set "node$i" up
+    echo "cluster $NAME: $1 up (link up$what)"
+  fi
+}
+
 cmd_counters() {
   need_up
   local K i; K=$(st nodes)
@@ -772,6 +839,7 @@ case "$CMD" in
   run) cmd_run "$@" ;;
   rate) cmd_rate "$@" ;;
   link) cmd_link "$@" ;;
+  node) cmd_node "$@" ;;
   mem) cmd_mem "$@" ;;
   cpu) cmd_cpu "$@" ;;
   status) cmd_status ;;

@@ -9,9 +9,11 @@
 # launched again on the others, with -y 1 (from the latest complete
 # checkpoint in -o: model_S.bin beside state_S.bin) and the same -d (the
 # caller fixes -d before the first launch, so the global batch and the data
-# order do not change: docs/resume.md), until it completes or fewer than
-# EL_MIN_NODES remain. One line per event, e.g.
-#   elastic: lost llmcslurm-node1 at step 12; continuing on 1 node (2 ranks) from checkpoint 10
+# order do not change: docs/resume.md) in a layout of the survivors that
+# holds it (elastic_layout: a smaller -b or more micro-steps; with
+# --invariant 1 powers of two), until it completes or fewer than
+# EL_MIN_NODES remain, or no layout holds -d. One line per event, e.g.
+#   elastic: lost llmcslurm-node1 at step 12; continuing on 1 node (2 ranks) from checkpoint 10; layout -b 2, 2 micro-steps, -d 512 kept (probed in 1.2 s)
 # A failure with every node answering (a bad flag, a diverged run, a bug)
 # is not a lost node: the loop stops with the step's exit status, as does a
 # stop by a signal (130, 138, 143: the ranks wrote their checkpoint; a
@@ -23,10 +25,21 @@
 #   elastic: lost llmcslurm-node1 at step 12; continuing on 1 node (2 ranks) from checkpoint 12 (written by the survivors; probed in 1.2 s)
 # The line, not the exit code, is what counts: mpirun reports its own code
 # once it has lost a daemon.
+# Each relaunch passes --lock-takeover with every node lost so far (and the
+# caller's own --lock-takeover hosts): a shared file system (NFS, Lustre)
+# keeps the -o lock of a run whose node is gone (NFSv4 until its state
+# expires, NFSv3 until it reboots, Lustre until eviction), so without it a
+# relaunch after losing rank 0's node would be refused by its own dead run
+# (docs/resume.md). The node names must be the hosts' names (Slurm's node
+# names, the hostfile's host names; an IP address does not match the host
+# name the lock file holds).
 #
 # The caller sets:
 #   EL_NODES      array: the nodes of the first launch, in rank order
-#   EL_PER_NODE   ranks per node
+#   EL_PER_NODE   ranks per node (of the first launch; a relaunch may take
+#                 fewer: elastic_layout)
+#   EL_BASE       array: the trainer's flags the caller puts before ARGS
+#                 (the program, -b, -t, -d): read for the layout
 #   EL_MIN_NODES  stop when fewer nodes than this remain (>= 1)
 #   EL_OUT        the trainer's -o directory (required: the checkpoints)
 #   EL_LOG        a file the step's output is copied to (its step lines)
@@ -67,6 +80,46 @@ elastic_args() {
   [ $y = 1 ] || EL_ARGS+=(-y 1)
 }
 
+# elastic_flag NAME ARGS...: the value of the last NAME VALUE in ARGS (the
+# trainer takes the last one), or empty.
+elastic_flag() {
+  local n=$1 a prev="" v=""; shift
+  for a in "$@"; do [ "$prev" = "$n" ] && v=$a; prev=$a; done
+  echo "$v"
+}
+
+# elastic_layout NODES PER_NODE B T D INV: the layout of a relaunch on NODES
+# surviving nodes (PER_NODE ranks each at most, the first launch's) that
+# keeps the global batch D tokens per step (so the data order and, with
+# --invariant 1, the numbers stay those of the run: docs/resume.md), as
+# "m p b a": m nodes x p ranks per node, -b b <= B, a micro-steps, with
+# D = b * T * m * p * a; the most ranks first, then the largest b, then the
+# most ranks per node. With INV = 1 (--invariant 1) the rank count, b and a
+# are powers of two (the trainer's rule), so some survivors may stay idle.
+# Prints nothing when no layout holds D (then the relaunch is refused).
+elastic_layout() {
+  local nodes=$1 per=$2 B=$3 T=$4 D=$5 inv=$6 m p b q best="" bR=0 bb=0 bp=0 R
+  pow2() { [ "$1" -ge 1 ] && [ $(( $1 & ($1 - 1) )) = 0 ]; }
+  for ((m = 1; m <= nodes; m++)); do
+    for ((p = 1; p <= per; p++)); do
+      R=$((m * p))
+      [ "$inv" = 1 ] && ! pow2 $R && continue
+      [ $((D % (T * R))) = 0 ] || continue
+      q=$((D / (T * R)))
+      for ((b = (B < q ? B : q); b >= 1; b--)); do
+        [ $((q % b)) = 0 ] || continue
+        [ "$inv" = 1 ] && { pow2 $b && pow2 $((q / b)) || continue; }
+        break
+      done
+      [ "$b" -ge 1 ] || continue
+      if [ $R -gt $bR ] || { [ $R = $bR ] && [ $b -gt $bb ]; } || { [ $R = $bR ] && [ $b = $bb ] && [ $p -gt $bp ]; }; then
+        best="$m $p $b $((q / b))"; bR=$R; bb=$b; bp=$p
+      fi
+    done
+  done
+  echo "$best"
+}
+
 # elastic_rescued LOG FROM: the step S of the last "rescue: wrote checkpoint
 # S ..." line in LOG after its first FROM lines (this launch's output), or
 # empty.
@@ -81,8 +134,8 @@ elastic_last_step() {
 
 # elastic_loop ARGS...: launch, and relaunch on the surviving nodes (above).
 elastic_loop() {
-  local rc n launch=0 t_end t_start ck step from rescued by
-  local -a keep lost args=("$@")
+  local rc n launch=0 t_end t_start ck step from rescued by takeover
+  local -a keep lost gone=() args=("$@")
   [ -n "${EL_OUT:-}" ] || { echo "elastic: ELASTIC=1 needs -o DIR (the checkpoints a relaunch continues from)" >&2; return 1; }
   [ "${EL_MIN_NODES:-1}" -ge 1 ] 2>/dev/null || { echo "elastic: MIN_NODES=$EL_MIN_NODES: must be an integer >= 1" >&2; return 1; }
   while :; do
@@ -92,7 +145,10 @@ elastic_loop() {
       el_launch "${args[@]}"; rc=$?
     else
       elastic_args "${args[@]}"
-      el_launch "${EL_ARGS[@]}"; rc=$?
+      # the lost nodes' runs may still hold the -o lock (a shared file system): take it over (above)
+      takeover=$(elastic_flag --lock-takeover "${args[@]}")
+      takeover=$(IFS=,; echo "${takeover:+$takeover,}${gone[*]}")
+      el_launch "${EL_ARGS[@]}" --lock-takeover "$takeover"; rc=$?
     fi
     t_end=$(date +%s.%N)
     if [ $rc = 0 ]; then
@@ -125,7 +181,21 @@ elastic_loop() {
       return $rc
     fi
     t_start=$(date +%s.%N)
-    echo "elastic: lost ${lost[*]} at step ${step:-0}; continuing on ${#keep[@]} node$([ ${#keep[@]} = 1 ] || echo s) ($(( ${#keep[@]} * EL_PER_NODE )) ranks) from checkpoint ${ck:-none (a fresh start)} (${by}probed in $(awk -v a="$t_end" -v b="$t_start" 'BEGIN { printf "%.1f", b - a }') s)" >&2
-    EL_NODES=("${keep[@]}")
+    # the layout of the survivors that keeps -d (elastic_layout)
+    local B T D inv lay m p b a idle=""
+    B=$(elastic_flag -b "${EL_BASE[@]}" "${args[@]}"); T=$(elastic_flag -t "${EL_BASE[@]}" "${args[@]}")
+    D=$(elastic_flag -d "${EL_BASE[@]}" "${args[@]}"); inv=$(elastic_flag --invariant "${EL_BASE[@]}" "${args[@]}")
+    [ -n "$D" ] || D=$((B * T * ${#EL_NODES[@]} * EL_PER_NODE))
+    lay=$(elastic_layout ${#keep[@]} "$EL_PER_NODE" "$B" "$T" "$D" "${inv:-0}")
+    if [ -z "$lay" ]; then
+      echo "elastic: lost ${lost[*]} at step ${step:-0}; no layout of the ${#keep[@]} node$([ ${#keep[@]} = 1 ] || echo s) left (up to $EL_PER_NODE ranks each, -b up to $B, T=$T$([ "${inv:-0}" = 1 ] && echo ", --invariant 1: ranks, -b and micro-steps powers of two")) holds -d $D: stopping (exit $rc; checkpoint ${ck:-none} in $EL_OUT)" >&2
+      return $rc
+    fi
+    read -r m p b a <<< "$lay"
+    [ "$m" -lt ${#keep[@]} ] && idle="; ${keep[*]:$m} left idle"
+    echo "elastic: lost ${lost[*]} at step ${step:-0}; continuing on $m node$([ "$m" = 1 ] || echo s) ($((m * p)) ranks) from checkpoint ${ck:-none (a fresh start)}; layout -b $b, $a micro-step$([ "$a" = 1 ] || echo s), -d $D kept$([ "${inv:-0}" = 1 ] && echo " (--invariant 1: powers of two)")$idle (${by}probed in $(awk -v a="$t_end" -v b="$t_start" 'BEGIN { printf "%.1f", b - a }') s)" >&2
+    gone+=("${lost[@]}")
+    EL_NODES=("${keep[@]:0:$m}"); EL_PER_NODE=$p
+    args=("${args[@]}" -b "$b")
   done
 }

@@ -22,7 +22,8 @@
 #                CPU: unset (= B*T*NP, no accumulation)
 #   STEPS        -x: optimizer steps; GPU 2000, CPU 500
 #   MPIRUN=mpirun   the launcher (as root, --allow-run-as-root is added)
-#   DRYRUN=1     print the command instead of running it
+#   DRYRUN=1     print the command instead of running it (the one this
+#                script runs: bash scripts/mpirun_fg.sh mpirun ...)
 # Stage 3 extras (append to the command line): --prefetch K (blocks gathered
 # ahead, overlapping compute), --reshard-after-forward 0 (keep blocks from
 # forward to backward: less traffic, more memory).
@@ -57,8 +58,9 @@ fi
 train=("$PROG" -z "$ZERO" -b "$B" -t "$T")
 [ -n "$TOTAL" ] && train+=(-d "$TOTAL")
 train+=(-x "$STEPS" "$@")
-if [ "${DRYRUN:-0}" = 1 ]; then printf '%q ' "${launcher[@]}" "${train[@]}" | sed 's/ $//'; echo; exit 0; fi
+run=(bash scripts/mpirun_fg.sh "${launcher[@]}" "${train[@]}")
+if [ "${DRYRUN:-0}" = 1 ]; then printf '%q ' "${run[@]}" | sed 's/ $//'; echo; exit 0; fi
 if [ ! -x "$PROG" ]; then
   if [ "$CPU" = 1 ]; then make train_gpt_cpu; else make -f cuda.mk cuda; fi
 fi
-exec bash scripts/mpirun_fg.sh "${launcher[@]}" "${train[@]}"
+exec "${run[@]}"

@@ -29,7 +29,10 @@
 #                micro-steps); GPU 524288, CPU unset (= B*T*ranks, no accumulation)
 #   STEPS        -x: optimizer steps; GPU 5000, CPU 500
 #   MPIRUN=mpirun   the launcher (as root, --allow-run-as-root is added)
-#   DRYRUN=1     print the command instead of running it
+#   DRYRUN=1     print the command instead of running it (the one this
+#                script runs: bash scripts/mpirun_fg.sh mpirun ...; with
+#                ELASTIC=1 the loop's first launch, its hostfile the temp
+#                file of the nodes left, named by its mktemp template)
 #   ELASTIC=1    a job that loses a node finishes by itself (needs -o DIR):
 #                when mpirun fails, each node of the hostfile is probed (a
 #                one-process mpirun on it, ELASTIC_PROBE_S=30 s at most);
@@ -108,7 +111,26 @@ if [ "${ELASTIC:-0}" = 1 ] && [ -z "$TOTAL" ] && ! printf '%s\n' "$@" | grep -qx
 train=("$PROG" -z "$ZERO" -b "$B" -t "$T")
 [ -n "$TOTAL" ] && train+=(-d "$TOTAL")
 train+=(-x "$STEPS" "$@")
-if [ "${DRYRUN:-0}" = 1 ]; then printf '%q ' "${launcher[@]}" "${train[@]}" | sed 's/ $//'; echo; exit 0; fi
+# the elastic loop's launch (el_launch below): the launcher without -np and
+# --hostfile, then those of the nodes left (hostfile $1), the program
+el_cmd() { # hostfile nodes ranks-per-node args...: the launcher with -np, --hostfile and --map-by of those nodes
+  local hf=$1 nn=$2 pn=$3 n l=() skip=0; shift 3
+  for n in "${launcher[@]}"; do
+    if [ $skip = 1 ]; then skip=0; continue; fi
+    case "$n" in -np|--hostfile|--map-by) skip=1; continue ;; esac
+    l+=("$n")
+  done
+  EL_CMD=(bash scripts/mpirun_fg.sh "${l[@]}" -np $(( nn * pn )) --hostfile "$hf" --map-by "ppr:$pn:node" "$@")
+}
+if [ "${DRYRUN:-0}" = 1 ]; then
+  if [ "${ELASTIC:-0}" = 1 ]; then
+    el_cmd "${TMPDIR:-/tmp}/llmc-elastic.XXXXXX.hosts" "$NODES" "$PER_NODE" "${train[@]}"
+    printf '%q ' "${EL_CMD[@]}" | sed 's/ $//'
+  else
+    printf '%q ' bash scripts/mpirun_fg.sh "${launcher[@]}" "${train[@]}" | sed 's/ $//'
+  fi
+  echo; exit 0
+fi
 if [ ! -x "$PROG" ]; then
   if [ "$CPU" = 1 ]; then make train_gpt_cpu; else make -f cuda.mk cuda; fi
 fi
@@ -119,16 +141,14 @@ if [ "${ELASTIC:-0}" = 1 ]; then   # relaunch on the nodes that remain (scripts/
   EL_OUT=""; prev=""; for a in "$@"; do [ "$prev" = -o ] && EL_OUT=$a; prev=$a; done
   EL_LOG=$(mktemp "${TMPDIR:-/tmp}/llmc-elastic.XXXXXX"); hosts=$EL_LOG.hosts
   base=("${train[@]:0:$(( ${#train[@]} - $# ))}")   # the program and the script's flags; the user's follow
-  # launcher with -np and --hostfile of the nodes left (the first launch's are replaced)
+  EL_BASE=("${base[@]}")
+  # launcher with -np, --hostfile and --map-by of the nodes left and their
+  # ranks per node (the first launch's are replaced; elastic_layout)
   el_launch() {
-    local n l=() skip=0
-    for n in "${EL_NODES[@]}"; do echo "$n slots=$PER_NODE"; done > "$hosts"
-    for n in "${launcher[@]}"; do
-      if [ $skip = 1 ]; then skip=0; continue; fi
-      case "$n" in -np|--hostfile) skip=1; continue ;; esac
-      l+=("$n")
-    done
-    bash scripts/mpirun_fg.sh "${l[@]}" -np $(( ${#EL_NODES[@]} * PER_NODE )) --hostfile "$hosts" "${base[@]}" "$@" > >(tee -a "$EL_LOG") 2>&1
+    local n
+    for n in "${EL_NODES[@]}"; do echo "$n slots=$EL_PER_NODE"; done > "$hosts"
+    el_cmd "$hosts" ${#EL_NODES[@]} "$EL_PER_NODE" "${base[@]}" "$@"
+    "${EL_CMD[@]}" > >(tee -a "$EL_LOG") 2>&1
   }
   el_probe() {
     local m=("$MPIRUN"); [ "$(id -u)" = 0 ] && m+=(--allow-run-as-root)

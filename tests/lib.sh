@@ -22,6 +22,8 @@ cpu_isa_tool() {
 }
 # the detected level (ignores LLMC_CPU_ISA): avx2, avx512, avx512_bf16, amx
 cpu_isa_detected() { env -u LLMC_CPU_ISA "$(cpu_isa_tool)" | awk '$1 == "detected" {print $2}'; }
+# the CPU as the trainer names it (the CPUID brand string; its calibration files' "cpu" line)
+cpu_isa_model() { env -u LLMC_CPU_ISA "$(cpu_isa_tool)" | sed -n 's/^model //p'; }
 # cpu_isa_can LEVEL: 0 if this CPU runs LEVEL; else prints the skip reason and returns 3
 cpu_isa_can() { env -u LLMC_CPU_ISA "$(cpu_isa_tool)" "$1"; }
 CPU_ISA_ALL="avx2 avx512 avx512_bf16 amx"

@@ -7,11 +7,24 @@
 # A check this CPU cannot run is skipped and counted with the ISA it needs;
 # the kernel suites run again at every lower ISA level (LLMC_CPU_ISA), so
 # an AVX-512 or AMX machine also tests what an AVX2-only machine runs.
+# Each suite's line gives its time; the five slowest are listed at the end.
+# The unit tests are built by tests/unit/unit.mk: a second run compiles
+# only what changed.
+# --quick (make check): the reference files' self-test on the odd config,
+# the unit suites at this CPU's ISA level and tests/suites/quick.sh (a
+# short run of each program, stage 3 at 2 ranks, against PyTorch and each
+# other), about 1-2 minutes; docs/testing.md says what it leaves out.
 set -u
+QUICK=0
+case "${1:-}" in
+  --quick) QUICK=1 ;;
+  "") ;;
+  *) echo "usage: bash tests/run.sh [--quick]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 . tests/lib.sh
-total_pass=0; total_fail=0; total_skip=0; failed_suites=()
-CC_TEST="gcc -O2 -std=gnu11 -Wall -I."
+total_pass=0; total_fail=0; total_skip=0; failed_suites=(); times=()
+t_all=$(date +%s)
 mkdir -p build
 
 suite() { # name command...
@@ -30,23 +43,47 @@ suite() { # name command...
   total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); total_skip=$((total_skip + k))
   grep -E "^skip " "$log" | sed 's/^/    /' | head -20
   if [ "$f" != 0 ] || [ $rc -ne 0 ]; then
-    failed_suites+=("$name"); tail -25 "$log"
+    failed_suites+=("$name"); grep -E "^FAIL" "$log" | head -20; echo "    ... the log's last lines ($log):"; tail -25 "$log"
   fi
-  echo "    $name: ${last:-no summary line} (exit $rc, $(( $(date +%s) - t0 )) s)"
+  local dt=$(( $(date +%s) - t0 ))
+  times+=("$dt $name")
+  echo "    $name: ${last:-no summary line} (exit $rc, $dt s)"
+}
+# the end: the five slowest suites, the total time, the sum of the counts
+finish() {
+  echo
+  echo "slowest suites:"
+  printf '%s\n' "${times[@]}" | sort -rn | head -5 | awk '{ t = $1; $1 = ""; printf "    %5d s %s\n", t, substr($0, 2) }'
+  echo "all suites: $(( $(date +%s) - t_all )) s"
+  [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
+  echo "$total_pass passed, $total_fail failed, $total_skip skipped"
+  [ $total_fail -eq 0 ]
 }
 
-suite "reference selftest" /usr/bin/python3 tests/suites/reference_selftest.py --dir data/ref
-suite "dataloader" bash -c "$CC_TEST tests/unit/test_dataloader.c -o build/test_dataloader && ./build/test_dataloader"
-suite "shard plan" bash -c "$CC_TEST tests/unit/test_zero.c -o build/test_zero -lm && ./build/test_zero"
-suite "fit budget" bash -c "$CC_TEST tests/unit/test_fit.c -o build/test_fit -lm && ./build/test_fit"
-suite "fit choice" bash -c "mpicc -O2 -std=gnu11 -Wall -fopenmp -march=x86-64-v3 -I. tests/unit/test_fit_choose.c -o build/test_fit_choose -lopenblas -lm && $MPIRUN -np 1 ./build/test_fit_choose"
-suite "block quantization" bash -c "$CC_TEST tests/unit/test_quant.c -o build/test_quant -lm && ./build/test_quant"
-suite "quantized collectives" bash -c "mpicc -O2 -std=gnu11 -Wall -fopenmp -I. tests/unit/test_quant_coll.c -o build/test_quant_coll -lm && $MPIRUN -np 4 ./build/test_quant_coll"
-suite "cpu kernels" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp tests/unit/test_kernels.c -o build/test_kernels -lopenblas -lm && ./build/test_kernels"
-suite "cpu kernels bf16" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_BF16 tests/unit/test_kernels.c -o build/test_kernels_bf16 -ldnnl -lm && ./build/test_kernels_bf16"
-suite "matmul choice" bash -c "$CC_TEST -O2 -march=x86-64-v3 -fopenmp -DLLMC_BF16 -DLLMC_KERNELS_ID='\"test\"' tests/unit/test_matmul_choice.c -o build/test_matmul_choice -ldnnl -lm && ./build/test_matmul_choice"
+# make check: the odd config only (the one its reference runs use)
+if [ $QUICK = 1 ]; then suite "reference selftest" /usr/bin/python3 tests/suites/reference_selftest.py --dir data/ref --configs odd
+else suite "reference selftest" /usr/bin/python3 tests/suites/reference_selftest.py --dir data/ref; fi
+# the unit tests: built by tests/unit/unit.mk (only what changed since the last run)
+unit() { # name binary [runner...]
+  local name=$1 bin=$2; shift 2
+  suite "$name" bash -c "make -s --no-print-directory -f tests/unit/unit.mk build/$bin && $* ./build/$bin"
+}
+unit "dataloader" test_dataloader
+unit "shard plan" test_zero
+unit "fit budget" test_fit
+unit "fit choice" test_fit_choose $MPIRUN -np 1
+unit "block quantization" test_quant
+unit "host collectives" test_hostcoll
+unit "quantized collectives" test_quant_coll $MPIRUN -np 4
+unit "cpu kernels" test_kernels
+unit "cpu kernels bf16" test_kernels_bf16
+unit "matmul choice" test_matmul_choice
 # the fp32 kernels on oneDNN's sgemm, as the programs build them when oneDNN is installed
-suite "cpu kernels onednn" bash -c "$CC_TEST -O3 -march=x86-64-v3 -fopenmp -DLLMC_USE_DNNL tests/unit/test_kernels.c -o build/test_kernels_dnnl -l:libdnnl.so.2 -lm && ./build/test_kernels_dnnl"
+unit "cpu kernels onednn" test_kernels_dnnl
+if [ $QUICK = 1 ]; then
+  suite "quick training" bash tests/suites/quick.sh
+  finish; exit
+fi
 # again at every ISA level below this CPU's (the same binaries, capped by LLMC_CPU_ISA)
 detected=$(cpu_isa_detected)
 for L in $CPU_ISA_ALL; do
@@ -61,6 +98,7 @@ suite "estimator" bash tests/suites/estimator.sh
 suite "zero sweep" bash tests/suites/zero_sweep.sh
 suite "zero sweep bf16" env PROG=./test_gpt_cpu_bf16 bash tests/suites/zero_sweep.sh
 suite "bf16 reference" bash tests/suites/bf16.sh
+suite "cuda emulation" bash tests/suites/cuda_emu.sh
 suite "overlap and hsdp" bash tests/suites/overlap.sh
 suite "overlap and hsdp bf16" env PROG=./train_gpt_cpu_bf16 bash tests/suites/overlap.sh
 suite "memory by stage" bash tests/suites/memory.sh
@@ -92,7 +130,4 @@ suite "sanitizers" bash tests/suites/sanitizers.sh
 suite "fuzz smoke" bash tests/fuzz/run.sh 15
 suite "gpu dry run" bash tests/suites/gpu_dry_run.sh
 
-echo
-[ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
-echo "$total_pass passed, $total_fail failed, $total_skip skipped"
-[ $total_fail -eq 0 ]
+finish

@@ -200,14 +200,14 @@ expect_cmd "slurm CPU command" "OMP_NUM_THREADS=16 srun --mpi=pmix --kill-on-bad
 expect_cmd "slurm CPU fp32 command" "OMP_NUM_THREADS=1 srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=cores ./train_gpt_cpu -z 3 -b 8 -t 128 -x 5000" \
   env DRYRUN=1 CPU=1 PRECISION=fp32 SLURM_CPUS_PER_TASK=1 bash scripts/run_slurm.sbatch
 faults="--mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 5 --mca odls_base_sigkill_timeout 10"
-expect_cmd "multinode GPU command" "mpirun $root -np 16 --hostfile hosts.txt --map-by ppr:8:node --bind-to none $faults -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH -x LLMC_GPU_TIMEOUT=900 ./train_gpt -z 3 -b 8 -t 1024 -d 524288 -x 5000 -e d48" \
+expect_cmd "multinode GPU command" "bash scripts/mpirun_fg.sh mpirun $root -np 16 --hostfile hosts.txt --map-by ppr:8:node --bind-to none $faults -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH -x LLMC_GPU_TIMEOUT=900 ./train_gpt -z 3 -b 8 -t 1024 -d 524288 -x 5000 -e d48" \
   env -u NCCL_SOCKET_IFNAME -u NCCL_IB_HCA DRYRUN=1 HOSTFILE=hosts.txt bash scripts/run_multinode.sh -e d48
-expect_cmd "multinode CPU command" "mpirun $root -np 4 --hostfile hosts.txt --map-by ppr:2:node --bind-to none $faults -x OMP_NUM_THREADS ./train_gpt_cpu -z 2 -b 8 -t 128 -x 500 -e d4" \
+expect_cmd "multinode CPU command" "bash scripts/mpirun_fg.sh mpirun $root -np 4 --hostfile hosts.txt --map-by ppr:2:node --bind-to none $faults -x OMP_NUM_THREADS ./train_gpt_cpu -z 2 -b 8 -t 128 -x 500 -e d4" \
   env DRYRUN=1 HOSTFILE=hosts.txt CPU=1 NODES=2 PER_NODE=2 ZERO=2 OMP_NUM_THREADS=1 bash scripts/run_multinode.sh -e d4
 # ELASTIC=1 with --shard-group: the kill delay leaves the survivors 20 s after the collective timeout for their checkpoint
-expect_cmd "multinode elastic HSDP command (kill delay (60 + 20) / 2 s)" "mpirun $root -np 4 --hostfile hosts.txt --map-by ppr:2:node --bind-to none ${faults% 10} 40 -x OMP_NUM_THREADS ./train_gpt_cpu -z 3 -b 8 -t 128 -d 4096 -x 500 -e d4 --shard-group 2 -o out" \
+expect_cmd "multinode elastic HSDP command (kill delay (60 + 20) / 2 s)" "bash scripts/mpirun_fg.sh mpirun $root --bind-to none ${faults% 10} 40 -x OMP_NUM_THREADS -np 4 --hostfile ${TMPDIR:-/tmp}/llmc-elastic.XXXXXX.hosts --map-by ppr:2:node ./train_gpt_cpu -z 3 -b 8 -t 128 -d 4096 -x 500 -e d4 --shard-group 2 -o out" \
   env DRYRUN=1 HOSTFILE=hosts.txt CPU=1 NODES=2 PER_NODE=2 ZERO=3 ELASTIC=1 OMP_NUM_THREADS=1 bash scripts/run_multinode.sh -e d4 --shard-group 2 -o out
-expect_cmd "1-node CPU command" "mpirun $root --mca odls_base_sigkill_timeout 10 -np 2 --oversubscribe --bind-to none ./train_gpt_cpu -z 1 -b 8 -t 128 -x 500" \
+expect_cmd "1-node CPU command" "bash scripts/mpirun_fg.sh mpirun $root --mca odls_base_sigkill_timeout 10 -np 2 --oversubscribe --bind-to none ./train_gpt_cpu -z 1 -b 8 -t 128 -x 500" \
   env DRYRUN=1 CPU=1 bash scripts/run_1node.sh
 # the trainer parses the flags the slurm script generates (--estimate: no data, no run)
 gen=$(DRYRUN=1 CPU=1 SLURM_CPUS_PER_TASK=1 bash scripts/run_slurm.sbatch -e d2 | sed 's/.*\.\/train_gpt_cpu_bf16 //')

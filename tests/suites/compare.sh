@@ -22,7 +22,9 @@
 #     stopped and resumed run has its interrupt's checkpoint) passes
 #     --expect-equal against the -n 5 run, naming steps 2 and 4 as not
 #     compared; a copy without state_00000005.bin fails it, and so does a
-#     copy with an extra model_00000003.bin without its state.
+#     copy with an extra model_00000003.bin without its state, and so do a
+#     copy of the -n 2 run without model_00000004.bin (a state without its
+#     model) and two copies whose step 5 has only the state (issue 49 item 12).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -94,6 +96,17 @@ out=$($PY dev/compare_runs.py "$tmp/z3" "$tmp/halfpair" --expect-equal 2>&1); rc
 if [ $rc -eq 1 ] && echo "$out" | grep -q "^FAIL .*/halfpair: model_00000003.bin without state_00000003.bin (an incomplete checkpoint)$"
 then ok "an extra model_00000003.bin without its state: --expect-equal exits 1"
 else bad "an extra model without its state (exit $rc): $out"; fi
+# a state without its model (the model removed or never written) is half a pair too (issue 49 item 12)
+cp -r "$tmp/z3n2" "$tmp/lonestate" && rm "$tmp/lonestate/model_00000004.bin"
+out=$($PY dev/compare_runs.py "$tmp/z3" "$tmp/lonestate" --expect-equal 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^FAIL .*/lonestate: state_00000004.bin without model_00000004.bin (an incomplete checkpoint)$"
+then ok "a run whose step-4 checkpoint has a state and no model: --expect-equal exits 1, naming it"
+else bad "a state without its model (exit $rc): $out"; fi
+cp -r "$tmp/z3" "$tmp/lonestate5" && rm "$tmp/lonestate5/model_00000005.bin" && cp -r "$tmp/z3" "$tmp/lonestate5b" && rm "$tmp/lonestate5b/model_00000005.bin"
+out=$($PY dev/compare_runs.py "$tmp/lonestate5" "$tmp/lonestate5b" --expect-equal 2>&1); rc=$?
+if [ $rc -eq 1 ] && [ "$(echo "$out" | grep -c "^FAIL .*/lonestate5b\?: state_00000005.bin without model_00000005.bin (an incomplete checkpoint)$")" = 2 ]
+then ok "two runs whose only checkpoint step has the same state and no model: --expect-equal exits 1, naming both"
+else bad "two lone states (exit $rc): $out"; fi
 : > "$tmp/empty.log"; mkdir -p "$tmp/empty"; : > "$tmp/empty/main.log"
 out=$($PY dev/compare_runs.py "$tmp/z0" "$tmp/empty" 2>&1); rc=$?
 [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" = 1 ] && echo "$out" | grep -q "^error: .*empty/main.log is empty" && ok "an empty main.log: one line, exit 1" ||

@@ -7,7 +7,10 @@
 #     exists (anchors are not checked);
 #   - the project speaks of itself alone: no words of a workplace's tools;
 #   - the design is docs/design.md: nothing cites a DESIGN.md outside the
-#     repository, and the code's "docs/design.md section N" citations exist.
+#     repository, and the code's "docs/design.md section N" citations exist;
+#   - design.md section 13 gives --invariant 1's column tiles as the code
+#     has them: cpu_inv_cols(OC) (ceil(OC / D) tiles) in the fp32 program,
+#     CPU_INV_COLS in the bf16 one (llmc/cpu/common.h).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
@@ -42,6 +45,14 @@ for n in $(grep -rhoE "docs/design\.md section [0-9]+" llmc tests dev scripts tr
   grep -qE "^## $n\. " docs/design.md || badsec="$badsec $n"
 done
 [ -f docs/design.md ] && [ -z "$badsec" ] && ok "every 'docs/design.md section N' citation names a section of docs/design.md" || bad "docs/design.md lacks cited sections:$badsec"
+# section 13's column tiles against llmc/cpu/common.h
+cols=$(sed -n 's/^#define CPU_INV_COLS \([0-9]*\).*/\1/p' llmc/cpu/common.h)
+div=$(sed -n '/cpu_inv_cols(int OC)/,/^}/p' llmc/cpu/common.h | sed -n 's/.*int nt = (OC + [0-9]*) \/ \([0-9]*\).*/\1/p')
+par=$(awk '/^## 13\./ {f = 1; next} /^## / {f = 0} f' docs/design.md | awk '/^\*\*Kernels whose rows/ {f = 1} f && /^$/ {exit} f' | tr '\n' ' ')
+if [ -n "$cols" ] && [ -n "$div" ] && grep -q '`cpu_inv_cols(OC)` columns in the fp32 program' <<<"$par" && grep -qF "ceil(OC / $div)" <<<"$par" \
+   && grep -qF "\`CPU_INV_COLS\` = $cols columns in the bf16" <<<"$par" && ! grep -qE "rows x [0-9]+ columns" <<<"$par"; then
+  ok "design.md section 13: the products' column tiles as llmc/cpu/common.h has them (fp32 cpu_inv_cols(OC), ceil(OC / $div) tiles; bf16 CPU_INV_COLS = $cols)"
+else bad "design.md section 13's 'Kernels whose rows' paragraph does not give the column tiles of llmc/cpu/common.h (fp32: cpu_inv_cols(OC), ceil(OC / ${div:-?}); bf16: CPU_INV_COLS = ${cols:-?}): $(cut -c1-200 <<<"$par")"; fi
 w=$(grep -rniwE "lent (machine|gpu)|device tool|lease|leased" README.md docs/ scripts/ 2>/dev/null | head -3)
 [ -z "$w" ] && ok "no words of a workplace's tools in README.md, docs/, scripts/" || bad "workplace words: $w"
 summary

@@ -19,7 +19,10 @@
 #     and the state file size the state write fails, with a smaller one the
 #     model write fails; either way exit 1, one "error:" line saying "File too
 #     large", no .tmp left, the step-5 files unchanged (md5), and -y 1 then
-#     resumes from step 5. Where mount(2) is allowed, the same on a small
+#     resumes from step 5; a failed state write removes the model of its
+#     step, written just before (only whole pairs stay); ENOSPC in the
+#     middle of the state's writes (tests/shims/fs_faults.c, an LD_PRELOAD
+#     shim) the same. Where mount(2) is allowed, the same on a small
 #     tmpfs that fills up (ENOSPC in the middle of the ranks' writes).
 # Usage: bash tests/suites/faults.sh   (TRAIN_GPT=path to test another binary;
 # KEEP=1 keeps the temporary directory). Last line: "N passed, M failed".
@@ -111,14 +114,24 @@ for lim in 20000 8000; do
   what=state; [ $lim = 8000 ] && what=model
   ( ulimit -f $lim; timeout 300 $MPIRUN -np 2 "$TRAIN" $TINY -z 2 -n 5 -x 6 -o "$F" -y 1 > "$tmp/full.out" 2> "$tmp/full.err" ); rc=$?
   n=$(grep -c "^error" "$tmp/full.err"); line=$(grep "^error" "$tmp/full.err" | head -1)
-  stray=$(ls "$F" | grep -E "\.tmp$|state_00000006")
-  [ $what = model ] && stray="$stray$(ls "$F" | grep model_00000006)"
+  stray=$(ls "$F" | grep -E "\.tmp$|state_00000006|model_00000006")   # a failed state write takes its model with it (issue 49 item 17)
   if [ $rc -eq 1 ] && [ "$n" = 1 ] && echo "$line" | grep -q "$what.*File too large" && grep -q "^step    6/6" "$tmp/full.out" \
      && [ -z "$stray" ] && [ "$(cat "$F/model_00000005.bin" "$F/state_00000005.bin" | md5sum)" = "$md5_5" ]; then
     ok "ulimit -f $lim KB: the $what write fails at step 6 with one line: $line; step 5 intact"
   else bad "ulimit -f $lim: exit $rc, $n error lines: $(head -c 400 "$tmp/full.err"); files: $(ls "$F" | tr '\n' ' ')"; fi
   rm -f "$F/model_00000006.bin"
 done
+# 4a. ENOSPC in the middle of the state's pwrites (tests/shims/fs_faults.c fails every write to
+# state_00000006.bin.tmp): one line, and the model of step 6, written already, is removed with it
+gcc -shared -fPIC -O2 tests/shims/fs_faults.c -o "$tmp/fs_faults.so" -ldl || bad "cannot build tests/shims/fs_faults.c"
+timeout 300 $MPIRUN -np 2 -x LD_PRELOAD="$tmp/fs_faults.so" -x LLMC_SHIM_ENOSPC=state_00000006.bin.tmp "$TRAIN" $TINY -z 2 -n 5 -x 6 -o "$F" -y 1 \
+  > "$tmp/nospc.out" 2> "$tmp/nospc.err"; rc=$?
+n=$(grep -c "^error" "$tmp/nospc.err"); line=$(grep "^error" "$tmp/nospc.err" | head -1)
+stray=$(ls "$F" | grep -E "\.tmp$|state_00000006|model_00000006")
+if [ $rc -eq 1 ] && [ "$n" = 1 ] && echo "$line" | grep -q "^error: writing state .*state_00000006.bin.tmp failed on rank [01] (No space left on device)$" \
+   && grep -q "^wrote checkpoint .*model_00000006.bin" "$tmp/nospc.out" && [ -z "$stray" ] && [ "$(cat "$F/model_00000005.bin" "$F/state_00000005.bin" | md5sum)" = "$md5_5" ]; then
+  ok "ENOSPC writing state_00000006.bin: one line ($line); model_00000006.bin, written before, removed with it: only whole pairs stay"
+else bad "ENOSPC in the state write: exit $rc, $n error lines: $(head -c 400 "$tmp/nospc.err"); left: $stray"; fi
 timeout 300 $MPIRUN -np 2 "$TRAIN" $TINY -z 2 -n 5 -x 6 -o "$F" -y 1 > "$tmp/full2.out" 2>&1; rc=$?
 if [ $rc -eq 0 ] && grep -q "^resumed from step 5" "$tmp/full2.out" && [ -f "$F/state_00000006.bin" ]; then ok "after the full disk, -y 1 resumed from step 5 and saved step 6"
 else bad "resume after the full disk: exit $rc $(grep -E "^error|^resum" "$tmp/full2.out")"; fi
@@ -138,7 +151,7 @@ if mount -t tmpfs -o size=45m tmpfs "$S" 2>/dev/null; then
     cp "$F/model_00000005.bin" "$F/state_00000005.bin" "$S/"
     timeout 300 $MPIRUN -np 2 "$TRAIN" $TINY -z 2 -n 5 -x 6 -o "$S" -y 1 > "$tmp/enospc.out" 2> "$tmp/enospc.err"; rc=$?
     n=$(grep -c "^error" "$tmp/enospc.err"); line=$(grep "^error" "$tmp/enospc.err" | head -1)
-    stray=$(ls -a "$S" | grep -E "\.tmp$|state_00000006")
+    stray=$(ls -a "$S" | grep -E "\.tmp$|state_00000006|model_00000006")
     md5=$(cat "$S/model_00000005.bin" "$S/state_00000005.bin" | md5sum)
     timeout 120 $MPIRUN -np 2 "$TRAIN" $TINY -z 2 -n 5 -x 5 -o "$S" -y 1 > "$tmp/enospc2.out" 2>&1; rc2=$?
     if [ $rc -eq 1 ] && [ "$n" = 1 ] && echo "$line" | grep -q "$what.*No space left on device" && [ -z "$stray" ] && [ "$md5" = "$md5_5" ] \

@@ -32,7 +32,8 @@
 #     next forward with 143 (one process; and 2 ranks with SIGTERM to rank 1
 #     only); a sample during training (SIGTERM to rank 1 only) stops with the
 #     checkpoint of its step and no further step; start-up, a -y 1 load and
-#     --calibrate-workspace exit 143 within 5 s, writing nothing;
+#     --calibrate-workspace exit 143 within 5 s, writing nothing, its line
+#     saying what stopped (a calibration, not a training run);
 #  8. run_slurm.sbatch requeues only when the step exits 138 (a fake srun and
 #     scontrol on PATH: no Slurm needed): SIGUSR1, the step exits 1: not
 #     requeued; exits 138: requeued.
@@ -233,9 +234,11 @@ wsb=$( [ -n "$wsf" ] && md5sum < "$wsf")
 ./train_gpt_cpu --calibrate-workspace > "$tmp/cal.out" 2>&1 & JOB=$!
 sleep 1; t0=$(date +%s.%N); kill -TERM $JOB; finish 30
 dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-if [ "$RC" = 143 ] && grep -q "^SIGTERM during --calibrate-workspace: exiting now with 143" "$tmp/cal.out" && awk -v d="$dt" 'BEGIN { exit !(d < 5) }' \
+# the line says what the calibration did (not a training run's "no step has run")
+if [ "$RC" = 143 ] && grep -q "^SIGTERM during --calibrate-workspace: exiting now with 143 (a calibration, not a training run: its measuring steps stopped, no workspace file written, a previous one kept)$" "$tmp/cal.out" \
+   && ! grep -q "no step has run" "$tmp/cal.out" && awk -v d="$dt" 'BEGIN { exit !(d < 5) }' \
    && { [ -z "$wsf" ] || [ "$(md5sum < "$wsf")" = "$wsb" ]; } && ! ls build/fit/*.tmp >/dev/null 2>&1; then
-  ok "SIGTERM 1 s into --calibrate-workspace: exit 143 after $dt s, the calibration file untouched"
+  ok "SIGTERM 1 s into --calibrate-workspace: '$(grep -m1 "^SIGTERM during" "$tmp/cal.out")', exit 143 after $dt s, the calibration file untouched"
 else bad "SIGTERM during --calibrate-workspace: exit $RC after $dt s"; tail -3 "$tmp/cal.out"; fi
 
 # --- 8. run_slurm.sbatch requeues only on exit 138 (fake srun and scontrol)

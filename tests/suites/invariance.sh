@@ -18,7 +18,10 @@
 #     ends bitwise where 1 rank at stage 0 ends after 5 steps (fp32);
 #  4. the printed val loss is the same at 1 x 8, 2 x 4 and 4 x 1;
 #  5. a layout it cannot make equal is refused with one line on every rank
-#     (3 ranks, -b 3, --quantize-grads, --shard-group).
+#     (3 ranks, -b 3, --quantize-grads, --shard-group);
+#  6. -z auto on 2 simulated nodes (UTS namespaces) with a slow link across
+#     them takes HSDP without the flag, never with it, and then equals
+#     1 rank x 8 bit for bit (issue 49 item 1).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
@@ -95,6 +98,33 @@ done
 [ "$(vals v1 | wc -l)" = 3 ] && [ "$(vals v1)" = "$(vals v2)" ] && [ "$(vals v1)" = "$(vals v4)" ] &&
   ok "the val loss (13 sequences, steps 0-2) is printed the same on 1 x 8, 2 x 4 and 4 x 1" ||
   bad "val losses differ across layouts: $(vals v1 | tr '\n' ' ') / $(vals v2 | tr '\n' ' ') / $(vals v4 | tr '\n' ' ')"
+
+# -z auto on 2 simulated nodes (each rank in its own UTS namespace with its
+# node's hostname: the trainer's placement is read off the hosts' names),
+# a slow link across them: without the flag -z auto takes HSDP
+# (--shard-group 2, the control); with --invariant 1 it must not (HSDP's
+# replica all-reduce is not the tree: before issue 49 it chose
+# --shard-group 2, printed the invariant line, and its checkpoint differed
+# from 1 rank x 8), and the run equals 1 rank x 8 bit for bit
+if [ "$(id -u)" = 0 ] && unshare --uts true 2>/dev/null && [ -d "$tmp/fp32-ref" ]; then
+  cat > "$tmp/simnode.sh" <<'EOS'
+#!/bin/bash
+exec unshare --uts sh -c 'hostname "simnode$((OMPI_COMM_WORLD_RANK / 2))" && exec "$@"' sh "$@"
+EOS
+  chmod +x "$tmp/simnode.sh"
+  AUTO="-b 2 -z auto --link-gbps 100,0.01"
+  o=$(OMP_NUM_THREADS=1 timeout 300 $MPIRUN -np 4 "$tmp/simnode.sh" ./train_gpt_cpu $DATA $(echo "$BASE" | sed 's/-x 3/-x 1/') $AUTO 2>&1 </dev/null)
+  if grep -q "^-z auto: chose -z [123] --shard-group 2" <<<"$o" && grep -q "simnode1" <<<"$o"; then
+    ok "-z auto, 2 simulated nodes, slow link, no --invariant: chooses HSDP (the control: $(grep -m1 -o '^-z auto: chose [^:]*' <<<"$o"))"
+  else bad "-z auto, 2 simulated nodes without --invariant: did not choose --shard-group 2: $(grep -m1 -E '^-z auto: chose|^error' <<<"$o" | cut -c1-200)"; fi
+  o=$(OMP_NUM_THREADS=1 timeout 300 $MPIRUN -np 4 "$tmp/simnode.sh" ./train_gpt_cpu $DATA $BASE $AUTO --invariant 1 -o "$tmp/auto-nodes" 2>&1 </dev/null); rc=$?
+  echo "$o" > "$tmp/fp32-auto-nodes.log"
+  if [ $rc = 0 ] && grep -q "^-z auto: chose -z [0-3]" <<<"$o" && ! grep -q "^-z auto: chose.*--shard-group" <<<"$o" &&
+     cmp -s "$tmp/fp32-ref/model_00000003.bin" "$tmp/auto-nodes/model_00000003.bin" && cmp -s "$tmp/fp32-ref/state_00000003.bin" "$tmp/auto-nodes/state_00000003.bin" &&
+     [ "$(steps fp32-ref)" = "$(steps fp32-auto-nodes)" ]; then
+    ok "-z auto --invariant 1, 2 simulated nodes, slow link: no HSDP ($(grep -m1 -o '^-z auto: chose [^:]*' <<<"$o")), model, state and losses equal to 1 rank x 8"
+  else bad "-z auto --invariant 1 on 2 simulated nodes: exit $rc, $(grep -m1 -E '^-z auto: chose|^error' <<<"$o" | cut -c1-200); $(cmp "$tmp/fp32-ref/model_00000003.bin" "$tmp/auto-nodes/model_00000003.bin" 2>&1)"; fi
+else skip "-z auto --invariant 1 on simulated nodes: skipped (needs root and unshare --uts)"; fi
 
 # refusals: one line, every rank, non-zero exit
 refuse() { # np want args...

@@ -31,7 +31,7 @@ for p in train_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu test_gpt_cpu_bf16; do
 done
 [ -f data/ref/odd_model.bin ] || { bad "data/ref/odd_model.bin is missing (make ref)"; summary; exit 1; }
 detected=$(cpu_isa_detected) || { bad "cpu_isa: $detected"; summary; exit 1; }
-echo "this CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), detected level $detected"
+echo "this CPU: $(bash dev/cpu_name.sh), detected level $detected"
 MODEL="-e d2 --channels 64 --heads 2 -b 2 -t 32 -v 0 -s 0"
 REF="-e data/ref/odd_model.bin -s data/ref/odd_debug_state.bin"
 ran=""

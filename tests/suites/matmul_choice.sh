@@ -46,7 +46,8 @@ avx512=1; why=$(cpu_isa_can avx512) || avx512=0
 # 1. the calibration
 if timeout 600 ./train_gpt_cpu_bf16 --calibrate-matmul > "$tmp/cal.out" 2>&1 && [ -f "$cal" ]; then
   n=$(grep -c '^class ' "$cal")
-  [ "$n" = 7 ] && grep -q "^cpu $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)$" "$cal" && grep -q "^level $detected$" "$cal" &&
+  # the CPU as the trainer names it (the CPUID brand; /proc/cpuinfo's model name may differ: "AMD EPYC" on a Zen 5 VM)
+  [ "$n" = 7 ] && grep -qxF "cpu $(cpu_isa_model)" "$cal" && grep -q "^level $detected$" "$cal" &&
     ok "--calibrate-matmul: 7 classes, this CPU and level ($(tail -1 "$tmp/cal.out" | cut -c1-160)...)" ||
     bad "--calibrate-matmul: file incomplete: $(cat "$cal")"
   if [ $avx512 = 0 ]; then
@@ -123,6 +124,13 @@ else
   [ $rc = 0 ] && grep -q "^matmul: .*measured at start-up in" <<<"$out" && [ -f "$tmp/none.matmul" ] &&
     ok "a missing calibration file with --collective-timeout 5: rank 0 measured at start-up ($(grep -o "measured at start-up in [0-9.]* s" <<<"$out")), the job went on" ||
     bad "a missing calibration file with --collective-timeout 5 (exit $rc): $(grep -m2 -E "^error|^matmul" <<<"$out")"
+  # the measurement ran the fp32-copy path on its shapes: what it grew is freed, so the run holds the copies its own
+  # classes predict (the primitive for every class: none), the end line "predicted X B, allocated Y B" with X = Y
+  cl=$(grep "of it the bf16 matmuls' buffers" <<<"$out")
+  pr=$(sed -n 's/.*packed heads): predicted \([0-9]*\) B, allocated \([0-9]*\) B.*/\1 \2/p' <<<"$cl")
+  if [ -n "$pr" ] && [ "${pr% *}" = "${pr#* }" ]; then
+    ok "after a start-up measurement the matmul buffers (fp32 copies, oneDNN scratchpad, packed heads) are as predicted ($pr B)"
+  else bad "after a start-up measurement: $cl"; fi
 fi
 
 # 5. avx512 and above: a per-class mix, the forced primitive
@@ -165,8 +173,22 @@ if [ $avx512 = 0 ]; then
 else
   line=$(LLMC_BF16_MATMUL_RATES="fwd=300/200,dinp=100/200,dweight=300/200,lm_fwd=100/200,lm_dinp=300/200,lm_dweight=100/200,attention=300/200" \
          timeout 300 $MPIRUN -np 1 -x LLMC_BF16_MATMUL_RATES ./train_gpt_cpu_bf16 $MODEL -x 1 2>&1 | grep '^matmul:')
-  echo "$line" | grep -q "measured at start-up in .* is for 7 threads (this run: 1), calibrated: kept; this measurement is not written" && grep -q "^threads 7$" "$cal" &&
-    ok "a calibrated file of 7 threads, this run 1: measured again, the file kept" || bad "a file of another thread count: $line"
+  t1=${cal%.matmul}.threads1.matmul
+  echo "$line" | grep -q "measured at start-up in .* is for 7 threads (this run: 1); written for the next start, provisional .* as $t1" &&
+    grep -q "^threads 7$" "$cal" && grep -q "^threads 1$" "$t1" && grep -q "^provisional 1$" "$t1" &&
+    ok "a calibrated file of 7 threads, this run 1: measured once, written as the 1-thread file ($(basename "$t1")), the main file kept" ||
+    bad "a file of another thread count: $line"
+  # the next start of that thread count reads it, whatever the hook (a new timing) would say now
+  line=$(LLMC_BF16_MATMUL_RATES="fwd=100/300,dinp=300/100,dweight=100/300,lm_fwd=300/100,lm_dinp=100/300,lm_dweight=300/100,attention=100/300" \
+         timeout 300 $MPIRUN -np 1 -x LLMC_BF16_MATMUL_RATES ./train_gpt_cpu_bf16 $MODEL -x 1 2>&1 | grep '^matmul:')
+  echo "$line" | grep -q "fwd primitive 300/200 dinp fp32 100/200 .*($t1; provisional" &&
+    ok "the next 1-thread start reads the 1-thread file (measures nothing)" || bad "the next 1-thread start: $line"
+  # --calibrate-matmul at 1 thread beside a main file of 7: calibrates the 1-thread file, the main file kept
+  timeout 600 ./train_gpt_cpu_bf16 --calibrate-matmul > "$tmp/cal1.out" 2>&1
+  grep -q "^provisional 0$" "$t1" && grep -q "^threads 7$" "$cal" && grep -q "wrote $t1" "$tmp/cal1.out" &&
+    ok "--calibrate-matmul at 1 thread beside a main file of 7: the 1-thread file calibrated, the main file kept" ||
+    bad "--calibrate-matmul at 1 thread: $(tail -1 "$tmp/cal1.out"); $(grep -h '^threads\|^provisional' "$cal" "$t1" | tr '\n' ' ')"
+  rm -f "$t1" "$t1.lock"
 fi
 cp "$tmp/cal.good" "$cal"
 sed -i 's/^provisional .*/provisional 1/' "$cal"
@@ -184,17 +206,93 @@ w=$(word26 "$tmp/st/state_00000001.bin" 2>/dev/null)
 timeout 300 $MPIRUN -np 1 ./train_gpt_cpu $MODEL -x 1 -o "$tmp/st32" > /dev/null 2>&1
 w=$(word26 "$tmp/st32/state_00000001.bin" 2>/dev/null)
 [ "$w" = $(( 1 << 20 )) ] && ok "the fp32 program's state: word 26 = $w (recorded, one path)" || bad "fp32 state word 26: '$w'"
-# a resume that meets other paths says so (the saved state hand-edited: class fwd on the primitive)
+# a resume whose state recorded other paths than the calibration file (the saved state hand-edited: class fwd
+# flipped): at avx512 and above it takes the state's paths (the run goes on with the numbers of the run it
+# resumes, whatever the file or a new timing say), no note; below, where the primitive cannot run, the note
 rm -f "$tmp/st/model_00000002.bin" "$tmp/st/state_00000002.bin"
 /usr/bin/python3 -c "
 import struct, sys
 p = sys.argv[1]; f = open(p, 'r+b'); f.seek(208); w = struct.unpack('<q', f.read(8))[0]; f.seek(208); f.write(struct.pack('<q', w ^ 1)); f.close()" "$tmp/st/state_00000001.bin"
 out=$(timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 2 -y 1 -o "$tmp/st" 2>&1); rc=$?
 fwd_was=$([ $((mask & 1)) = 1 ] && echo fp32 || echo primitive); fwd_now=$([ $((mask & 1)) = 1 ] && echo primitive || echo fp32)
-if [ $rc = 0 ] && grep -q "^note: resume: the matmul paths differ from the saved run's (saved: fwd:$fwd_was,.*; this run: fwd:$fwd_now,.*): .*not bitwise" <<<"$out"; then
-  ok "a resume whose state recorded other paths (fwd:$fwd_was): one note naming both"
-else bad "resume with other paths: rc $rc: $(grep -m1 -E '^note: resume|^error' <<<"$out")"; fi
+if [ $avx512 = 1 ]; then
+  w=$(word26 "$tmp/st/state_00000002.bin" 2>/dev/null)
+  if [ $rc = 0 ] && grep -q "^matmul: .*(the paths the resumed state recorded ($tmp/st/state_00000001.bin), not measured)" <<<"$out" &&
+     ! grep -q "^note: resume: the matmul paths" <<<"$out" && [ "$w" = $(( (1 << 20) + (1 << 19) + (mask ^ 1) )) ]; then
+    ok "a resume whose state recorded other paths (fwd:$fwd_was): takes them, no note, and records them again (word 26 = $w)"
+  else bad "resume with other paths: rc $rc: $(grep -m2 -E '^matmul|^note: resume|^error' <<<"$out"); word 26 $w"; fi
+  # LLMC_BF16_MATMUL forces a path: it wins, and the note says the numbers are not the saved run's
+  rm -f "$tmp/st/model_00000002.bin" "$tmp/st/state_00000002.bin"
+  force=$([ "$fwd_was" = fp32 ] && echo primitive || echo fp32)
+  out=$(LLMC_BF16_MATMUL=$force timeout 300 $MPIRUN -np 1 -x LLMC_BF16_MATMUL ./train_gpt_cpu_bf16 $MODEL -x 2 -y 1 -o "$tmp/st" 2>&1); rc=$?
+  [ $rc = 0 ] && grep -q "^note: resume: the matmul paths differ from the saved run's (saved: fwd:$fwd_was,.*; this run: fwd:$force,.*): .*not bitwise" <<<"$out" &&
+    ok "a resume with LLMC_BF16_MATMUL=$force against the state's fwd:$fwd_was: the variable wins, one note naming both" ||
+    bad "resume forced against the state: rc $rc: $(grep -m1 -E '^note: resume|^error' <<<"$out")"
+else
+  if [ $rc = 0 ] && grep -q "^note: resume: the matmul paths differ from the saved run's (saved: fwd:$fwd_was,.*; this run: fwd:$fwd_now,.*): .*not bitwise" <<<"$out"; then
+    ok "a resume whose state recorded the primitive at $detected (it cannot run here): one note naming both"
+  else bad "resume with other paths: rc $rc: $(grep -m1 -E '^note: resume|^error' <<<"$out")"; fi
+  skip "a resume takes the state's paths where the primitive can run, LLMC_BF16_MATMUL forcing another is noted: $why"
+fi
 out=$(timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 3 -y 1 -o "$tmp/st" 2>&1)
 grep -q "^note: resume: the matmul paths" <<<"$out" && bad "a resume with the same paths printed a paths note" || ok "a resume with the same paths: no note"
+
+# 7. the same configuration gives the same bits however busy the machine: the paths are decided once (the
+# first start of a thread count measures and writes its file, every later start reads it), never per run.
+# A busy loop on every core beside: 5 runs of one configuration from a missing file, one model hash; two runs
+# that start together measure once; a resume whose calibration file changed meanwhile is cmp-equal to the
+# uninterrupted run; --invariant 1 measures nothing
+unset LLMC_BF16_MATMUL_RATES
+busy=(); for _ in $(seq "$(nproc)"); do ( while :; do :; done ) & busy+=($!); done
+stop_busy() { kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null; busy=(); }
+trap 'stop_busy; rm -rf "$tmp"' EXIT
+export LLMC_BF16_MATMUL_FILE=$tmp/load.matmul
+hashes=""; measured=0
+for i in 1 2 3 4 5; do
+  timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 3 -o "$tmp/load$i" > "$tmp/load$i.out" 2>&1
+  grep -q "^matmul: .*measured at start-up" "$tmp/load$i.out" && measured=$((measured + 1))
+  hashes="$hashes $(sha256sum < "$tmp/load$i/model_00000003.bin" 2>/dev/null | cut -c1-16)"
+done
+n=$(tr ' ' '\n' <<<"$hashes" | grep -c .); u=$(tr ' ' '\n' <<<"$hashes" | grep . | sort -u | wc -l)
+want_measured=$avx512
+[ "$n" = 5 ] && [ "$u" = 1 ] && [ $measured = $want_measured ] &&
+  ok "5 runs of one bf16 configuration beside a busy loop per core: one model hash ($(tr ' ' '\n' <<<"$hashes" | grep -m1 .)), $measured start-up measurement(s)" ||
+  bad "5 runs under load: $n models, $u distinct hashes ($hashes), $measured measured (want $want_measured)"
+# two first starts at once: one measures, the other waits for its file (the lock) and reads it
+if [ $avx512 = 1 ]; then
+  export LLMC_BF16_MATMUL_FILE=$tmp/pair.matmul
+  timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 > "$tmp/pairA.out" 2>&1 & pa=$!
+  timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 > "$tmp/pairB.out" 2>&1 & pb=$!
+  wait $pa $pb
+  m=$(cat "$tmp/pairA.out" "$tmp/pairB.out" | grep -c "^matmul: .*measured at start-up")
+  pA=$(grep '^matmul:' "$tmp/pairA.out" | grep -o "fwd [a-z0-9]* .*attention [a-z0-9]*" | sed 's/ [0-9]*\/[0-9]*//g')
+  pB=$(grep '^matmul:' "$tmp/pairB.out" | grep -o "fwd [a-z0-9]* .*attention [a-z0-9]*" | sed 's/ [0-9]*\/[0-9]*//g')
+  [ "$m" = 1 ] && [ -n "$pA" ] && [ "$pA" = "$pB" ] && ok "two runs that start together without a file: one measured, both took its paths ($pA)" ||
+    bad "two first starts: $m measured; paths '$pA' / '$pB'"
+else
+  skip "two first starts measure once (the lock): nothing is measured below avx512: $why"
+fi
+# a resume beside the busy loops, its calibration file changed since the saved run (every class flipped):
+# cmp-equal to the uninterrupted run, which also ran beside them
+export LLMC_BF16_MATMUL_FILE=$tmp/load.matmul
+timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 4 -o "$tmp/full" > /dev/null 2>&1
+timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 4 -n 2 -o "$tmp/cut" > /dev/null 2>&1
+rm -f "$tmp/cut/model_00000004.bin" "$tmp/cut/state_00000004.bin"
+f1=${LLMC_BF16_MATMUL_FILE%.matmul}.threads1.matmul; [ -f "$f1" ] || f1=$LLMC_BF16_MATMUL_FILE
+[ $avx512 = 1 ] && sed -i 's/ primitive$/ PRIM/; s/ fp32$/ primitive/; s/ PRIM$/ fp32/' "$f1"
+timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 4 -n 2 -y 1 -o "$tmp/cut" > "$tmp/cut.out" 2>&1
+cmp -s "$tmp/full/model_00000004.bin" "$tmp/cut/model_00000004.bin" && cmp -s "$tmp/full/state_00000004.bin" "$tmp/cut/state_00000004.bin" &&
+  ok "a -y 1 resume beside a busy loop per core, the calibration file changed meanwhile: cmp-equal to the uninterrupted run" ||
+  bad "resume under load: checkpoints differ ($(grep -m1 '^matmul:' "$tmp/cut.out" | cut -c1-200))"
+# --invariant 1 measures nothing (a missing file stays missing; the line says so)
+export LLMC_BF16_MATMUL_FILE=$tmp/inv.matmul
+out=$(timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 1 --invariant 1 2>&1); rc=$?
+if [ $avx512 = 1 ]; then
+  [ $rc = 0 ] && grep -q "^matmul: .*(--invariant 1: the fp32-copy path on fixed tiles for every class, nothing measured)" <<<"$out" && [ ! -e "$tmp/inv.matmul" ] &&
+    ok "--invariant 1 with no calibration file: nothing measured, nothing written" || bad "--invariant 1: rc $rc: $(grep -m1 -E '^matmul|^error' <<<"$out")"
+else
+  [ $rc = 0 ] && ! grep -q "measured at start-up" <<<"$out" && ok "--invariant 1 at $detected: nothing measured" || bad "--invariant 1: rc $rc"
+fi
+stop_busy
 
 summary

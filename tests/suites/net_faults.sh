@@ -20,6 +20,10 @@
 #  2. a lost node (kill -9 of its ranks): the job ends within twice
 #     Open MPI's kill delay + 10 s, mpirun names a lost rank and its node,
 #     and dev/flight.py says node 1's ranks left no dump;
+#  0. (no cluster) a lost peer process over Open MPI's TCP transport: the
+#     survivor's collective ends as soon as Open MPI reports it (issue 49
+#     item 16), LLMC_NO_LOST_PEER=1 waits the timeout, and a SIGTERM's
+#     promised checkpoint is withdrawn when the collective fails (item 15);
 #  3. a straggler: node 1 held to 5% of its cpus (cluster.sh cpu, a cpu
 #     cgroup quota; the nodes share both cores): --straggler-report names
 #     rank 1 (node 1); without the quota, no rank is named.
@@ -35,6 +39,57 @@ cannot_run() {
 unshare --net --uts true 2>/dev/null || cannot_run "needs network/UTS namespaces"
 [ "$(nproc)" -ge 2 ] || cannot_run "needs 2 cpus (one per node)"
 make -s train_gpt_cpu >/dev/null 2>&1 || { bad "make train_gpt_cpu"; summary; exit 1; }
+# --- 0. a lost peer process (no cluster: 2 ranks on this machine over Open MPI's TCP transport,
+# --mca btl self,tcp): rank 1's trainer SIGKILLed (its wrapper stays, as a node whose daemon
+# has not been declared lost yet): rank 0's collective ends within 10 s of the kill, naming the
+# report of the lost peer, not after --collective-timeout 40 (issue 49 item 16), and with
+# LLMC_NO_LOST_PEER=1 it waits the timeout (the check of the check: >= 40 s); with SIGTERM to
+# rank 0 just before the kill, its promise "stopping at the end of step N (checkpoint N, then
+# exit 143)" is withdrawn in its error line, no checkpoint N appears and it exits 1 (item 15);
+# the kill may land before the step ends ("checkpoint N will not be written") or while
+# checkpoint N is being written (its completion check times out: "the checkpoint being
+# written will not be complete")
+lp=$(mktemp -d -p /var/tmp llmc-lostpeer.XXXXXX)
+cat > "$lp/rank.sh" <<'EOF'
+#!/usr/bin/env bash
+"$@" & c=$!
+echo $c > "$LPDIR/pid_$OMPI_COMM_WORLD_RANK"
+wait $c; rc=$?
+echo $rc > "$LPDIR/rc_$OMPI_COMM_WORLD_RANK"
+[ $rc = 137 ] && sleep 120   # killed: the process stays, mpirun hears of nothing
+exit $rc
+EOF
+chmod +x "$lp/rank.sh"
+LPA=(-e d2 --channels 64 --heads 2 --max-seq-len 64 -i "data/brown/brown_train_*.bin" -v 0 -s 0 -z 1 -b 2 -t 64 -x 10000 --collective-timeout 40)
+lost_peer() { # tag env term: prints "seconds rc0"
+  local d=$lp/$1; mkdir -p "$d"
+  env LLMC_NO_LOST_PEER=0 $2 LPDIR="$d" timeout 150 $MPIRUN -np 2 --mca btl self,tcp -x LPDIR -x LLMC_NO_LOST_PEER "$lp/rank.sh" ./train_gpt_cpu "${LPA[@]}" -n 1000 -o "$d/o" > "$d/out" 2>&1 &
+  local job=$! i p0 p1 t0
+  for i in $(seq 1 600); do grep -qE "^step +3/" "$d/out" 2>/dev/null && break; sleep 0.2; done
+  p0=$(cat "$d/pid_0" 2>/dev/null); p1=$(cat "$d/pid_1" 2>/dev/null)
+  [ "$3" = 1 ] && kill -TERM "$p0"
+  t0=$(date +%s.%N); kill -KILL "$p1"
+  for i in $(seq 1 1000); do kill -0 "$p0" 2>/dev/null || break; sleep 0.1; done
+  echo "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') $(cat "$d/rc_0" 2>/dev/null)"
+  kill "$job" 2>/dev/null; pkill -P "$job" 2>/dev/null; wait "$job" 2>/dev/null
+}
+read -r t rc0 <<< "$(lost_peer hook "" 0)"
+if ! grep -q "An MPI communication peer process has unexpectedly disconnected" "$lp/hook/out"; then
+  skip "a lost peer process: Open MPI did not report it this time (no 'peer hung up' message: the TCP transport had not read the closed socket; rank 0 ended $t s after the kill, by the timeout)"
+elif awk -v t="$t" 'BEGIN { exit !(t < 10) }' && [ "$rc0" = 1 ] && grep -q "^error (rank 0, node .*) ended after [0-9.]* s, [0-9.]* s after Open MPI reported a lost peer" "$lp/hook/out"; then
+  ok "a lost peer process (rank 1 SIGKILLed, TCP): Open MPI reported it and rank 0 ended $t s after the kill (--collective-timeout 40): $(grep -o 'ended after [0-9.]* s, [0-9.]* s after Open MPI reported a lost peer' "$lp/hook/out" | head -1)"
+else bad "a lost peer process: Open MPI reported it, but rank 0 ended $t s after the kill, exit '$rc0': $(grep -m1 '^error' "$lp/hook/out")"; fi
+read -r t rc0 <<< "$(lost_peer off LLMC_NO_LOST_PEER=1 0)"
+if awk -v t="$t" 'BEGIN { exit !(t >= 40) }' && grep -q "did not complete in 4[0-9] s" "$lp/off/out"; then
+  ok "LLMC_NO_LOST_PEER=1: rank 0 waited the timeout ($t s after the kill): the report is what ended the wait above"
+else bad "LLMC_NO_LOST_PEER=1: rank 0 ended $t s after the kill: $(grep -m1 '^error' "$lp/off/out")"; fi
+read -r t rc0 <<< "$(lost_peer term "" 1)"
+N=$(sed -n 's/^SIGTERM: stopping at the end of step \([0-9]*\) (checkpoint \([0-9]*\), then exit 143)$/\1/p' "$lp/term/out")
+if [ -n "$N" ] && [ "$rc0" = 1 ] && ! [ -e "$lp/term/o/model_$(printf %08d "$N").bin" ] \
+   && grep -qE "; SIGTERM's stop cannot be kept: a collective failed, so (checkpoint $N will not be written|the checkpoint being written will not be complete) and the exit is 1, not 143; resume with -y 1" "$lp/term/out"; then
+  ok "SIGTERM, then rank 1 lost: the promise 'stopping at the end of step $N (checkpoint $N, then exit 143)' is withdrawn in rank 0's error line ($t s after the kill), no checkpoint $N, exit 1"
+else bad "SIGTERM then a lost peer: promise of step '${N}', exit '$rc0', model_$N $( [ -e "$lp/term/o/model_$(printf %08d "${N:-0}").bin" ] && echo present || echo absent): $(grep -E '^(SIGTERM|error)' "$lp/term/out" | head -3)"; fi
+[ "${LPKEEP:-0}" = 1 ] || rm -rf "$lp"
 NAME=llmcnet
 CL="scripts/cluster.sh --name $NAME"
 export OMP_NUM_THREADS=1
@@ -91,7 +146,7 @@ cut_run() { # label zero extra...
   wait $JOB; local rc=$?; JOB=""
   hogs_off
   # (the list names node 1's ranks; a rank of node 0 in a later collective can name its neighbour too)
-  local re="^error \(rank [01], node $NAME-node0\): [a-z -]+( of unit [0-9]+)? \(step [0-9]+\) did not complete in $TO s: no data from ranks? .*[0-9] \(node $NAME-node1\) .*if node $NAME-node1 is gone, resume on the remaining nodes with -y 1"
+  local re="^error \(rank [01], node $NAME-node0\): [a-z -]+( \([a-z -]+\))?( of unit [0-9]+)? \(step [0-9]+\) did not complete in $TO s: no data from ranks? .*[0-9] \(node $NAME-node1\) .*if node $NAME-node1 is gone, resume on the remaining nodes with -y 1"
   local lines; lines=$(grep -cE "$re" "$out")
   local late; late=$(for r in 0 1; do python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['time'] - float(sys.argv[2]))" \
     "$tmp/$label/flight/rank_$r.json" "$t0u" 2>/dev/null || echo 999; done | sort -n | tail -1)
@@ -106,7 +161,7 @@ cut_run() { # label zero extra...
   local ranks1; for ((i = 0; i < 200; i++)); do ranks1=$(node_left $NAME-node1 | xargs -r ps -o comm= -p | grep -c train_gpt_cpu); [ "$ranks1" = 0 ] && break; sleep 0.1; done
   [ "$ranks1" = 0 ] && ok "$label: no rank left on node 1 with the link down" || bad "$label: $ranks1 ranks left on node 1 with the link down"
   local fl; fl=$(python3 dev/flight.py "$tmp/$label" 2>&1)
-  if grep -qE "^  ranks 0, 1 \(node $NAME-node0\): waiting in .* no data from ranks 2, 3 \(node $NAME-node1\)|^  rank [01] \(node $NAME-node0\): waiting in .* no data from ranks? [0-9, ]*(2|3) \(node $NAME-node1\)" <<<"$fl" \
+  if grep -qE "^  (ranks 0, 1|rank [01]) \(node $NAME-node0\): waiting in .* no data from ranks? [0-9, ]*(2|3) \(node $NAME-node1\)" <<<"$fl" \
      && grep -qE "^verdict: .*(2, 3 \(node $NAME-node1\)|between $NAME-node0 and $NAME-node1)" <<<"$fl"; then
     ok "dev/flight.py on $label: node 0's ranks wait for node 1's: $(grep -m1 "^verdict: data\|^verdict: rank" <<<"$fl" | cut -c1-170)"
   else bad "dev/flight.py on $label:"; echo "$fl" | head -8; fi

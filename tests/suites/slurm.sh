@@ -13,11 +13,54 @@
 #     memory cgroup, and on cgroup v1 Slurm's task/cgroup puts a job of
 #     sbatch --mem=600M in a cgroup of 600 MiB inside the node's, which the
 #     trainer's budget line names; --mem=100G is refused by Slurm;
+#  5. scripts/cluster.sh node NODE down kills every process of the node (a
+#     running job's and slurmd); up (the cluster's) starts a dead slurmd
+#     again, and node NODE up brings the node back into service: a 2-node
+#     job completes;
 #  4. down stops every daemon and leaves no /etc/hosts line.
 # Every wait is bounded. Needs root and Slurm (make deps installs it).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 . tests/lib.sh
+# --- 0. the script's rules without a cluster: srun and scontrol are stubs
+# (PATH), the job's variables set by hand. ELASTIC=1 with REQUEUE=1: a step
+# stopped by SIGUSR1 (exit 138) is requeued as without ELASTIC (issue 49
+# item 5: before, the elastic branch exited before the rule); an elastic job
+# prints the program/threads line and that it needs sbatch --no-kill, and
+# DRYRUN=1 ELASTIC=1 names the relaunch loop (item 19)
+stub=$(mktemp -d -p /var/tmp llmc-slurm-stub.XXXXXX)
+mkdir -p "$stub/bin"
+cat > "$stub/bin/srun" <<'EOF2'
+#!/usr/bin/env bash
+# a step: exit 138 (stopped by SIGUSR1, checkpoint written); a probe (a command "true"): 0
+for a in "$@"; do [ "$a" = true ] && exit 0; done
+echo "step: $*"; exit 138
+EOF2
+cat > "$stub/bin/scontrol" <<'EOF2'
+#!/usr/bin/env bash
+if [ "$1 $2" = "show hostnames" ]; then echo n0; echo n1; exit 0; fi
+echo "$*" >> "$STUB_LOG"
+EOF2
+chmod +x "$stub/bin/srun" "$stub/bin/scontrol"
+for el in 0 1; do
+  : > "$stub/scontrol.log"
+  o=$(PATH="$stub/bin:$PATH" STUB_LOG="$stub/scontrol.log" SLURM_JOB_ID=42 SLURM_JOB_NODELIST="n[0-1]" SLURM_NTASKS=4 SLURM_SUBMIT_DIR="$(pwd)" \
+      TMPDIR="$stub" CPU=1 ELASTIC=$el REQUEUE=1 timeout 60 bash scripts/run_slurm.sbatch -e d2 -o "$stub/out$el" 2>&1); rc=$?
+  if [ $rc = 138 ] && grep -qx "requeue 42" "$stub/scontrol.log" && grep -q "^run_slurm.sbatch: stopped by SIGUSR1 (exit 138): scontrol requeue 42$" <<< "$o"; then
+    ok "REQUEUE=1$([ $el = 1 ] && echo " with ELASTIC=1"): a step that exits 138 (SIGUSR1) is requeued (scontrol requeue 42; stubbed srun and scontrol)"
+  else bad "REQUEUE=1 ELASTIC=$el: exit $rc, scontrol calls '$(tr '\n' ';' < "$stub/scontrol.log")'"; echo "$o" | tail -5; fi
+  if [ $el = 1 ]; then
+    if grep -q "^run_slurm.sbatch: ./train_gpt_cpu_bf16 (PRECISION=bf16), OMP_NUM_THREADS=1 per task: the numbers depend on both$" <<< "$o" \
+       && grep -q "^elastic: ELASTIC=1 needs the job submitted with sbatch --no-kill" <<< "$o"; then
+      ok "ELASTIC=1: the job prints the program/threads line and that it needs sbatch --no-kill"
+    else bad "ELASTIC=1: no program/threads line or no --no-kill warning:"; echo "$o" | head -5; fi
+  fi
+done
+o=$(PATH="$stub/bin:$PATH" SLURM_JOB_NODELIST="n[0-1]" SLURM_NTASKS=4 CPU=1 ELASTIC=1 DRYRUN=1 bash scripts/run_slurm.sbatch -e d2 -o /x 2>&1)
+if grep -q "^# ELASTIC=1: this command runs inside scripts/elastic.sh's relaunch loop" <<< "$o" && grep -q "^OMP_NUM_THREADS=1 srun --mpi=pmix .*--overlap .* -d 4096 " <<< "$o"; then
+  ok "DRYRUN=1 ELASTIC=1 names the relaunch loop and its -d (B*T*ranks of the first launch): $(tail -1 <<< "$o" | cut -c1-60)..."
+else bad "DRYRUN=1 ELASTIC=1: '$o'"; fi
+rm -rf "$stub"
 cannot_run() {
   if [ "${CI:-}" = true ]; then bad "slurm: $1"; else skip "slurm: skipped ($1)"; fi
   summary; exit
@@ -114,6 +157,31 @@ for how in kill scancel; do
   case "$st" in FAILED|CANCELLED) ok "$what: the job ended in $dt s, scontrol: JobState=$st, $(scontrol show job "$jid" | grep -o 'ExitCode=[0-9:]*')";;
     *) bad "$what: JobState '$st' after $dt s"; tail -5 "$tmp/$jid.out"; scancel "$jid" 2>/dev/null ;; esac
 done
+
+# --- 5. node NODE down|up (issue 49 item 18): down kills every process of the
+# node (a running job's ranks and slurmd included); `up` starts a dead slurmd
+# again, and so does `node NODE up`, which returns the node to service
+jid=$(sb "ZERO=1,B=2,T=64,STEPS=1000")
+for i in $(seq 1 300); do grep -qE "^step +2/" "$tmp/$jid.out" 2>/dev/null && break; sleep 0.2; done
+before=$(ip netns pids $NAME-node1 | wc -l)
+out=$($CL node $NAME-node1 down 2>&1); left=$(ip netns pids $NAME-node1 | wc -l)
+spid=$(cat /run/llmc-cluster/$NAME/slurm/slurmd.$NAME-node1.pid 2>/dev/null)
+gone() { [ ! -e "/proc/$1/stat" ] || [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ]; }   # a zombie is dead, not yet reaped
+for i in $(seq 1 20); do gone "$spid" && break; sleep 0.1; done
+if [ "$before" -ge 3 ] && [ "$left" = 0 ] && gone "$spid" && grep -q "^cluster $NAME: $NAME-node1 down (" <<< "$out"; then
+  ok "node $NAME-node1 down: '$out': $before processes on the node (slurmd, the job's step and ranks), none left"
+else bad "node down: '$out': $before processes before, $left after, slurmd $spid $(gone "$spid" || echo alive)"; fi
+scancel "$jid" 2>/dev/null
+out=$(timeout 60 $CL up 2 --slurm $MEMARG 2>&1); spid=$(cat /run/llmc-cluster/$NAME/slurm/slurmd.$NAME-node1.pid 2>/dev/null)
+if grep -q "slurmd on $NAME-node1 was not running: started" <<< "$out" && [ "$(cat /proc/$spid/comm 2>/dev/null)" = slurmd ]; then
+  ok "up 2 --slurm on the running cluster starts node 1's dead slurmd again (pid $spid)"
+else bad "up 2 --slurm after node down: '$out', slurmd pid '$spid'"; fi
+$CL node $NAME-node1 down > /dev/null 2>&1
+out=$(timeout 60 $CL node $NAME-node1 up 2>&1); spid=$(cat /run/llmc-cluster/$NAME/slurm/slurmd.$NAME-node1.pid 2>/dev/null)
+jid=$(sb "ZERO=1,B=2,T=64,STEPS=2"); st=$(wait_state "$jid" 120)
+if grep -q "^cluster $NAME: $NAME-node1 up (link up, slurmd started, Slurm: idle)$" <<< "$out" && [ "$(cat /proc/$spid/comm 2>/dev/null)" = slurmd ] && [ "$st" = COMPLETED ]; then
+  ok "node $NAME-node1 up: '$out'; a 2-node job then completes"
+else bad "node up: '$out'; a 2-node job after it: $st"; tail -3 "$tmp/$jid.out"; fi
 
 # --- 4. down
 $CL down >/dev/null 2>&1

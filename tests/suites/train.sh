@@ -18,13 +18,177 @@
 #     one line naming the holder's pid and host, before it writes anything;
 #     after the holder is SIGKILLed the lock is gone (-y 1 resumes there);
 #     --keep-checkpoints 2 with -n 1: only the newest two pairs stay, each
-#     removal said; the checkpoint lines give their write times.
+#     removal said; the checkpoint lines give their write times;
+#  7. (issue 49) flock answering ENOSYS (Lustre noflock, an LD_PRELOAD shim:
+#     tests/shims/fs_faults.c) runs unlocked with one note; a lock held by a
+#     run on a lost host is refused naming the host, taken over with
+#     --lock-takeover HOST (one line), and a lock from this host's earlier
+#     boot is taken over unasked; a run that opened the lock file just
+#     before its holder ended (and unlinked it) is refused by the run that
+#     locked the new file, not let in beside it; --keep-checkpoints counts
+#     complete model+state pairs only.
+#  8. (issue 49 item 13) a fresh run (no -y 1) into an -o that holds
+#     checkpoints is refused on 1 and 2 ranks with one line (exit 1, no step,
+#     the old files and main.log unchanged); --overwrite 1 moves them (md5
+#     equal) and main.log into -o/earlier_run_<date> with one line, and a
+#     later -y 1 resumes the new run; --overwrite 1 with -y 1 is refused.
+#  9. (issue 49 item 10) the start-up lines say how many tokens of each
+#     shard an epoch skips (a step never crosses a shard) and count the
+#     epochs over the tokens read, checked against the formula for shards of
+#     1400, 1000 and 700 tokens at -d 512, in file order and shuffled.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/lib.sh
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 COMMON="-e d2 --channels 64 --heads 2 --max-seq-len 64 -t 32 -d 256 -x 6 -v 6 -m 2 -s 0 -l 3e-3 -u 2"
+
+# 7. (issue 49) the lock where flock answers ENOSYS, after a lost node, against
+# a run that opened the lock file just before its holder ended; --keep-checkpoints
+# counts complete pairs only. TRAIN_GPT=path tests another binary here; ONLY=7
+# runs only this section.
+sec7() {
+  local T=${TRAIN_GPT:-./train_gpt_cpu}
+  local K=("$T" -i "data/brown/brown_train_*.bin" -v 0 -s 0 -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 32 --collective-timeout 240)
+  gcc -shared -fPIC -O2 tests/shims/fs_faults.c -o "$tmp/fs_faults.so" -ldl || { bad "cannot build tests/shims/fs_faults.c"; return; }
+  local out rc n
+  # 7a. flock answers ENOSYS (Lustre mounted noflock): unlocked, with one note, on 2 ranks
+  out=$(timeout 120 $MPIRUN -np 2 -x LD_PRELOAD="$tmp/fs_faults.so" -x LLMC_SHIM_FLOCK=ENOSYS "${K[@]}" -x 2 -o "$tmp/nosys" 2>&1); rc=$?
+  n=$(grep -c "^note: -o $tmp/nosys: this file system does not lock files (Function not implemented): a second run into it would not be refused$" <<<"$out")
+  if [ $rc = 0 ] && [ "$n" = 1 ] && [ -s "$tmp/nosys/model_00000002.bin" ] && [ -s "$tmp/nosys/state_00000002.bin" ]; then
+    ok "flock answers ENOSYS: the run goes on unlocked with one note: $(grep "^note: -o" <<<"$out" | cut -c1-110)..."
+  else bad "flock answers ENOSYS (exit $rc, $n notes): $(grep -m2 -E "^error|^note" <<<"$out")"; fi
+  # 7b. a lock held by a run on a lost node (a shared file system keeps it): refused, naming the host;
+  # --lock-takeover with that host takes it over with one line; a lock from this host's earlier boot is taken over unasked
+  local D=$tmp/lost hold=
+  hold_lock() { # dir line: a process that holds the flock of dir/.llmc.lock with that line in it, as a dead client's expiring lock does
+    mkdir -p "$1"; printf '%s\n' "$2" > "$1/.llmc.lock"; rm -f "$tmp/held"
+    /usr/bin/python3 -c 'import fcntl, sys, time; f = open(sys.argv[1], "a"); fcntl.flock(f, fcntl.LOCK_EX); open(sys.argv[2], "w").close(); time.sleep(600)' \
+      "$1/.llmc.lock" "$tmp/held" & hold=$!
+    for ((n = 0; n < 100; n++)); do [ -e "$tmp/held" ] && break; sleep 0.1; done
+  }
+  hold_lock "$D" "pid 4242 host lostnode7 boot 6c1b0c5e-0000-4000-8000-000000000000 since $(date +%s)"
+  out=$(timeout 120 "${K[@]}" -x 2 -o "$D" 2>&1); rc=$?
+  n=$(grep -c "^error: -o $D: another run is using it (pid 4242 on host lostnode7, since [-0-9: ]*): wait for it to end, stop it, or give another -o (a holder on a lost node: --lock-takeover that host)$" <<<"$out")
+  if [ $rc = 1 ] && [ "$n" = 1 ] && [ ! -e "$D/main.log" ]; then ok "a lock held on host lostnode7: refused with one line naming it and --lock-takeover"
+  else bad "a lock held on a lost host (exit $rc): $(grep -m2 -E "^error|^step" <<<"$out")"; fi
+  out=$(timeout 120 "${K[@]}" -x 2 -o "$D" --lock-takeover node1,node2 2>&1); rc=$?
+  [ $rc = 1 ] && grep -q "^error: -o $D: another run is using it (pid 4242 on host lostnode7" <<<"$out" && ok "--lock-takeover node1,node2 (not the holder's host): still refused" ||
+    bad "--lock-takeover of other hosts (exit $rc): $(grep -m2 -E "^error|^-o|^step" <<<"$out")"
+  out=$(timeout 120 "${K[@]}" -x 2 -o "$D" --lock-takeover node1,lostnode7 2>&1); rc=$?
+  n=$(grep -c "^-o $D: its lock is held by pid 4242 on host lostnode7, a host given to --lock-takeover as gone: taking the lock over (the old lock file is removed)$" <<<"$out")
+  if [ $rc = 0 ] && [ "$n" = 1 ] && [ -s "$D/state_00000002.bin" ] && [ ! -e "$D/.llmc.lock" ]; then ok "--lock-takeover node1,lostnode7: taken over with one line, trained 2 steps"
+  else bad "--lock-takeover lostnode7 (exit $rc, $n lines): $(grep -m2 -E "^error|^-o" <<<"$out")"; fi
+  kill $hold; wait $hold 2>/dev/null
+  hold_lock "$tmp/reboot" "pid 4242 host $(hostname) boot 6c1b0c5e-0000-4000-8000-000000000000 since $(date +%s)"
+  out=$(timeout 120 "${K[@]}" -x 2 -o "$tmp/reboot" 2>&1); rc=$?
+  n=$(grep -c "^-o $tmp/reboot: its lock is held by pid 4242 on host $(hostname), this host before its last boot: taking the lock over (the old lock file is removed)$" <<<"$out")
+  [ $rc = 0 ] && [ "$n" = 1 ] && ok "a lock of this host's earlier boot (another boot id): taken over with one line" ||
+    bad "a lock from an earlier boot (exit $rc, $n lines): $(grep -m2 -E "^error|^-o" <<<"$out")"
+  kill $hold; wait $hold 2>/dev/null
+  # 7c. run B opens the lock file of a live run A, A ends (unlinking it), run C locks a new file, then B's
+  # flock (held back by the shim) succeeds on A's unlinked file: B must find the path replaced and be refused by C
+  D=$tmp/race
+  "${K[@]}" -x 100000 -o "$D" > "$tmp/raceA.out" 2>&1 & local A=$!
+  for ((n = 0; n < 1200; n++)); do grep -qE "^step +2/" "$tmp/raceA.out" 2>/dev/null && break; sleep 0.1; done
+  LD_PRELOAD="$tmp/fs_faults.so" LLMC_SHIM_FLOCK_WAIT="$tmp/go" "${K[@]}" -x 100000 -y 1 -o "$D" > "$tmp/raceB.out" 2>&1 & local B=$!
+  for ((n = 0; n < 1200; n++)); do [ -e "$tmp/go.waiting" ] && break; sleep 0.1; done
+  kill -TERM $A; wait $A; local rcA=$? gone=yes
+  [ -e "$D/.llmc.lock" ] && gone=no
+  "${K[@]}" -x 100000 -y 1 -o "$D" > "$tmp/raceC.out" 2>&1 & local C=$!
+  for ((n = 0; n < 1200; n++)); do grep -qE "^step +[0-9]+/" "$tmp/raceC.out" 2>/dev/null && break; sleep 0.1; done
+  touch "$tmp/go"
+  for ((n = 0; n < 600; n++)); do kill -0 $B 2>/dev/null || break; sleep 0.1; done
+  local rcB=running
+  if kill -0 $B 2>/dev/null; then kill -TERM $B; wait $B; else wait $B; rcB=$?; fi
+  kill -TERM $C; wait $C
+  local pidC=$(grep -o "^error: -o $D: another run is using it (pid [0-9]*" "$tmp/raceB.out" | grep -o "[0-9]*$")
+  if [ "$gone" = yes ] && [ "$rcB" = 1 ] && [ "$pidC" = "$C" ] && ! grep -qE "^step +[0-9]+/" "$tmp/raceB.out"; then
+    ok "a run that opened the lock file before its holder ended (exit $rcA, file unlinked) is refused by the run that locked the new file (pid $pidC)"
+  else bad "lock race: A exit $rcA, its file unlinked: $gone; B: exit $rcB, steps $(grep -cE "^step +[0-9]+/" "$tmp/raceB.out"), $(grep -m1 "^error" "$tmp/raceB.out"); C pid $C"; fi
+  # 7d. --keep-checkpoints 2 counts complete pairs only: lone files below the newest step (a SIGKILL between
+  # the two writes, a removal cut short) are not among the 2
+  D=$tmp/keep7
+  out=$(timeout 120 $MPIRUN -np 2 "${K[@]}" -x 3 -n 1 -o "$D" 2>&1) || bad "keep7: the first run failed"
+  cp "$D/state_00000003.bin" "$D/state_00000005.bin"; cp "$D/model_00000003.bin" "$D/model_00000004.bin"   # lone state 5, lone model 4
+  out=$(timeout 120 $MPIRUN -np 2 "${K[@]}" -x 6 -n 3 --keep-checkpoints 2 -y 1 -o "$D" 2>&1); rc=$?
+  local left=$(cd "$D" && ls model_* state_* | tr '\n' ' ')
+  if [ $rc = 0 ] && [ "$left" = "model_00000003.bin model_00000004.bin model_00000006.bin state_00000003.bin state_00000005.bin state_00000006.bin " ] \
+     && grep -q "^removed the checkpoints of steps 2, 1 (--keep-checkpoints 2: the newest 2 stay)$" <<<"$out"; then
+    ok "--keep-checkpoints 2 with a lone model at step 4 and a lone state at 5: pairs 6 and 3 stay (2 resumable), steps 2, 1 removed"
+  else bad "--keep-checkpoints counting lone files (exit $rc): left '$left'"; grep -E "^removed|^error|^resumed" <<<"$out"; fi
+}
+[ "${ONLY:-}" = 7 ] && { sec7; summary; exit $?; }
+
+# 8. (issue 49 item 13) a fresh run into a used -o. ONLY=8 runs only this section; TRAIN_GPT=path tests another binary.
+sec8() {
+  local K=("${TRAIN_GPT:-./train_gpt_cpu}" -i "data/brown/brown_train_*.bin" -v 0 -s 0 -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 1 -t 32 --collective-timeout 240)
+  local D=$tmp/used out rc n np md5 md5log
+  out=$(timeout 120 $MPIRUN -np 2 "${K[@]}" -x 3 -n 1 -o "$D" 2>&1) || { bad "used -o: the first run failed: $(grep -m1 error <<<"$out")"; return; }
+  md5=$(cd "$D" && cat model_* state_* | md5sum); md5log=$(md5sum < "$D/main.log")
+  for np in 1 2; do
+    out=$(timeout 120 $MPIRUN -np $np "${K[@]}" -x 2 -o "$D" 2>&1); rc=$?
+    n=$(grep -c "^error: -o $D holds checkpoints of an earlier run (6 files, steps 1 to 3): resume it with -y 1, give another -o, or start over with --overwrite 1 (moves them into a subfolder earlier_run_<date>)$" <<<"$out")
+    if [ $rc = 1 ] && [ "$n" = 1 ] && [ "$(grep -c "^error" <<<"$out")" = 1 ] && ! grep -qE "^step +[0-9]+/" <<<"$out" \
+       && [ "$(cd "$D" && cat model_* state_* | md5sum)" = "$md5" ] && [ "$(md5sum < "$D/main.log")" = "$md5log" ]; then
+      ok "np $np: a fresh run into an -o holding checkpoints 1-3 is refused with one line, nothing changed: $(grep "^error" <<<"$out" | cut -c1-100)..."
+    else bad "np $np: a fresh run into a used -o (exit $rc, $n lines): $(grep -m2 -E "^error|^step" <<<"$out")"; fi
+  done
+  out=$(timeout 120 "${K[@]}" -x 2 -y 1 --overwrite 1 -o "$D" 2>&1); rc=$?
+  [ $rc = 1 ] && grep -q "^error: --overwrite 1 with -y 1: -y 1 resumes the checkpoints in -o, --overwrite 1 starts over without them: give one$" <<<"$out" &&
+    ok "--overwrite 1 with -y 1: refused with one line" || bad "--overwrite 1 with -y 1 (exit $rc): $(grep -m1 error <<<"$out")"
+  out=$(timeout 120 $MPIRUN -np 2 "${K[@]}" -x 2 -n 1 --overwrite 1 -o "$D" 2>&1); rc=$?
+  local sub=$(ls -d "$D"/earlier_run_* 2>/dev/null)
+  n=$(grep -c "^-o $D: --overwrite 1: moved the checkpoints of an earlier run (6 files, steps 1 to 3) and its main.log into $D/earlier_run_[0-9]\{8\}-[0-9]\{6\}$" <<<"$out")
+  if [ $rc = 0 ] && [ "$n" = 1 ] && [ -n "$sub" ] && [ "$(cd "$sub" && cat model_* state_* | md5sum)" = "$md5" ] && [ "$(md5sum < "$sub/main.log")" = "$md5log" ] \
+     && [ "$(cd "$D" && ls model_* state_* | tr '\n' ' ')" = "model_00000001.bin model_00000002.bin state_00000001.bin state_00000002.bin " ] \
+     && [ -s "$D/main.log" ]; then
+    ok "--overwrite 1: the 6 old files (md5 equal) and main.log moved into ${sub#$tmp/}, one line; the new run wrote steps 1-2"
+  else bad "--overwrite 1 (exit $rc, $n lines, subfolder '$sub'): $(grep -m2 -E "^error|^-o" <<<"$out")"; fi
+  out=$(timeout 120 $MPIRUN -np 2 "${K[@]}" -x 3 -n 1 -y 1 -o "$D" 2>&1); rc=$?
+  [ $rc = 0 ] && grep -q "^resumed from step 2" <<<"$out" && ok "-y 1 after --overwrite 1 resumes the new run (step 2), not the old run's step 3" ||
+    bad "-y 1 after --overwrite 1 (exit $rc): $(grep -m2 -E "^error|^resum" <<<"$out")"
+}
+[ "${ONLY:-}" = 8 ] && { sec8; summary; exit $?; }
+
+# 9. (issue 49 item 10) a step never crosses a shard, so each epoch skips every shard's tail: the start-up
+# lines say how much, per shard, and count the epochs over what is read. Shards of 1400, 1000 and 700
+# tokens at -d 512 (T=64): shard s reads floor((n_s-1)/512)*512 tokens as inputs in file order,
+# floor(floor((n_s-1)/64)/8)*512 shuffled, and the next one as the last target; the other n_s-1-read are skipped. ONLY=9 runs only this section; TRAIN_GPT=path tests another binary.
+sec9() {
+  local T9=${TRAIN_GPT:-./train_gpt_cpu} sh=$tmp/tail9 out sf want1 want2 n
+  mkdir -p "$sh"
+  /usr/bin/python3 -c "
+import numpy as np
+v = np.fromfile('data/brown/brown_train_000000.bin', dtype='<u2', offset=1024)
+for s, n in enumerate([1400, 1000, 700]):
+    h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = n
+    open('$sh/tr_%06d.bin' % s, 'wb').write(h.tobytes() + v[s * 1400:s * 1400 + n].tobytes())" || { bad "tail: cannot write the shards"; return; }
+  for sf in 0 1; do
+    out=$(timeout 120 "$T9" -e d2 --channels 64 --heads 2 --max-seq-len 64 -i "$sh/tr_*.bin" -b 2 -t 64 -d 512 -x 3 -v 0 -s 0 --shuffle $sf 2>&1)
+    local rd=() sk=() tot=0 skt=0 i
+    for n in 1400 1000 700; do
+      if [ $sf = 0 ]; then i=$(( (n - 1) / 512 * 512 )); else i=$(( (n - 1) / 64 / 8 * 512 )); fi
+      rd+=($i); sk+=($((n - 1 - i))); tot=$((tot + i)); skt=$((skt + n - 1 - i))
+    done
+    want1="-x 3 steps x 512 tokens = $(awk -v r=$tot 'BEGIN {printf "%.4g", 3 * 512 / r}') epochs of the $tot tokens an epoch reads"
+    want2="^data: each epoch skips $skt of the 3100 train tokens ($(awk -v k=$skt 'BEGIN {printf "%.3g", 100 * k / 3100}')%; a step of 512 tokens never crosses a shard), .*: ${sk[0]} of shard 0's 1400, ${sk[1]} of shard 1's 1000, ${sk[2]} of shard 2's 700$"
+    if grep -qF -- "$want1" <<<"$out" && grep -q -- "$want2" <<<"$out" && [ "$(grep -c "^data: each epoch skips" <<<"$out")" = 1 ]; then
+      ok "--shuffle $sf: the banner says each epoch skips $skt tokens (${sk[*]} of 1400 1000 700) and counts epochs over the $tot read: $(grep -m1 "^data: each" <<<"$out" | cut -c1-90)..."
+    else bad "--shuffle $sf: want '$want1' and '$want2'; got: $(grep "^data" <<<"$out")"; fi
+  done
+  # a shard that ends exactly at a step (n - 1 = 2 x 512): nothing skipped, no line
+  /usr/bin/python3 -c "
+import numpy as np
+v = np.fromfile('data/brown/brown_train_000000.bin', dtype='<u2', offset=1024)
+h = np.zeros(256, '<i4'); h[0] = 20240520; h[1] = 1; h[2] = 1025
+open('$sh/exact_000000.bin', 'wb').write(h.tobytes() + v[:1025].tobytes())"
+  out=$(timeout 120 "$T9" -e d2 --channels 64 --heads 2 --max-seq-len 64 -i "$sh/exact_*.bin" -b 2 -t 64 -d 512 -x 3 -v 0 -s 0 --shuffle 0 2>&1)
+  if grep -qF -- "-x 3 steps x 512 tokens = 1.5 epochs of the 1024 tokens an epoch reads" <<<"$out" && ! grep -q "^data: each epoch skips" <<<"$out"; then
+    ok "a shard of 2 x 512 + 1 tokens: 1.5 epochs of the 1024 read, no skip line"
+  else bad "a shard of 1025 tokens: $(grep "^data" <<<"$out")"; fi
+}
+[ "${ONLY:-}" = 9 ] && { sec9; summary; exit $?; }
 
 train() { # name np args...
   local name=$1 np=$2; shift 2
@@ -121,9 +285,11 @@ else bad "-m 18 at 1 x 6, 2 x 3, 3 x 2: val losses$vals (each must be over 576 t
 # val batch in the singular
 out=$(timeout 120 ./train_gpt_cpu -e d2 --channels 64 --heads 2 --max-seq-len 64 -b 2 -t 32 -x 2 -v 1 -m 10 -s 2 -g 100 -j "$tmp/val3.bin" 2>&1)
 ntrain=$(echo "$out" | sed -n 's/^data: train \([0-9]*\) tokens.*/\1/p')
-want=$(awk -v n="$ntrain" 'BEGIN {printf "%.4g", 2 * 64 / n}')
-if [ -n "$ntrain" ] && echo "$out" | grep -q "^data: .*-x 2 steps x 64 tokens = $want epochs of it"; then ok "the data line says the run covers $want epochs (2 x 64 / $ntrain tokens)"
-else bad "epochs: $(echo "$out" | grep '^data:' | cut -c1-200) (want $want epochs)"; fi
+# (issue 49 item 10) an epoch reads whole steps of 64 tokens (2 sequences of 32, shuffled): floor(floor((n-1)/32)/2)*64 tokens
+nread=$(awk -v n="$ntrain" 'BEGIN {printf "%d", int(int((n - 1) / 32) / 2) * 64}')
+want=$(awk -v n="$nread" 'BEGIN {printf "%.4g", 2 * 64 / n}')
+if [ -n "$ntrain" ] && echo "$out" | grep -q "^data: .*-x 2 steps x 64 tokens = $want epochs of the $nread tokens an epoch reads"; then ok "the data line says the run covers $want epochs (2 x 64 / the $nread of $ntrain tokens an epoch reads)"
+else bad "epochs: $(echo "$out" | grep '^data:' | cut -c1-200) (want $want epochs of $nread)"; fi
 if echo "$out" | grep -q "^note: -g 100: a sample is at most T-1 = 31 tokens" && [ "$(echo "$out" | grep -c '^sample at step 2')" = 1 ]; then ok "-g 100 above T-1: a note says each sample generates 31"
 else bad "-g above T-1: $(echo "$out" | grep -E '^note|^sample' | head -3)"; fi
 /usr/bin/python3 -c "
@@ -262,4 +428,7 @@ if [ $rc = 0 ] && [ "$left" = "model_00000004.bin model_00000005.bin state_00000
    && grep -qE "^wrote state .*state_00000005.bin in [0-9]+\.[0-9]{2} s \(the checkpoint with its state: [0-9]+\.[0-9]{2} s\)$" <<<"$out"; then
   ok "--keep-checkpoints 2 with -n 1, 5 steps: $left left, 3 removals said; the lines give write times"
 else bad "--keep-checkpoints 2 (exit $rc): left '$left'"; grep -E "^wrote|^removed|error" <<<"$out"; fi
+sec7
+sec8
+sec9
 summary

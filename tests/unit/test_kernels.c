@@ -500,7 +500,7 @@ static void test_matmul(int N, int C, int OC, int with_bias, int with_dinp) {
     free(dx); free(dw); free(db); free(rdx); free(rdw); free(rdb); free(dd);
 }
 
-/* --invariant 1's products (cpu_inv_T = T, matmul.h, docs/design.md
+/* --invariant 1's products (cpu_inv_T = T, matmul_invariant.h, docs/design.md
    section 13): near the float64 reference, and layout-free bit for bit:
    the forward and dinp rows of B sequences are those of two calls on B/2
    each (on 1 thread against all of them), and dweight and dbias from zero
@@ -1085,7 +1085,7 @@ int main(int argc, char** argv) {
     test_embedding_rows(2, 7, 12, 37, 10);
     test_embedding_rows(3, 33, 100, 50, 64);
 #ifdef LLMC_BF16
-    /* the other implementation of cpu_gemm_bf16 (matmul.h) and of the
+    /* the other implementation of cpu_gemm_bf16 (matmul_bf16.h) and of the
        attention that follows its choice: oneDNN's bf16 primitive (the AMX
        path) when the default is the fp32 path, and vice versa. The
        primitive needs the ISA level avx512 (oneDNN 2.6 has no bf16 matmul

@@ -147,6 +147,45 @@ static void test_file(const char* dir) {
     unsetenv("LLMC_BF16_MATMUL");
     check_group_end("decision: unavailable -> fp32; no file -> measured and written; the file next; the variable forces");
 
+    /* another thread count: its own file beside the main one, measured once and read after */
+    check_group_begin();
+    char tp[700];
+    cpu_gemm_thread_file_path("/a/b/x.matmul", 3, tp, sizeof(tp));
+    CHECK(!strcmp(tp, "/a/b/x.threads3.matmul"), "thread file of x.matmul: '%s'", tp);
+    cpu_gemm_thread_file_path("/a/b/x.bin", 1, tp, sizeof(tp));
+    CHECK(!strcmp(tp, "/a/b/x.bin.threads1"), "thread file of x.bin: '%s'", tp);
+    edit_line(path, "threads", "7");   /* the main file: another thread count's */
+    cpu_gemm_thread_file_path(path, cpu_num_threads(), tp, sizeof(tp));
+    unlink(tp);
+    setenv("LLMC_BF16_MATMUL_RATES", "fwd=100/300,dinp=300/100,dweight=100/300,lm_fwd=300/100,lm_dinp=100/300,lm_dweight=300/100,attention=300/100", 1);
+    cpu_gemm_decide(&r2, CPU_ISA_AVX512, err, sizeof(err));
+    CHECK(r2.how == CPU_GEMM_BY_MEASURED && r2.fp32[CPU_MM_FWD] == 1 && access(tp, F_OK) == 0 && strstr(r2.where, tp),
+          "main file of 7 threads: how %d, thread file written %d, where '%s'", r2.how, access(tp, F_OK) == 0, r2.where);
+    CpuGemmChoice r3;
+    setenv("LLMC_BF16_MATMUL_RATES", "fwd=300/100", 1);   /* a new timing would choose otherwise: not asked */
+    cpu_gemm_decide(&r3, CPU_ISA_AVX512, err, sizeof(err));
+    CHECK(r3.how == CPU_GEMM_BY_FILE && !memcmp(r3.fp32, r2.fp32, sizeof(r2.fp32)) && strstr(r3.where, tp), "second start: how %d where '%s'", r3.how, r3.where);
+    /* --invariant 1: fp32 everywhere, nothing measured or written */
+    unlink(tp);
+    cpu_gemm_request.invariant = 1;
+    cpu_gemm_decide(&r3, CPU_ISA_AVX512, err, sizeof(err));
+    all = 1;
+    for (int k = 0; k < CPU_MM_NUM; k++) all &= r3.fp32[k] == 1;
+    CHECK(r3.how == CPU_GEMM_BY_INVARIANT && all && access(tp, F_OK) != 0, "invariant: how %d all fp32 %d", r3.how, all);
+    /* -y 1: the state's paths where the primitive runs, whatever the files say; below avx512: fp32 */
+    memset(&cpu_gemm_request, 0, sizeof(cpu_gemm_request));
+    cpu_gemm_request.resume_have = 1;
+    cpu_gemm_request.resume_mask = 0x5;   /* fwd, dweight on the primitive */
+    snprintf(cpu_gemm_request.resume_from, sizeof(cpu_gemm_request.resume_from), "out/state_00000004.bin");
+    cpu_gemm_decide(&r3, CPU_ISA_AVX512, err, sizeof(err));
+    CHECK(r3.how == CPU_GEMM_BY_STATE && r3.fp32[0] == 0 && r3.fp32[1] == 1 && r3.fp32[2] == 0 && r3.fp32[6] == 1 && access(tp, F_OK) != 0 &&
+          strstr(r3.where, "out/state_00000004.bin"), "resume: how %d where '%s'", r3.how, r3.where);
+    cpu_gemm_decide(&r3, CPU_ISA_AVX2, err, sizeof(err));
+    CHECK(r3.how == CPU_GEMM_BY_UNAVAILABLE && r3.fp32[0] == 1, "resume below avx512: how %d", r3.how);
+    memset(&cpu_gemm_request, 0, sizeof(cpu_gemm_request));
+    unsetenv("LLMC_BF16_MATMUL_RATES");
+    check_group_end("decision: another thread count's file measured once then read; --invariant 1 and -y 1 measure nothing");
+
     /* a per-class decision applied: mode, paths text, the start-up line */
     check_group_begin();
     cpu_gemm_apply(&r);
