@@ -92,30 +92,43 @@ static inline void comm_abort(void) {
    when a peer is reported lost ends at once, as at its timeout, with a
    line that says so (comm_watch_expired), instead of after the whole
    --collective-timeout. A cut link closes nothing: the timeout stays the
-   bound for it. LLMC_NO_LOST_PEER=1 leaves the pointer alone (the wait
-   then lasts the timeout); another MPI (no opal_show_help symbol) is left
-   alone too. */
+   bound for it. LLMC_NO_LOST_PEER=1 keeps the hook but ignores the report
+   (the wait then lasts the timeout); another MPI (no opal_show_help
+   symbol) is left alone.
+   The hook also serializes Open MPI's help messages: opal_show_help parses
+   its help files with a flex lexer that holds global state and no lock, so
+   two threads in it at once (the "peer hung up" of the progress engine and
+   the "MPI_ABORT was invoked" of a rank's error exit) crashed the rank in
+   opal_show_help_yylex (SIGSEGV, seen in tests/suites/net_faults.sh). Each
+   call runs under comm_help_mu, and the report is noted only after its
+   message is printed, so the error exit it starts cannot overlap it. */
 static volatile int comm_lost_peer = 0;      /* atomic: a peer was reported lost */
 static double comm_lost_peer_t = 0.0;        /* when (wall_seconds) */
 static volatile int comm_lost_peer_off = 0;  /* atomic: the rescue's own waits ignore it (rescue.h) */
 typedef int (*comm_vhelp_fn)(const char*, const char*, int, va_list);
 static comm_vhelp_fn comm_vhelp_orig = NULL;
+static int comm_lost_peer_ignore = 0;        /* LLMC_NO_LOST_PEER=1: set once before the hook is in place */
+static pthread_mutex_t comm_help_mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread int comm_help_depth = 0;     /* a help message inside one (same thread) does not lock again */
 static int comm_show_help_hook(const char* file, const char* topic, int want_error_header, ...) {
-    if (file && topic && !strcmp(file, "help-mpi-btl-tcp.txt") && !strcmp(topic, "peer hung up") &&
+    va_list ap;
+    va_start(ap, want_error_header);
+    if (comm_help_depth++ == 0) pthread_mutex_lock(&comm_help_mu);
+    int r = comm_vhelp_orig ? comm_vhelp_orig(file, topic, want_error_header, ap) : 0;
+    if (--comm_help_depth == 0) pthread_mutex_unlock(&comm_help_mu);
+    va_end(ap);
+    if (!comm_lost_peer_ignore && file && topic && !strcmp(file, "help-mpi-btl-tcp.txt") && !strcmp(topic, "peer hung up") &&
         !__atomic_load_n(&comm_lost_peer, __ATOMIC_ACQUIRE)) {
         comm_lost_peer_t = wall_seconds();
         __atomic_store_n(&comm_lost_peer, 1, __ATOMIC_RELEASE);
     }
-    va_list ap;
-    va_start(ap, want_error_header);
-    int r = comm_vhelp_orig ? comm_vhelp_orig(file, topic, want_error_header, ap) : 0;
-    va_end(ap);
     return r;
 }
-/* After MPI_Init, on every rank: see above. Returns 1 when the hook is in place. */
+/* After MPI_Init, on every rank: see above. Returns 1 when the hook is in place
+   (Open MPI); with LLMC_NO_LOST_PEER=1 it serializes the help messages only. */
 static inline int comm_lost_peer_install(void) {
     const char* off = getenv("LLMC_NO_LOST_PEER");
-    if (off && !strcmp(off, "1")) return 0;
+    comm_lost_peer_ignore = off && !strcmp(off, "1");
     void* h = dlsym(RTLD_DEFAULT, "opal_show_help");
     void* vh = dlsym(RTLD_DEFAULT, "opal_show_vhelp");
     if (!h || !vh || !*(void**)vh) return 0;

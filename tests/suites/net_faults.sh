@@ -74,15 +74,16 @@ lost_peer() { # tag env term: prints "seconds rc0"
   kill "$job" 2>/dev/null; pkill -P "$job" 2>/dev/null; wait "$job" 2>/dev/null
 }
 read -r t rc0 <<< "$(lost_peer hook "" 0)"
-if ! grep -q "An MPI communication peer process has unexpectedly disconnected" "$lp/hook/out"; then
+if ! grep -q "An MPI communication peer process has unexpectedly disconnected" "$lp/hook/out" \
+   && awk -v t="$t" 'BEGIN { exit !(t >= 40) }' && grep -q "did not complete in 4[0-9] s" "$lp/hook/out"; then
   skip "a lost peer process: Open MPI did not report it this time (no 'peer hung up' message: the TCP transport had not read the closed socket; rank 0 ended $t s after the kill, by the timeout)"
 elif awk -v t="$t" 'BEGIN { exit !(t < 10) }' && [ "$rc0" = 1 ] && grep -q "^error (rank 0, node .*) ended after [0-9.]* s, [0-9.]* s after Open MPI reported a lost peer" "$lp/hook/out"; then
   ok "a lost peer process (rank 1 SIGKILLed, TCP): Open MPI reported it and rank 0 ended $t s after the kill (--collective-timeout 40): $(grep -o 'ended after [0-9.]* s, [0-9.]* s after Open MPI reported a lost peer' "$lp/hook/out" | head -1)"
-else bad "a lost peer process: Open MPI reported it, but rank 0 ended $t s after the kill, exit '$rc0': $(grep -m1 '^error' "$lp/hook/out")"; fi
+else bad "a lost peer process: Open MPI reported it, but rank 0 ended $t s after the kill, exit '$rc0': $(grep -m1 '^error' "$lp/hook/out"); its log's last lines: $(grep -v '^step' "$lp/hook/out" | tail -4 | tr '\n' ' ')"; fi
 read -r t rc0 <<< "$(lost_peer off LLMC_NO_LOST_PEER=1 0)"
 if awk -v t="$t" 'BEGIN { exit !(t >= 40) }' && grep -q "did not complete in 4[0-9] s" "$lp/off/out"; then
   ok "LLMC_NO_LOST_PEER=1: rank 0 waited the timeout ($t s after the kill): the report is what ended the wait above"
-else bad "LLMC_NO_LOST_PEER=1: rank 0 ended $t s after the kill: $(grep -m1 '^error' "$lp/off/out")"; fi
+else bad "LLMC_NO_LOST_PEER=1: rank 0 ended $t s after the kill, exit '$rc0': $(grep -m1 '^error' "$lp/off/out"); its log's last lines: $(grep -v '^step' "$lp/off/out" | tail -4 | tr '\n' ' ')"; fi
 read -r t rc0 <<< "$(lost_peer term "" 1)"
 N=$(sed -n 's/^SIGTERM: stopping at the end of step \([0-9]*\) (checkpoint \([0-9]*\), then exit 143)$/\1/p' "$lp/term/out")
 if [ -n "$N" ] && [ "$rc0" = 1 ] && ! [ -e "$lp/term/o/model_$(printf %08d "$N").bin" ] \
