@@ -126,6 +126,12 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
     emu::check_extent(call, "B", B, tb ? n : k, tb ? k : n, ldb, sB, batch);
     emu::check_extent(call, "C/D", D, m, n, ldd, sD, batch);
     float al = *(const float*)alpha, be = *(const float*)beta;
+    {
+        emu::RaceAccess ra[3] = {{A, emu::race_matrix_bytes(ta ? k : m, ta ? m : k, lda, sA, batch), false, "A", -1},
+                                 {B, emu::race_matrix_bytes(tb ? n : k, tb ? k : n, ldb, sB, batch), false, "B", -1},
+                                 {D, emu::race_matrix_bytes(m, n, ldd, sD, batch), true, "C/D", -1}};
+        emu::race_op(h->stream, call, ra, 3);
+    }
     emu::enqueue(h->stream, [=] {
         emu::gemm_run(ta, tb, m, n, k, al, (const __nv_bfloat16*)A, lda, sA, (const __nv_bfloat16*)B, ldb, sB, be,
                       (__nv_bfloat16*)D, ldd, sD, batch, nullptr, "cublasGemmStridedBatchedEx");
@@ -307,6 +313,14 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
     float al = *(const float*)alpha, be = *(const float*)beta;
     int ta = op->ta != CUBLAS_OP_N, tb = op->tb != CUBLAS_OP_N, batch = la->batch;
     long long lda = la->ld, ldb = lb->ld, ldd = ld->ld, sA = la->stride, sB = lb->stride, sD = ld->stride;
+    {
+        emu::RaceAccess ra[5] = {{A, emu::race_matrix_bytes(la->rows, la->cols, la->ld, la->stride, la->batch), false, "A", -1},
+                                 {B, emu::race_matrix_bytes(lb->rows, lb->cols, lb->ld, lb->stride, lb->batch), false, "B", -1},
+                                 {D, emu::race_matrix_bytes(ld->rows, ld->cols, ld->ld, ld->stride, ld->batch), true, "C/D", -1},
+                                 {bias, bias ? (size_t)m * 2 : 0, false, "the bias", -1},
+                                 {ws, ws_bytes, true, "the workspace", -1}};
+        emu::race_op(s, call, ra, 5);
+    }
     emu::enqueue(s, [=] {
         emu::gemm_run(ta, tb, m, n, k, al, (const __nv_bfloat16*)A, lda, sA, (const __nv_bfloat16*)B, ldb, sB, be,
                       (__nv_bfloat16*)D, ldd, sD, batch, (const __nv_bfloat16*)bias, "cublasLtMatmul");

@@ -185,6 +185,7 @@ template <typename T> inline cudaError_t cudaMallocAsync(T** p, size_t n, cudaSt
 inline cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
     if (!p) return cudaSuccess;
     if (emu::mem_kind(p) != emu::MEM_DEVICE) emu::fail("cudaFreeAsync(%p): not device memory", p);
+    emu::race_op1(s, "cudaFreeAsync", p, (size_t)-1, true, "the freed allocation");
     emu::enqueue(s, [p] { if (!emu::mem_free(p, emu::MEM_DEVICE)) emu::fail("cudaFreeAsync(%p): freed twice", p); });
     return cudaSuccess;
 }
@@ -201,11 +202,13 @@ inline cudaError_t cudaFreeHost(void* p) {
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s = 0) {
     emu::copy_check("cudaMemcpyAsync", dst, src, n, kind);
+    emu::race_copy("cudaMemcpyAsync", s, dst, src, n);
     if (n) emu::enqueue(s, [=] { memcpy(dst, src, n); });
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     emu::copy_check("cudaMemcpy", dst, src, n, kind);
+    emu::race_copy("cudaMemcpy", nullptr, dst, src, n);
     if (n) emu::enqueue(nullptr, [=] { memcpy(dst, src, n); });
     emu::stream_sync(nullptr);
     return cudaSuccess;
@@ -214,6 +217,7 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s = 0)
     size_t off = 0, sz = 0;
     if (n && emu::mem_kind(p, &off, &sz) != emu::MEM_DEVICE) emu::fail("cudaMemsetAsync(%p, %zu bytes): not device memory", p, n);
     if (n && off + n > sz) emu::fail("cudaMemsetAsync of %zu bytes past the end of a %zu-byte allocation (offset %zu)", n, sz, off);
+    if (n) emu::race_op1(s, "cudaMemsetAsync", p, n, true, "the destination");
     if (n) emu::enqueue(s, [=] { memset(p, v, n); });
     return cudaSuccess;
 }
@@ -254,6 +258,7 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
     emu::Stream* st = s ? s : emu::legacy_stream();
     /* the mark op; its completion time is the event's time */
     double* stamp = &e->t;
+    emu::race_event_record(e, st);
     uint64_t idx = emu::enqueue(st, nullptr, {}, stamp);
     std::lock_guard<std::mutex> g(emu::q_mutex());
     e->s = st;
@@ -262,8 +267,10 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0) {
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (!e) return cudaErrorInvalidResourceHandle;
-    std::lock_guard<std::mutex> g(emu::q_mutex());
-    return (!e->s || e->s->done >= e->idx) ? cudaSuccess : cudaErrorNotReady;
+    bool done;
+    { std::lock_guard<std::mutex> g(emu::q_mutex()); done = !e->s || e->s->done >= e->idx; }
+    if (done) emu::race_host_acquire_event(e);
+    return done ? cudaSuccess : cudaErrorNotReady;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (!e) return cudaErrorInvalidResourceHandle;
@@ -271,6 +278,8 @@ inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     emu::Stream* s = e->s;
     uint64_t idx = e->idx;
     if (s) emu::q_cv().wait(lk, [&] { return s->done >= idx; });
+    lk.unlock();
+    emu::race_host_acquire_event(e);
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags = 0) {
@@ -280,6 +289,7 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned f
     uint64_t idx;
     { std::lock_guard<std::mutex> g(emu::q_mutex()); es = e->s; idx = e->idx; }
     if (!es) return cudaSuccess;   /* never recorded: nothing to wait for */
+    emu::race_stream_wait(s, e);
     emu::enqueue(s, nullptr, {emu::Dep{es, idx}});
     return cudaSuccess;
 }

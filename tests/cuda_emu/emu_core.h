@@ -97,6 +97,11 @@ struct Rng {
 
 /* ---------------------------------------------------------------- memory registry */
 
+/* the cross-stream race check's hooks (emu_streamrace.h, included below) */
+struct Stream;
+inline void race_forget(const void* base);
+inline void race_host_acquire_stream(Stream* s);
+
 enum MemKind { MEM_DEVICE = 1, MEM_HOST_PINNED = 2 };
 struct Alloc { size_t size; int kind; };
 
@@ -137,6 +142,7 @@ inline bool mem_free(void* p, int kind) {
         if (kind == MEM_DEVICE) device_bytes() -= it->second.size;
         mem_map().erase(it);
     }
+    race_forget(p);
     free(p);
     return true;
 }
@@ -284,14 +290,18 @@ inline uint64_t enqueue(Stream* s, std::function<void()> fn, std::vector<Dep> de
 
 inline bool stream_idle(Stream* s) {
     if (!s) s = legacy_stream();
-    std::lock_guard<std::mutex> g(q_mutex());
-    return s->done >= s->enq;
+    bool idle;
+    { std::lock_guard<std::mutex> g(q_mutex()); idle = s->done >= s->enq; }
+    if (idle) race_host_acquire_stream(s);
+    return idle;
 }
 inline void stream_sync(Stream* s) {
     if (!s) s = legacy_stream();
     std::unique_lock<std::mutex> lk(q_mutex());
     uint64_t target = s->enq;
     q_cv().wait(lk, [&] { return s->done >= target; });
+    lk.unlock();
+    race_host_acquire_stream(s);
 }
 inline void device_sync() {
     legacy_stream();
@@ -310,5 +320,7 @@ struct Event {
 };
 
 } /* namespace emu */
+
+#include "emu_streamrace.h"
 
 #endif /* LLMC_CUDA_EMU_CORE_H */

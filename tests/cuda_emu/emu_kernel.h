@@ -332,6 +332,7 @@ inline void launch(const char* name, void (*k)(P...), dim3 g, dim3 b, size_t sme
     }
     { std::lock_guard<std::mutex> lk(count_mutex()); launch_counts()[name]++; }
     auto args = std::make_shared<std::tuple<std::decay_t<P>...>>(std::forward<A>(a)...);
+    race_kernel(name, s, *args);   /* emu_streamrace.h */
     enqueue(s, [name, k, g, b, args, shf] {
         std::function<void()> body = [k, args] { std::apply(k, *args); };
         run_grid(name, g, b, body, shf);

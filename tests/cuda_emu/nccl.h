@@ -159,6 +159,8 @@ inline ncclResult_t nc_enqueue(const char* call, ncclComm_t c, int kind, const v
     if (count && (mem_kind(recv, &off, &sz) != MEM_DEVICE || off + recv_elems * es > sz))
         fail("%s: the receive buffer (%zu elements) is not inside a device allocation", call, recv_elems);
     if (count * es * (size_t)c->nranks > (size_t)0x7fffffff) fail("%s of %zu elements: past the emulation's MPI int count", call, count);
+    RaceAccess ra[2] = {{send, send_elems * es, false, "the send buffer", -1}, {recv, recv_elems * es, true, "the receive buffer", -1}};
+    race_op(s, call, ra, 2);   /* emu_streamrace.h */
     unsigned long long seq = ++c->calls;
     enqueue(s, [=] { nc_run(c, kind, send, recv, count, t, op, seq); });
     return ncclSuccess;

@@ -243,7 +243,49 @@ __global__ void load8_kernel(floatX* out, const floatX* in, int off_in, int off_
 
 /* ------------------------------------------------------------------ children */
 
+/* the cross-stream race check's cases (emu_streamrace.h); 2: not one of them */
+static int race_child(const char* what) {
+    if (strncmp(what, "race_", 5) != 0) return 2;
+    int *src, *dst;
+    cudaCheck(cudaMalloc(&src, 64)); cudaCheck(cudaMalloc(&dst, 64));
+    cudaCheck(cudaMemset(src, 0, 64)); cudaCheck(cudaMemset(dst, 0, 64));
+    cudaStream_t A, B, Bl;
+    cudaCheck(cudaStreamCreateWithFlags(&A, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&B, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreate(&Bl));
+    cudaEvent_t e;
+    cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::string w = what;
+    if (w == "race_kernels" || w == "race_kernels_waited" || w == "race_kernels_late" || w == "race_stream_sync" || w == "race_event_sync") {
+        LLMC_LAUNCH(slow_write_kernel, 1, 1, 0, A, src + 4, 5, 20);   /* A writes src[4] */
+        cudaCheck(cudaEventRecord(e, A));
+        if (w == "race_kernels_waited") cudaCheck(cudaStreamWaitEvent(B, e, 0));
+        if (w == "race_stream_sync") cudaCheck(cudaStreamSynchronize(A));
+        if (w == "race_event_sync") cudaCheck(cudaEventSynchronize(e));
+        if (w == "race_kernels_late") usleep(100000);   /* A is done by the clock, not by any ordering */
+        LLMC_LAUNCH(copy_int_kernel, 1, 1, 0, B, dst, src + 4);        /* B reads it */
+    } else if (w == "race_read_read") {
+        LLMC_LAUNCH(copy_int_kernel, 1, 1, 0, A, dst, src);            /* two readers of src: no race */
+        int* dst2;   /* another allocation: a kernel's pointer argument stands for its whole allocation */
+        cudaCheck(cudaMalloc(&dst2, 64));
+        LLMC_LAUNCH(copy_int_kernel, 1, 1, 0, B, dst2, src);
+    } else if (w == "race_memcpy") {
+        LLMC_LAUNCH(copy_int_kernel, 1, 1, 0, A, dst, src + 2);        /* A reads src[2] */
+        int h[4] = {1, 2, 3, 4};
+        cudaCheck(cudaMemcpyAsync(src, h, sizeof(h), cudaMemcpyHostToDevice, B));   /* B overwrites src[0..4) */
+    } else if (w == "race_legacy_blocking") {
+        LLMC_LAUNCH(slow_write_kernel, 1, 1, 0, Bl, src, 5, 20);       /* a blocking stream, then the legacy stream */
+        LLMC_LAUNCH(copy_int_kernel, 1, 1, 0, 0, dst, src);
+    } else if (w == "race_legacy_nonblocking") {
+        LLMC_LAUNCH(slow_write_kernel, 1, 1, 0, A, src, 5, 20);        /* a non-blocking stream is not ordered */
+        LLMC_LAUNCH(copy_int_kernel, 1, 1, 0, 0, dst, src);
+    } else { fprintf(stderr, "test_emu: unknown child case %s\n", what); return 2; }
+    cudaCheck(cudaDeviceSynchronize());
+    return 0;
+}
+
 static int child(const char* what) {
+    if (!strncmp(what, "race_", 5)) return race_child(what);
     int* d = NULL;
     cudaCheck(cudaMalloc(&d, 4096));
     if (!strcmp(what, "divergent_barrier")) LLMC_LAUNCH(divergent_kernel, 1, 64, 0, 0, d);
@@ -389,6 +431,8 @@ static void test_atomics(void) {
     const int S = 4, G = 8, TPB = 128, IT = 50;
     cudaStream_t st[S];
     for (int i = 0; i < S; i++) cudaCheck(cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking));
+    /* atomics only: the cross-stream race check does not model them */
+    for (const void* p : {(const void*)ci, (const void*)cu, (const void*)cf, (const void*)mx, (const void*)lock, (const void*)cnt}) emu::race_exempt(p);
     for (int i = 0; i < S; i++) {
         LLMC_LAUNCH(atomic_kernel, G, TPB, 0, st[i], ci, cu, cf, mx, IT);
         LLMC_LAUNCH(cas_lock_kernel, G, 32, 0, st[i], lock, cnt, 200);
@@ -450,14 +494,7 @@ static void test_streams_events(void) {
     cudaCheck(cudaStreamSynchronize(A));
     cudaCheck(cudaMemcpy(&h, dst3, 4, cudaMemcpyDeviceToHost));
     check(h == 31337, "stream_in_order", "(read %d, want 31337)", h);
-    /* the control: without the wait, a non-blocking stream does not wait for A
-       (informational: the race's outcome is timing) */
-    cudaCheck(cudaMemset(dst, 0, 4));
-    LLMC_LAUNCH(slow_write_kernel, 1, 1, 0, A, src, 5, 100);
-    LLMC_LAUNCH(copy_int_kernel, 1, 1, 0, B, dst, src);
-    cudaCheck(cudaStreamSynchronize(B));
-    cudaCheck(cudaMemcpy(&h, dst, 4, cudaMemcpyDeviceToHost));
-    printf("info without cudaStreamWaitEvent stream B read %d (A's write of 5 was %s)\n", h, h == 5 ? "seen" : "not yet done: the streams are concurrent");
+    /* without the wait, B's read of A's write is a race: test_stream_race */
     cudaCheck(cudaDeviceSynchronize());
     cudaStreamDestroy(A); cudaStreamDestroy(B); cudaStreamDestroy(Bl);
     cudaEventDestroy(e0); cudaEventDestroy(e1);
@@ -666,6 +703,24 @@ static void test_launch_limits(void) {
     cudaFree(p);
 }
 
+/* the cross-stream race check (emu_streamrace.h): an unordered write/read
+   pair on two streams is an error naming both operations and streams, even
+   when the clock happened to order them; cudaStreamWaitEvent, a host
+   synchronisation and the legacy stream's implicit one order them */
+static void test_stream_race(void) {
+    expect_error("race_kernels", {"race between streams", "copy_int_kernel (its pointer argument 2) on stream 2 reads",
+                                  "slow_write_kernel (its pointer argument 1) on stream 1, enqueued earlier, writes", "cudaStreamWaitEvent"});
+    expect_error("race_kernels_late", {"race between streams", "copy_int_kernel", "slow_write_kernel"});
+    expect_error("race_memcpy", {"race between streams", "cudaMemcpyAsync (the destination) on stream 2 writes bytes [0, 16)",
+                                 "copy_int_kernel (its pointer argument 2) on stream 1, enqueued earlier, reads"});
+    expect_error("race_legacy_nonblocking", {"race between streams", "copy_int_kernel", "on stream 0 reads", "slow_write_kernel"});
+    expect_clean("race_kernels_waited");
+    expect_clean("race_stream_sync");
+    expect_clean("race_event_sync");
+    expect_clean("race_read_read");
+    expect_clean("race_legacy_blocking");
+}
+
 static void test_shared(void) {
     size_t sz = emu::kernel_static_smem((const void*)sized_shared_kernel);
     check(sz == 32 * 4 + 16 * 4 + 8, "shared_static_size", "(%zu bytes, want 200: float[32], float[16], double)", sz);
@@ -714,6 +769,7 @@ int main(int argc, char** argv) {
     test_shuffles();
     test_atomics();
     test_streams_events();
+    test_stream_race();
     test_bf16();
     test_gemm();
     test_launch_limits();
