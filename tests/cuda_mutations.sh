@@ -20,12 +20,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # name | file | sed script | program (test|asan) | ranks | extra args | regex naming the kernel/call
 MUTATION_TABLE='
-sync|llmc/cuda/common.cuh|225s/__syncthreads();//|test|2|-z 0|block_sum_d|sum_squares|sum_partials|classifier_chunk_stats
+sync|llmc/cuda/common.cuh|/double block_sum_d/,/^}/{/sh\[warp\] = v/{n;s/__syncthreads();//}}|test|2|-z 0|shared-memory race.*(block_sum_d|sum_squares|sum_partials|classifier_chunk_stats)
 wait|llmc/cuda/comm_nccl.cuh|/^static inline void backend_wait_comm/,/^}/s/cudaCheck(cudaStreamWaitEvent(cuda_ctx.stream[^;]*;//|test|2|-z 3|cudaStreamWaitEvent|backend_wait_comm
 bounds|llmc/cuda/fused_classifier.cuh|/^__global__ void classifier_stats_init_kernel/,/^}/s/if (n < N)/if (n <= N)/|asan|1|-z 0|classifier_stats_init_kernel
 shfl|llmc/cuda/common.cuh|/float warp_sum(float v)/,/^}/s/0xffffffffu/0x7fffffffu/|test|1|-z 0|warp_sum|__shfl_xor_sync|0x7fffffff
 nccl|llmc/cuda/comm_nccl.cuh|s/ncclCheck(ncclAllGather(/if (c->group_rank != 1) ncclCheck(ncclAllGather(/|test|2|-z 3|ncclAllGather
-uninit|llmc/gpt.h|s/^\(    \)classifier_stats_init(m->lm_max/\1if (0) classifier_stats_init(m->lm_max/|test|1|-z 0|classifier_stats_init|lm_max|classifier_chunk_stats
+uninit|llmc/gpt.h|s/^\(    \)classifier_stats_init(m->lm_max/\1if (0) classifier_stats_init(m->lm_max/|test|1|-z 0|classifier_chunk_stats_kernel.*before anything wrote it
 '
 
 mutation_copy() { # dir: the sources the emulated programs compile from
@@ -37,7 +37,10 @@ mutation_copy() { # dir: the sources the emulated programs compile from
 mutation_build() { # dir kind(test|asan) out
   local flags
   flags="-std=c++17 -O0 -g -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX -Itests/cuda_emu -I. -w -pthread"
-  [ "$2" = asan ] && flags="$flags -fsanitize=address,alignment -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  if [ "$2" = asan ]; then flags="$flags -fsanitize=address,alignment -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  else # the load/store hooks of tests/cuda_emu/emu_race.h (EMU_ACCESS_FLAGS of emu.mk)
+    flags="$flags -DLLMC_EMU_ACCESS=1 -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 --param asan-stack=0 --param asan-globals=0"
+  fi
   (cd "$1" && nice g++ $flags $(mpicc -showme:compile) test_gpt.cu -o "$3" $(mpicc -showme:link) -lboost_context -pthread)
 }
 

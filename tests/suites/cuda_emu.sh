@@ -137,17 +137,16 @@ else bad "train_gpt_emu collective timeout: exit $rcH"; grep -E "error|waited|ho
 # mutation checks (issue 47 item 7): each mutated copy must fail naming its kernel or call
 . tests/cuda_mutations.sh
 tc=$(date +%s)
-# make test runs the three the emulator names today; the other three are not
-# named (wait, uninit: only wrong numbers) or not detected (sync) yet, so they
-# are skipped and counted here and run with LLMC_EMU_MUTATIONS=all (or
-# bash tests/cuda_mutations.sh), which fails until the emulator has the
-# checks docs/testing.md lists for them
+# make test runs the four the emulator names today (sync: the shared-memory race
+# check of tests/cuda_emu/emu_race.h); the other two are not named (wait: only
+# wrong numbers; uninit: reads ledger-zeroed memory, see docs/testing.md), so
+# they are skipped and counted here and run with LLMC_EMU_MUTATIONS=all (or
+# bash tests/cuda_mutations.sh), which fails until the emulator names them
 if [ "${LLMC_EMU_MUTATIONS:-named}" = all ]; then mutations_run
 else
-  mutations_run shfl bounds nccl
-  skip "mutation sync (a __syncthreads removed): not detected by the emulator yet (it needs a shared-memory race check; LLMC_EMU_MUTATIONS=all runs it)"
+  mutations_run sync shfl bounds nccl
   skip "mutation wait (the comm/compute cudaStreamWaitEvent removed): detected only as wrong numbers, no message names the call yet (LLMC_EMU_MUTATIONS=all runs it)"
-  skip "mutation uninit (a buffer read before written): detected only as wrong numbers, no message names the kernel yet (LLMC_EMU_MUTATIONS=all runs it)"
+  skip "mutation uninit (classifier_stats_init skipped): detected only as wrong numbers: lm_max holds ledger_alloc's zeros, then the previous forward's values, never cudaMalloc's 0xFF, so the never-written check cannot name it (LLMC_EMU_MUTATIONS=all runs it)"
 fi
 # gcov line coverage of llmc/cuda and train_gpt.cu's CUDA-only lines (issue 47 item 8): a
 # --coverage build and the test_gpt/train_gpt runs again, ~4 min more on 2 loaded cores, so
