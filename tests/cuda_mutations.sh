@@ -78,8 +78,10 @@ mutations_run() {
       bad "mutation $name: the mutated copy does not compile"; tail -5 "$dir/build.log"; continue
     fi
     out="$dir/run.log"
-    (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 LLMC_EMU_SEED=$seed LLMC_GPU_TIMEOUT=10 timeout 120 $MPIRUN -x ASAN_OPTIONS \
-        -x LLMC_EMU_SEED -x LLMC_GPU_TIMEOUT -np "$np" ./prog -e data/ref/tiny_model.bin -s data/ref/tiny_debug_state.bin $args) \
+    # LLMC_POISON_ACTIVATIONS=1: activations start as 0xFF, not the ledger's zeros, so a
+    # kernel reading one before the forward wrote it is named (llmc/zero/ledger.h, emu_race.h)
+    (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 LLMC_EMU_SEED=$seed LLMC_GPU_TIMEOUT=10 LLMC_POISON_ACTIVATIONS=1 timeout 120 $MPIRUN -x ASAN_OPTIONS \
+        -x LLMC_EMU_SEED -x LLMC_GPU_TIMEOUT -x LLMC_POISON_ACTIVATIONS -np "$np" ./prog -e data/ref/tiny_model.bin -s data/ref/tiny_debug_state.bin $args) \
         > "$out" 2>&1 < /dev/null
     rc=$?
     msg=$(grep -E -m1 "$re" "$out" || grep -E -m1 "cuda emu|ERROR: AddressSanitizer|FAIL|error" "$out")
