@@ -20,12 +20,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # name | file | sed script | program (test|asan) | ranks | extra args | regex naming the kernel/call
 MUTATION_TABLE='
-sync|llmc/cuda/common.cuh|225s/__syncthreads();//|test|2|-z 0|block_sum_d|sum_squares|sum_partials|classifier_chunk_stats
+sync|llmc/cuda/common.cuh|/double block_sum_d/,/^}/{/sh\[warp\] = v/{n;s/__syncthreads();//}}|test|2|-z 0|shared-memory race.*(block_sum_d|sum_squares|sum_partials|classifier_chunk_stats)
 wait|llmc/cuda/comm_nccl.cuh|/^static inline void backend_wait_comm/,/^}/s/cudaCheck(cudaStreamWaitEvent(cuda_ctx.stream[^;]*;//|test|2|-z 3|race between streams: .*nccl(AllGather|ReduceScatter|AllReduce).*cudaStreamWaitEvent
 bounds|llmc/cuda/fused_classifier.cuh|/^__global__ void classifier_stats_init_kernel/,/^}/s/if (n < N)/if (n <= N)/|asan|1|-z 0|classifier_stats_init_kernel
 shfl|llmc/cuda/common.cuh|/float warp_sum(float v)/,/^}/s/0xffffffffu/0x7fffffffu/|test|1|-z 0|warp_sum|__shfl_xor_sync|0x7fffffff
 nccl|llmc/cuda/comm_nccl.cuh|s/ncclCheck(ncclAllGather(/if (c->group_rank != 1) ncclCheck(ncclAllGather(/|test|2|-z 3|ncclAllGather
-uninit|llmc/gpt.h|s/^\(    \)classifier_stats_init(m->lm_max/\1if (0) classifier_stats_init(m->lm_max/|test|1|-z 0|classifier_stats_init|lm_max|classifier_chunk_stats
+uninit|llmc/gpt.h|s/^\(    \)classifier_stats_init(m->lm_max/\1if (0) classifier_stats_init(m->lm_max/|test|1|-z 0|classifier_chunk_stats_kernel.*before anything wrote it
 '
 
 mutation_copy() { # dir: the sources the emulated programs compile from
@@ -37,7 +37,10 @@ mutation_copy() { # dir: the sources the emulated programs compile from
 mutation_build() { # dir kind(test|asan) out
   local flags
   flags="-std=c++17 -O0 -g -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX -Itests/cuda_emu -I. -w -pthread"
-  [ "$2" = asan ] && flags="$flags -fsanitize=address,alignment -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  if [ "$2" = asan ]; then flags="$flags -fsanitize=address,alignment -fno-sanitize-recover=all -fno-omit-frame-pointer"
+  else # the load/store hooks of tests/cuda_emu/emu_race.h (EMU_ACCESS_FLAGS of emu.mk)
+    flags="$flags -DLLMC_EMU_ACCESS=1 -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 --param asan-stack=0 --param asan-globals=0"
+  fi
   (cd "$1" && nice g++ $flags $(mpicc -showme:compile) test_gpt.cu -o "$3" $(mpicc -showme:link) -lboost_context -pthread)
 }
 
@@ -75,8 +78,10 @@ mutations_run() {
       bad "mutation $name: the mutated copy does not compile"; tail -5 "$dir/build.log"; continue
     fi
     out="$dir/run.log"
-    (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 LLMC_EMU_SEED=$seed LLMC_GPU_TIMEOUT=10 timeout 120 $MPIRUN -x ASAN_OPTIONS \
-        -x LLMC_EMU_SEED -x LLMC_GPU_TIMEOUT -np "$np" ./prog -e data/ref/tiny_model.bin -s data/ref/tiny_debug_state.bin $args) \
+    # LLMC_POISON_ACTIVATIONS=1: activations start as 0xFF, not the ledger's zeros, so a
+    # kernel reading one before the forward wrote it is named (llmc/zero/ledger.h, emu_race.h)
+    (cd "$dir" && ASAN_OPTIONS=detect_leaks=0 LLMC_EMU_SEED=$seed LLMC_GPU_TIMEOUT=10 LLMC_POISON_ACTIVATIONS=1 timeout 120 $MPIRUN -x ASAN_OPTIONS \
+        -x LLMC_EMU_SEED -x LLMC_GPU_TIMEOUT -x LLMC_POISON_ACTIVATIONS -np "$np" ./prog -e data/ref/tiny_model.bin -s data/ref/tiny_debug_state.bin $args) \
         > "$out" 2>&1 < /dev/null
     rc=$?
     msg=$(grep -E -m1 "$re" "$out" || grep -E -m1 "cuda emu|ERROR: AddressSanitizer|FAIL|error" "$out")

@@ -143,11 +143,20 @@ static inline void backend_host_free(void* p) { backend_free(p); }
 /* Allocate through the ledger. A failed allocation returns NULL and is
    recorded (failed_category, failed_bytes) for the caller to report as one
    collective error (see gpt2_init); later allocations are skipped. */
+/* LLMC_POISON_ACTIVATIONS=1 (a debug switch; the emulated device's mutation
+   check `uninit` uses it): activation buffers (MEM_ACTIVATIONS) start as
+   0xFF bytes (NaN) instead of zeros, so a kernel that reads one before the
+   forward wrote it shows (named by tests/cuda_emu/emu_race.h). */
+static inline int ledger_poison_activations(void) {
+    const char* e = getenv("LLMC_POISON_ACTIVATIONS");
+    return e && e[0] == '1';
+}
 static inline void* ledger_alloc(Ledger* L, int cat, size_t bytes) {
     if (bytes == 0 || L->failed_category >= 0) return NULL;
     void* p = backend_malloc(bytes);
     if (!p) { L->failed_category = cat; L->failed_bytes = bytes; return NULL; }
-    backend_memset_zero(p, bytes);
+    if (cat == MEM_ACTIVATIONS && ledger_poison_activations()) backend_memset_nan(p, bytes);
+    else backend_memset_zero(p, bytes);
     L->allocated[cat] += bytes;
     L->current += bytes;
     if (L->current > L->peak) L->peak = L->current;

@@ -203,13 +203,13 @@ inline cudaError_t cudaFreeHost(void* p) {
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t s = 0) {
     emu::copy_check("cudaMemcpyAsync", dst, src, n, kind);
     emu::race_copy("cudaMemcpyAsync", s, dst, src, n);
-    if (n) emu::enqueue(s, [=] { memcpy(dst, src, n); });
+    if (n) emu::enqueue(s, [=] { memcpy(dst, src, n); emu::note_device_write(dst, n); });
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
     emu::copy_check("cudaMemcpy", dst, src, n, kind);
     emu::race_copy("cudaMemcpy", nullptr, dst, src, n);
-    if (n) emu::enqueue(nullptr, [=] { memcpy(dst, src, n); });
+    if (n) emu::enqueue(nullptr, [=] { memcpy(dst, src, n); emu::note_device_write(dst, n); });
     emu::stream_sync(nullptr);
     return cudaSuccess;
 }
@@ -218,7 +218,7 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t s = 0)
     if (n && emu::mem_kind(p, &off, &sz) != emu::MEM_DEVICE) emu::fail("cudaMemsetAsync(%p, %zu bytes): not device memory", p, n);
     if (n && off + n > sz) emu::fail("cudaMemsetAsync of %zu bytes past the end of a %zu-byte allocation (offset %zu)", n, sz, off);
     if (n) emu::race_op1(s, "cudaMemsetAsync", p, n, true, "the destination");
-    if (n) emu::enqueue(s, [=] { memset(p, v, n); });
+    if (n) emu::enqueue(s, [=] { memset(p, v, n); });   /* 0xFF: poisoning, still never written (emu_race.h) */
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) {

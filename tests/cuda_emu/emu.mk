@@ -6,7 +6,8 @@
 #
 #   make emu        ./train_gpt_emu ./test_gpt_emu, dev/cuda/*_emu (kernel checks at small shapes: DEV_SHAPE)
 #   make emu-unit   build/test_emu: the emulator's own checks (./build/test_emu)
-#   make emu-asan   the same with AddressSanitizer and UBSan's alignment check (build/emu-asan/)
+#   make emu-asan   the same with AddressSanitizer and UBSan's alignment check (build/emu-asan/;
+#                   without the race / never-written checks of emu_race.h, which use the same hooks)
 #   EMU_COVERAGE=1  with gcov instrumentation (tests/cuda_emu/coverage.py)
 
 EMU_CXX ?= g++
@@ -14,7 +15,12 @@ EMU_MPI_COMPILE = $(shell $(MPICC) -showme:compile 2>/dev/null)
 EMU_MPI_LINK = $(shell $(MPICC) -showme:link 2>/dev/null)
 EMU_OPT ?= -O1 -g
 EMU_COV_FLAGS = $(if $(filter 1,$(EMU_COVERAGE)),--coverage -O0,)
-EMU_CXXFLAGS = -std=c++17 $(EMU_OPT) $(EMU_COV_FLAGS) -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX \
+# every load and store of the emulated programs calls the hooks of
+# tests/cuda_emu/emu_race.h (shared-memory races, never-written device reads)
+EMU_ACCESS_FLAGS = -DLLMC_EMU_ACCESS=1 -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
+                   --param asan-stack=0 --param asan-globals=0
+EMU_CXXFLAGS = $(EMU_CXXFLAGS_BASE) $(EMU_ACCESS_FLAGS)
+EMU_CXXFLAGS_BASE = -std=c++17 $(EMU_OPT) $(EMU_COV_FLAGS) -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX \
                -Itests/cuda_emu -I. -Wall -Wno-unused-function -Wno-unused-parameter -Wno-unknown-pragmas \
                -Wno-unused-variable -Wno-sign-compare -Wno-class-memaccess -pthread
 EMU_LIBS = -lboost_context -pthread
@@ -57,8 +63,8 @@ build/emu_bf16_ref: tests/unit/test_emu_bf16_ref.cpp tests/unit/emu_bf16_sweep.h
 
 emu-asan:
 	@mkdir -p build/emu-asan
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_ASAN_FLAGS) $(EMU_MPI_COMPILE) train_gpt.cu -o build/emu-asan/train_gpt_emu $(EMU_MPI_LINK) $(EMU_LIBS)
-	$(EMU_CXX) $(EMU_CXXFLAGS) $(EMU_ASAN_FLAGS) $(EMU_MPI_COMPILE) test_gpt.cu -o build/emu-asan/test_gpt_emu $(EMU_MPI_LINK) $(EMU_LIBS)
+	$(EMU_CXX) $(EMU_CXXFLAGS_BASE) $(EMU_ASAN_FLAGS) $(EMU_MPI_COMPILE) train_gpt.cu -o build/emu-asan/train_gpt_emu $(EMU_MPI_LINK) $(EMU_LIBS)
+	$(EMU_CXX) $(EMU_CXXFLAGS_BASE) $(EMU_ASAN_FLAGS) $(EMU_MPI_COMPILE) test_gpt.cu -o build/emu-asan/test_gpt_emu $(EMU_MPI_LINK) $(EMU_LIBS)
 
 emu-clean:
 	rm -f build/test_emu build/emu_bf16_ref train_gpt_emu test_gpt_emu dev/cuda/test_backend_emu $(EMU_DEV_BINS)

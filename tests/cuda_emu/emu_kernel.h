@@ -88,10 +88,19 @@ struct BlockRun {
 };
 
 inline thread_local BlockRun* t_block = nullptr;
+
+/* the shared-memory race and never-written-read checks (emu_race.h); the
+   scheduler's own code is not instrumented by -fsanitize=kernel-address */
+#define EMU_SCHED __attribute__((no_sanitize_address))
+inline void race_block_begin(BlockRun* b, const SharedFn* shf);
+inline void race_barrier();
+inline void race_warp_sync(BlockRun* b, int w, unsigned m);
+inline void race_block_end();
+inline thread_local int t_kernel_code = 0;   /* 1 while a fiber (kernel code) runs */
 inline thread_local StackPool* t_pool = nullptr;
 inline thread_local Rng* t_rng = nullptr;
 
-inline void fiber_entry(ctx::transfer_t t) {
+EMU_SCHED inline void fiber_entry(ctx::transfer_t t) {
     BlockRun* b = t_block;
     b->sched = t.fctx;
     (*b->body)();
@@ -102,13 +111,13 @@ inline void fiber_entry(ctx::transfer_t t) {
 }
 
 /* the calling fiber waits; back in the scheduler until released */
-inline void fiber_yield() {
+EMU_SCHED inline void fiber_yield() {
     BlockRun* b = t_block;
     ctx::transfer_t t = ctx::jump_fcontext(b->sched, nullptr);
     t_block->sched = t.fctx;
 }
 
-inline void set_tid(BlockRun* b, int i) {
+EMU_SCHED inline void set_tid(BlockRun* b, int i) {
     unsigned x = (unsigned)i % b->bdim.x, r = (unsigned)i / b->bdim.x;
     t_threadIdx = uint3{x, r % b->bdim.y, r / b->bdim.y};
 }
@@ -123,7 +132,7 @@ inline const char* state_name(const FiberT& f, char* buf, size_t n) {
 
 /* resolve the warp intrinsics every waiting lane of warp w is at; returns
    the number of lanes released */
-inline int resolve_warp(BlockRun* b, int w) {
+EMU_SCHED inline int resolve_warp(BlockRun* b, int w) {
     int base = w * 32, n = (int)std::min<unsigned>(32, b->nthreads - (unsigned)base);
     int released = 0;
     bool handled[32] = {false};
@@ -179,11 +188,12 @@ inline int resolve_warp(BlockRun* b, int w) {
             me.state = F_RUN;
             released++;
         }
+        race_warp_sync(b, w, m);
     }
     return released;
 }
 
-inline void run_block(BlockRun* b) {
+EMU_SCHED inline void run_block(BlockRun* b) {
     unsigned n = b->nthreads;
     b->f.assign(n, FiberT());
     if (b->stacks.size() < n) {
@@ -202,7 +212,9 @@ inline void run_block(BlockRun* b) {
             if (fb.state != F_RUN) continue;
             b->cur = i;
             set_tid(b, i);
+            t_kernel_code = 1;
             ctx::transfer_t t = ctx::jump_fcontext(fb.fc, nullptr);
+            t_kernel_code = 0;
             b->f[i].fc = t.fctx;
             if (b->f[i].state == F_DONE) live--;
         }
@@ -225,13 +237,14 @@ inline void run_block(BlockRun* b) {
                      state_name(fb, s2, sizeof(s2)));
         }
         for (unsigned i = 0; i < n; i++) if (b->f[i].state == F_BAR) b->f[i].state = F_RUN;
+        race_barrier();
         /* threads resume in a seeded random order */
         for (unsigned i = n; i > 1; i--) std::swap(b->order[i - 1], b->order[t_rng->below(i)]);
     }
 }
 
 /* a warp intrinsic of the calling thread */
-inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char* file, int line) {
+EMU_SCHED inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int width, const char* file, int line) {
     BlockRun* b = t_block;
     if (!b) fail("a warp intrinsic at %s:%d called outside a kernel", file, line);
     int tid = b->cur, lane = tid & 31;
@@ -240,6 +253,7 @@ inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int widt
              b->kernel, lane, tid / 32, file, line, mask);
     if (width <= 0 || width > 32 || (width & (width - 1)))
         fail("kernel %s: warp intrinsic at %s:%d with width %d (must be a power of two <= 32)", b->kernel, file, line, width);
+    t_kernel_code = 0;   /* the scheduler's bookkeeping is not kernel code */
     FiberT& f = b->f[tid];
     f.state = F_WARP; f.wkind = kind; f.mask = mask; f.val = val; f.arg = arg; f.width = width; f.file = file; f.line = line;
     fiber_yield();
@@ -247,9 +261,10 @@ inline uint64_t warp_op(int kind, unsigned mask, uint64_t val, int arg, int widt
     return b2->f[b2->cur].out;
 }
 
-inline void syncthreads(const char* file, int line) {
+EMU_SCHED inline void syncthreads(const char* file, int line) {
     BlockRun* b = t_block;
     if (!b) fail("__syncthreads at %s:%d called outside a kernel", file, line);
+    t_kernel_code = 0;
     FiberT& f = b->f[b->cur];
     f.state = F_BAR; f.file = file; f.line = line;
     fiber_yield();
@@ -305,7 +320,9 @@ inline void run_grid(const char* name, dim3 g, dim3 bd, const std::function<void
             for (unsigned x = 0; x < g.x; x++) {
                 t_blockIdx = uint3{x, y, z};
                 shared_refill(shf, &t_threadIdx);   /* garbage, as the previous block left it */
+                race_block_begin(&br, shf);
                 run_block(&br);
+                race_block_end();
             }
     t_block = saved;
 }
@@ -340,6 +357,8 @@ inline void launch(const char* name, void (*k)(P...), dim3 g, dim3 b, size_t sme
 }
 
 } /* namespace emu */
+
+#include "emu_race.h"
 
 #define threadIdx (::emu::t_threadIdx)
 #define blockIdx (::emu::t_blockIdx)

@@ -39,7 +39,7 @@
 
 namespace emu {
 
-struct SharedVar { size_t off, size; };
+struct SharedVar { size_t off, size; std::string name; };
 struct SharedFn { std::string name; size_t bytes = 0; std::vector<SharedVar> vars; };
 struct SharedInfo {
     bool ok = false;
@@ -100,7 +100,7 @@ inline SharedInfo load_shared_info() {
         SharedFn& f = fns[fn];
         f.name = fn;
         f.bytes += sy[i].st_size;
-        f.vars.push_back(SharedVar{(size_t)sy[i].st_value, (size_t)sy[i].st_size});
+        f.vars.push_back(SharedVar{(size_t)sy[i].st_value, (size_t)sy[i].st_size, d});
     }
     /* the functions' entry addresses */
     if (!fns.empty())

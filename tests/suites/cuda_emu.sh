@@ -15,7 +15,7 @@
 #     3's (docs/design.md: stages 0-3 at one N with one micro-step are
 #     bitwise equal);
 #   - the mutation checks of tests/cuda_mutations.sh (issue 47 item 7): the
-#     mutated copies must fail naming their kernel/call (four of six in make
+#     mutated copies must fail naming their kernel/call (six of six in make
 #     test; LLMC_EMU_MUTATIONS=all runs all six).
 # Every check prints its cost in seconds.
 # An emulator error (a divergent barrier, a bad warp mask, a memcpy kind, a
@@ -137,17 +137,16 @@ else bad "train_gpt_emu collective timeout: exit $rcH"; grep -E "error|waited|ho
 # mutation checks (issue 47 item 7): each mutated copy must fail naming its kernel or call
 . tests/cuda_mutations.sh
 tc=$(date +%s)
-# make test runs the four the emulator names today (wait: the cross-stream
-# race check, tests/cuda_emu/emu_streamrace.h); the other two are not named
-# (uninit: only wrong numbers) or not detected (sync) yet, so they are
-# skipped and counted here and run with LLMC_EMU_MUTATIONS=all (or
-# bash tests/cuda_mutations.sh), which fails until the emulator has the
-# checks docs/testing.md lists for them
+# make test runs all six (sync: the shared-memory race check, uninit: the
+# never-written read check of tests/cuda_emu/emu_race.h; wait: the cross-stream
+# race check of tests/cuda_emu/emu_streamrace.h)
+# control: the unmutated program passes with the mutations' LLMC_POISON_ACTIVATIONS=1
+if LLMC_POISON_ACTIVATIONS=1 timeout 300 ./test_gpt_emu $T -z 0 > "$tmp/poison" 2>&1 && grep -q " 0 failed" "$tmp/poison"; then
+  ok "tiny N=1 z0 with LLMC_POISON_ACTIVATIONS=1 (the mutations' setting, unmutated): $(tail -1 "$tmp/poison")"
+else bad "tiny N=1 z0 with LLMC_POISON_ACTIVATIONS=1"; grep -E "FAIL|error" "$tmp/poison" | head -5; fi
 if [ "${LLMC_EMU_MUTATIONS:-named}" = all ]; then mutations_run
 else
-  mutations_run shfl bounds nccl wait
-  skip "mutation sync (a __syncthreads removed): not detected by the emulator yet (it needs a shared-memory race check; LLMC_EMU_MUTATIONS=all runs it)"
-  skip "mutation uninit (a buffer read before written): detected only as wrong numbers, no message names the kernel yet (LLMC_EMU_MUTATIONS=all runs it)"
+  mutations_run sync shfl bounds nccl wait uninit
 fi
 # gcov line coverage of llmc/cuda and train_gpt.cu's CUDA-only lines (issue 47 item 8): a
 # --coverage build and the test_gpt/train_gpt runs again, ~4 min more on 2 loaded cores, so

@@ -241,6 +241,40 @@ __global__ void load8_kernel(floatX* out, const floatX* in, int off_in, int off_
     store8(out + off_out, f);
 }
 
+/* shared-memory races and never-written reads (emu_race.h) */
+__global__ void race_kernel(int* out, int mode) {
+    __shared__ int sh[64];
+    __shared__ int cnt;
+    int t = threadIdx.x;
+    if (mode == 0) {            /* exchange with a barrier: clean */
+        sh[t] = t; __syncthreads(); out[t] = sh[63 - t];
+    } else if (mode == 1) {     /* the same without it: thread t reads what thread 63 - t wrote */
+        sh[t] = t; out[t] = sh[63 - t];
+    } else if (mode == 2) {     /* every thread writes one word */
+        sh[blockDim.x >> 10] = t; __syncthreads(); out[t] = sh[0];   /* index 0 computed: constant indices are not instrumented (emu_race.h) */
+    } else if (mode == 3) {     /* within a warp, ordered by __syncwarp: clean */
+        sh[t] = t; __syncwarp(); out[t] = sh[t ^ 1];
+    } else if (mode == 4) {     /* within a warp, not ordered */
+        sh[t] = t; out[t] = sh[t ^ 1];
+    } else if (mode == 5) {     /* atomics on shared memory are exempt: clean */
+        if (t == 0) cnt = 0;
+        __syncthreads(); atomicAdd(&cnt, 1); __syncthreads();
+        out[t] = cnt;
+    } else if (mode == 6) {     /* read by all, then written without a barrier (write after read) */
+        if (t == 0) sh[blockDim.x >> 10] = 5;
+        __syncthreads(); out[t] = sh[blockDim.x >> 10];
+        if (t == 40) sh[blockDim.x >> 10] = 6;
+    }
+}
+__global__ void uninit_kernel(float* out, const float* in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] * 2.0f;
+}
+__global__ void minus_one_kernel(int* p, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = -1;   /* all 0xFF bytes, stored by a kernel */
+}
+
 /* ------------------------------------------------------------------ children */
 
 /* the cross-stream race check's cases (emu_streamrace.h); 2: not one of them */
@@ -288,12 +322,29 @@ static int child(const char* what) {
     if (!strncmp(what, "race_", 5)) return race_child(what);
     int* d = NULL;
     cudaCheck(cudaMalloc(&d, 4096));
+    if (!strncmp(what, "load8", 5) || !strncmp(what, "store8", 6)) cudaCheck(cudaMemset(d, 0, 4096));   /* the loads read written memory */
     if (!strcmp(what, "divergent_barrier")) LLMC_LAUNCH(divergent_kernel, 1, 64, 0, 0, d);
     else if (!strcmp(what, "uniform_barrier")) LLMC_LAUNCH(uniform_barrier_kernel, 2, 64, 0, 0, d);
     else if (!strcmp(what, "mask_not_self")) LLMC_LAUNCH(mask_self_kernel, 1, 32, 0, 0, (float*)d);
     else if (!strcmp(what, "mask_lane_exited")) LLMC_LAUNCH(mask_exited_kernel, 1, 32, 0, 0, (float*)d);
     else if (!strcmp(what, "mask_two_masks")) LLMC_LAUNCH(mask_two_kernel, 1, 32, 0, 0, (float*)d);
     else if (!strcmp(what, "static_smem_over_48k")) LLMC_LAUNCH(huge_shared_kernel, 1, 32, 0, 0, d);
+    else if (!strncmp(what, "race_", 5)) LLMC_LAUNCH(race_kernel, 2, 64, 0, 0, d, atoi(what + 5));
+    else if (!strcmp(what, "uninit_read") || !strcmp(what, "uninit_memset") || !strcmp(what, "uninit_minus_one")) {
+        float* in = NULL;
+        cudaCheck(cudaMalloc(&in, 1024 * sizeof(float)));
+        if (!strcmp(what, "uninit_memset")) cudaCheck(cudaMemset(in, 0, 1024 * sizeof(float)));
+        if (!strcmp(what, "uninit_minus_one")) {
+            LLMC_LAUNCH(minus_one_kernel, 4, 256, 0, 0, (int*)in, 1024);
+            LLMC_LAUNCH(race_kernel, 1, 64, 0, 0, d, 0);
+            LLMC_LAUNCH(minus_one_kernel, 4, 256, 0, 0, d, 64);   /* written back by memcpy below */
+            int h[64];
+            cudaCheck(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(d + 64, h, sizeof(h), cudaMemcpyHostToDevice));
+            LLMC_LAUNCH(uninit_kernel, 1, 64, 0, 0, (float*)d + 128, (const float*)d + 64, 64);
+        }
+        LLMC_LAUNCH(uninit_kernel, 4, 256, 0, 0, (float*)d, in, 1000);
+    }
     else if (!strcmp(what, "load8_misaligned")) LLMC_LAUNCH(load8_kernel, 1, 1, 0, 0, (floatX*)d + 64, (const floatX*)d, 1, 0);
     else if (!strcmp(what, "store8_misaligned")) LLMC_LAUNCH(load8_kernel, 1, 1, 0, 0, (floatX*)d + 64, (const floatX*)d, 0, 4);
     else if (!strcmp(what, "load8_aligned")) LLMC_LAUNCH(load8_kernel, 1, 1, 0, 0, (floatX*)d + 64, (const floatX*)d, 8, 8);
@@ -347,6 +398,25 @@ static void test_barrier_and_masks(void) {
     expect_error("lt_bad_ld", {"cublasLtMatrixLayoutCreate", "leading dimension 32 < rows 64"});
     expect_error("lt_bad_shape", {"cublasLtMatmulAlgoGetHeuristic", "op(A) is 8 x 16"});
     expect_error("memcpy_wrong_kind", {"cudaMemcpy", "cudaMemcpyDeviceToHost", "pageable host memory"});
+}
+
+/* emu_race.h: a missing barrier is a shared-memory race naming the kernel,
+   the threads and the variable; never-written device memory read by a kernel */
+static void test_races(void) {
+#if LLMC_EMU_ACCESS
+    expect_clean("race_0");
+    expect_error("race_1", {"race_kernel", "shared-memory race", "race_kernel(int*, int)::sh", "test_emu.cpp:"});
+    expect_error("race_2", {"race_kernel", "shared-memory race", "writes byte 0 of race_kernel(int*, int)::sh", "wrote"});
+    expect_clean("race_3");
+    expect_error("race_4", {"race_kernel", "shared-memory race", "reads"});
+    expect_clean("race_5");
+    expect_error("race_6", {"race_kernel", "shared-memory race", "byte 0 of race_kernel(int*, int)::sh", "thread 40"});
+    expect_error("uninit_read", {"uninit_kernel", "reads 4 bytes", "before anything wrote it", "test_emu.cpp:"});
+    expect_clean("uninit_memset");
+    expect_clean("uninit_minus_one");
+#else
+    skip("race and never-written checks", "(built without LLMC_EMU_ACCESS: make emu-asan or other flags)");
+#endif
 }
 
 /* The PTX ISA's shfl.sync (sec. "shfl.sync"): c = ((32 - width) << 8) |
@@ -774,6 +844,7 @@ int main(int argc, char** argv) {
     test_gemm();
     test_launch_limits();
     test_shared();
+    test_races();
     printf("time %.1f s\n", cuda_host_seconds() - t0);
     printf("%d passed, %d failed, %d skipped\n", g_pass, g_fail, g_skip);
     return g_fail ? 1 : 0;
