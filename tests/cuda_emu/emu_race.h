@@ -63,7 +63,7 @@
 
 namespace emu {
 
-struct RaceByte {
+struct SharedRaceByte {
     uint32_t we = 0, wwe = 0;      /* writer's barrier epoch, warp epoch */
     int32_t w = -1;                /* writer thread (linear index) */
     uint32_t re = 0, rwe = 0;      /* readers' barrier epoch, last reader's warp epoch */
@@ -73,19 +73,19 @@ struct RaceByte {
     uintptr_t wpc = 0, rpc = 0;    /* code addresses of the write, the first read */
 };
 
-struct RaceState {
+struct SharedRaceState {
     bool on = false;               /* this block is tracked (shared variables, LLMC_EMU_RACE != 0) */
     const char* kernel = nullptr;
     const SharedFn* shf = nullptr;
     char* lo = nullptr;            /* the kernel's __shared__ bytes in this worker's TLS: [lo, lo + len) */
     size_t len = 0;
-    std::vector<RaceByte> sh;
+    std::vector<SharedRaceByte> sh;
     uint32_t epoch = 0;            /* monotone per worker thread: new block, each barrier release */
     std::vector<uint32_t> wep;     /* per warp */
     uintptr_t pend = 0;            /* a store of 0xFF bytes to check (pending_store_flush) */
     size_t pend_n = 0;
 };
-inline thread_local RaceState t_race;
+inline thread_local SharedRaceState t_race;
 /* the hot path's state as plain thread_locals (no TLS init wrapper): the
    kernel's shared range, the last store outside it (checked for 0xFF bytes
    at the next access), the recursion guard, LLMC_EMU_UNWRITTEN */
@@ -153,7 +153,7 @@ inline std::string describe_pc(uintptr_t pc) {
     return loc + " (" + fn + ")";
 }
 
-EMU_NOSAN inline std::string shared_var_at(const RaceState& r, size_t off, size_t* var_off) {
+EMU_NOSAN inline std::string shared_var_at(const SharedRaceState& r, size_t off, size_t* var_off) {
     char* base = (char*)&t_threadIdx - shared_info().anchor_off;
     for (const SharedVar& v : r.shf->vars)
         if (r.lo + off >= base + v.off && r.lo + off < base + v.off + v.size) {
@@ -165,7 +165,7 @@ EMU_NOSAN inline std::string shared_var_at(const RaceState& r, size_t off, size_
 }
 
 EMU_NOSAN [[noreturn]] inline void race_fail(const char* what, int t, uintptr_t tpc, int u, uintptr_t upc, const char* uwhat, size_t off) {
-    RaceState& r = t_race;
+    SharedRaceState& r = t_race;
     t_race_in++;
     size_t voff = 0;
     std::string var = shared_var_at(r, off, &voff);
@@ -179,12 +179,12 @@ EMU_NOSAN [[noreturn]] inline void race_fail(const char* what, int t, uintptr_t 
 
 /* a load or store of n bytes at a by the running thread of the block */
 EMU_NOSAN inline void race_shared(size_t off, size_t n, bool write, uintptr_t pc) {
-    RaceState& r = t_race;
+    SharedRaceState& r = t_race;
     int t = t_block->cur, warp = t >> 5;
     uint32_t E = r.epoch, cw = r.wep[warp];
     if (off + n > r.len) n = r.len - off;
     for (size_t i = 0; i < n; i++) {
-        RaceByte& s = r.sh[off + i];
+        SharedRaceByte& s = r.sh[off + i];
         /* ordered with the last write: same thread, another epoch, or the same warp in another warp epoch */
         bool w_conf = s.we == E && s.w != t && s.w >= 0 && !((s.w >> 5) == warp && s.wwe != cw);
         if (write) {
@@ -207,7 +207,7 @@ EMU_NOSAN inline void race_shared(size_t off, size_t n, bool write, uintptr_t pc
 }
 
 EMU_NOSAN inline void pending_store_flush() {
-    RaceState& r = t_race;
+    SharedRaceState& r = t_race;
     uintptr_t a = r.pend;
     r.pend = 0;
     for (size_t u = 0; u + 2 <= r.pend_n; u += 2)
@@ -257,7 +257,7 @@ EMU_NOSAN inline void on_access(uintptr_t a, size_t n, bool write, uintptr_t pc)
 
 /* the scheduler's calls (emu_kernel.h) */
 EMU_NOSAN inline void race_block_begin(BlockRun* b, const SharedFn* shf) {
-    RaceState& r = t_race;
+    SharedRaceState& r = t_race;
     r.kernel = b->kernel;
     r.shf = shf;
     r.epoch++;
@@ -285,7 +285,7 @@ EMU_NOSAN inline void race_warp_sync(BlockRun* b, int w, unsigned m) {
     t_race.wep[w]++;
 }
 EMU_NOSAN inline void race_block_end() {
-    RaceState& r = t_race;
+    SharedRaceState& r = t_race;
     if (t_pend) { t_race_in++; r.pend = t_pend; r.pend_n = t_pend_n; t_pend = 0; pending_store_flush(); t_race_in--; }
     r.lo = nullptr; r.len = 0; r.on = false;
     t_race_lo = 0; t_race_len = 0;

@@ -329,7 +329,7 @@ static int child(const char* what) {
     else if (!strcmp(what, "mask_lane_exited")) LLMC_LAUNCH(mask_exited_kernel, 1, 32, 0, 0, (float*)d);
     else if (!strcmp(what, "mask_two_masks")) LLMC_LAUNCH(mask_two_kernel, 1, 32, 0, 0, (float*)d);
     else if (!strcmp(what, "static_smem_over_48k")) LLMC_LAUNCH(huge_shared_kernel, 1, 32, 0, 0, d);
-    else if (!strncmp(what, "race_", 5)) LLMC_LAUNCH(race_kernel, 2, 64, 0, 0, d, atoi(what + 5));
+    else if (!strncmp(what, "shrace_", 7)) LLMC_LAUNCH(race_kernel, 2, 64, 0, 0, d, atoi(what + 7));
     else if (!strcmp(what, "uninit_read") || !strcmp(what, "uninit_memset") || !strcmp(what, "uninit_minus_one")) {
         float* in = NULL;
         cudaCheck(cudaMalloc(&in, 1024 * sizeof(float)));
@@ -404,13 +404,13 @@ static void test_barrier_and_masks(void) {
    the threads and the variable; never-written device memory read by a kernel */
 static void test_races(void) {
 #if LLMC_EMU_ACCESS
-    expect_clean("race_0");
-    expect_error("race_1", {"race_kernel", "shared-memory race", "race_kernel(int*, int)::sh", "test_emu.cpp:"});
-    expect_error("race_2", {"race_kernel", "shared-memory race", "writes byte 0 of race_kernel(int*, int)::sh", "wrote"});
-    expect_clean("race_3");
-    expect_error("race_4", {"race_kernel", "shared-memory race", "reads"});
-    expect_clean("race_5");
-    expect_error("race_6", {"race_kernel", "shared-memory race", "byte 0 of race_kernel(int*, int)::sh", "thread 40"});
+    expect_clean("shrace_0");
+    expect_error("shrace_1", {"race_kernel", "shared-memory race", "race_kernel(int*, int)::sh", "test_emu.cpp:"});
+    expect_error("shrace_2", {"race_kernel", "shared-memory race", "writes byte 0 of race_kernel(int*, int)::sh", "wrote"});
+    expect_clean("shrace_3");
+    expect_error("shrace_4", {"race_kernel", "shared-memory race", "reads"});
+    expect_clean("shrace_5");
+    expect_error("shrace_6", {"race_kernel", "shared-memory race", "byte 0 of race_kernel(int*, int)::sh", "thread 40"});
     expect_error("uninit_read", {"uninit_kernel", "reads 4 bytes", "before anything wrote it", "test_emu.cpp:"});
     expect_clean("uninit_memset");
     expect_clean("uninit_minus_one");
