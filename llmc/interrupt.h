@@ -49,7 +49,9 @@
      --signal=B:USR1 comes before the time limit's SIGTERM): one line on
      rank 0, nothing else;
    - SIGINT after a first signal is a person pressing Ctrl-C again: exit
-     now with 130. The rank first unlinks the .tmp being written
+     now with 130 (rank 0 first, with its line; the others 0.5 s later,
+     so that the launcher, which ends the job at the first exit, does not
+     drop that line). The rank first unlinks the .tmp being written
      (intr_watch_tmp) and a model file whose state is not yet complete
      (intr_state.pair), so -o holds complete model+state pairs only: rank
      0 releases them when it renames the state (a rename into place and
@@ -255,6 +257,15 @@ static void intr_handler(int s) {
             }
             ssize_t w = write(2, line, k);
             (void)w;
+        } else {
+            /* rank 0 exits first: the launcher ends the job at the first
+               exit it sees (mpirun: "Primary job terminated normally, but 1
+               process returned a non-zero exit code") and drops what a rank
+               still alive had printed; rank 0's line was lost that way when
+               the others' exit came first (measured: rank 0 0.3 s late
+               loses it every time). The files are already removed. */
+            struct timespec ts = {0, 500000000};
+            nanosleep(&ts, NULL);   /* async-signal-safe */
         }
         _exit(128 + s);
     }
