@@ -22,6 +22,8 @@
 # Rows ours-fp32-inv and ours-bf16-inv: the same runs with --invariant 1
 # (layout-invariant training, docs/design.md section 13), and their price
 # against the plain rows (INVARIANT=0 skips them).
+# Beside ours-fp32 and ours-bf16: the trainer's step against its kernels-only
+# step (bench_kernels step, same model, batch and threads, REPS runs).
 # Then the optimizer against the memory bandwidth: a STREAM-style triad
 # (bench_kernels stream, all threads), the bytes the optimizer streams per
 # step (grad norm: g; AdamW: g, m, v, master or p read, m, v, master and p
@@ -91,7 +93,7 @@ flops_per_token() { # L C T: 6*Psi + 12*L*C*T, Psi of GPT-2 with Vp = 50304, max
 rows=()
 worst_other=0
 printf "\n%-6s %-14s %9s %9s %9s %9s %7s %7s  %s\n" config row "ms min" "ms med" "tok/s" "GFLOP/s" "% peak" "other" "(REPS=$REPS runs of $STEPS steps; other: CPU share of other processes)"
-declare -A OPT PSI
+declare -A OPT PSI KRATIO
 for cfg in "d6|6 6 384 4 256" "124M|12 12 768 4 64"; do
   name=${cfg%%|*}; read -r L NH C B T <<< "${cfg#*|}"
   case " $CONFIGS " in *" $name "*) ;; *) continue ;; esac
@@ -134,6 +136,24 @@ for cfg in "d6|6 6 384 4 256" "124M|12 12 768 4 64"; do
     min=${sorted[0]}; med=${sorted[$(( (${#sorted[@]} - 1) / 2 ))]}
     case $kind in ours-fp32|ours-bf16) OPT[$name,${kind#ours-}]=$(printf "%s\n" "${opt[@]}" | sort -g | head -1) ;; esac
     mark=""; [ "$kind" = ours-bf16 ] && mark="  <- chosen ($CHOSEN)"
+    # the trainer against its own kernels: the kernels-only step of the same
+    # model, batch and threads (bench_kernels step: the same kernels called in
+    # a plain loop, no engine, no data, no logging), REPS runs, the mean of
+    # STEPS-1 steps after a warm-up, the fastest run
+    case $kind in ours-fp32|ours-bf16)
+      kb=./build/bench_kernels; [ "$kind" = ours-bf16 ] && kb=./build/bench_kernels_bf16
+      km=()
+      for r in $(seq "$REPS"); do
+        timed build/bench_kern.log "$kb" step "$L" "$NH" "$C" "$B" "$T" $((STEPS - 1))
+        k=$(sed -n 's/.*; mean step \([0-9.]*\) ms$/\1/p' build/bench_kern.log)
+        [ -n "$k" ] && km+=("$k")
+        oth=$(awk -v a="$oth" -v b="$OTHER" 'BEGIN {print (b > a ? b : a)}')
+      done
+      if [ ${#km[@]} -gt 0 ]; then
+        kmin=$(printf "%s\n" "${km[@]}" | sort -g | head -1)
+        KRATIO[$name,${kind#ours-}]=$(awk -v t="$min" -v k="$kmin" 'BEGIN {printf "%.1f ms, kernels-only %.1f ms: %.2fx", t, k, t / k}')
+      fi ;;
+    esac
     line=$(awk -v n="$name" -v k="$kind" -v mn="$min" -v md="$med" -v tok=$((B * T)) -v f="$fpt" -v pk="${PEAK[$kind]:-0}" -v o="$oth" 'BEGIN {
       ts = tok / (mn / 1000); g = ts * f / 1e9
       printf "%-6s %-14s %9.1f %9.1f %9.0f %9.1f %6.1f%% %6.0f%%", n, k, mn, md, ts, g, (pk > 0 ? 100 * g / pk : 0), 100 * o }')
@@ -149,6 +169,8 @@ for r in "${rows[@]}"; do echo "$r"; done | awk '{tok[$1 " " $2] = $5} END {
 echo "price of --invariant 1 (tokens/s of the plain row / of the -inv row, best runs; 1.10 = 10% slower):"
 for r in "${rows[@]}"; do echo "$r"; done | awk '{tok[$1 " " $2] = $5} END {
   for (k in tok) { split(k, a, " "); if (a[2] ~ /-inv$/) { p = a[1] " " substr(a[2], 1, length(a[2]) - 4); if (p in tok && tok[k] > 0) printf "  %-6s %-14s %.3fx\n", a[1], a[2], tok[p] / tok[k] } } }' | sort
+echo "the trainer's step / its kernels-only step (dev/bench_kernels.c step: the same model, batch and threads; target: at most 1.05x):"
+for name in $CONFIGS; do for p in $PRECISIONS; do [ -n "${KRATIO[$name,$p]:-}" ] && printf "  %-6s %-5s %s\n" "$name" "$p" "${KRATIO[$name,$p]}"; done; done
 echo "ours bf16 / ours fp32 (tokens/s, best runs):"
 for r in "${rows[@]}"; do echo "$r"; done | awk '{tok[$1 " " $2] = $5} END {
   for (k in tok) { split(k, a, " "); if (a[2] ~ /^ours-bf16/ && (a[1] " ours-fp32") in tok) printf "  %-6s %-14s %.2fx\n", a[1], a[2], tok[k] / tok[a[1] " ours-fp32"] } }' | sort

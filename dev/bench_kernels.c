@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <malloc.h>
 
 #include "llmc/cpu/kernels.h"
 
@@ -636,7 +637,7 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
         printf("best step %.1f ms = %.0f tokens/s, %.1f GFLOP/s model FLOPs", best * 1e3,
                N / best, gf);
         if (g_peak > 0) printf(" = %.0f%% of the %s peak", 100 * gf / g_peak, PRECISION);
-        printf("; mean %.0f tok/s\n", N * steps / total);
+        printf("; mean %.0f tok/s; mean step %.1f ms\n", N * steps / total, total / steps * 1e3);
         /* on a shared machine other processes slow random parts of random
            steps: the sum over kernel groups of each group's fastest time is
            the step time of an undisturbed machine, up to noise */
@@ -663,6 +664,13 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
 }
 
 int main(int argc, char** argv) {
+    /* the trainer's allocator (backend_preinit, llmc/cpu/backend.h): huge
+       pages for glibc's mapped blocks (a re-exec), one arena, a 128 KiB mmap
+       threshold, so that oneDNN's per-call packing buffers cost the same
+       here as in the trainer */
+    cpu_malloc_hugepages(argv);
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     cpu_isa_init();           /* the ISA level (LLMC_CPU_ISA caps it), before oneDNN's first use */
     if (cpu_isa_error()[0]) { fprintf(stderr, "error: %s\n", cpu_isa_error()); return 1; }
     cpu_blas_fast_path(argv); /* OpenBLAS: re-exec with OPENBLAS_CORETYPE if needed */

@@ -199,6 +199,7 @@ static inline void backend_preinit(char** argv) {
        a quiet machine and 36-62 MB beside other work; with them 5.0-5.1 MB
        either way (AMD EPYC, 2 cores). MALLOC_ARENA_MAX /
        MALLOC_MMAP_THRESHOLD_ in the environment take precedence. */
+    cpu_malloc_hugepages(argv);   /* may re-execute the program once (cpu/common.h) */
     if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
     if (!getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     cpu_isa_init();   /* the ISA level (isa.h), capped in oneDNN before its first use */

@@ -134,6 +134,65 @@ static inline void cpu_blas_init(void) {
 #endif
 }
 
+#include <unistd.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern char** environ;
+#ifdef __cplusplus
+}
+#endif
+/* Transparent huge pages for the blocks glibc maps: once, before anything
+   else, re-executes the program with glibc.malloc.hugetlb=1 added to
+   GLIBC_TUNABLES (glibc >= 2.35: malloc madvises its mmapped blocks and
+   heap MADV_HUGEPAGE), when the kernel gives huge pages only to such
+   regions (/sys/kernel/mm/transparent_hugepage/enabled is "[madvise]"; with
+   "always" they have them already, with "never" it changes nothing).
+   Why: oneDNN's sgemm allocates its packing buffers on every call and the
+   128 KiB mmap threshold (backend_preinit, cpu/backend.h) maps each afresh: at d6 B=4
+   T=256 the fp32 step took about 32,000 page faults (14 blocks of 6 MB,
+   12 of 1.2 MB, 160 of 150-200 KB) and 890-910 ms against its kernels'
+   615-640; with 2 MB pages 690 ms, the fit check's used / predicted
+   unchanged (fit_details.sh's workspace-dominated runs 0.95-1.02 at every
+   level; AMD EPYC Zen 5, 2 threads). Keeping the blocks in the heap
+   instead (a 32 MiB threshold) was faster still (615 ms) but the heap then
+   grew with fragmentation past what the fit check predicts (used /
+   predicted up to 1.066 in the bf16 program's fp32-copy path at T=1024).
+   Not under AddressSanitizer (its own allocator), and not when
+   GLIBC_TUNABLES already names the tunable or LLMC_MALLOC_HUGETLB=0. */
+static inline void cpu_malloc_hugepages(char** argv) {
+#if !defined(__SANITIZE_ADDRESS__)
+    const char* t = getenv("GLIBC_TUNABLES");
+    const char* off = getenv("LLMC_MALLOC_HUGETLB");
+    if ((t && strstr(t, "glibc.malloc.hugetlb")) || (off && strcmp(off, "0") == 0)) return;
+    FILE* f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char mode[128] = "";
+    if (!f) return;
+    if (!fgets(mode, sizeof mode, f)) mode[0] = 0;
+    fclose(f);
+    if (!strstr(mode, "[madvise]")) return;
+    size_t n = 0;
+    while (environ && environ[n]) n++;
+    char** env = (char**)malloc((n + 2) * sizeof(char*));
+    static char var[4096];
+    if (!env || snprintf(var, sizeof var, "GLIBC_TUNABLES=%s%sglibc.malloc.hugetlb=1", t ? t : "", t && t[0] ? ":" : "") >= (int)sizeof var) {
+        free(env);
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "GLIBC_TUNABLES=", 15) != 0) env[k++] = environ[i];
+    env[k++] = var;
+    env[k] = NULL;
+    fflush(NULL);
+    execve("/proc/self/exe", argv, env);
+    free(env);   /* exec failed: carry on with 4 KiB pages */
+#else
+    (void)argv;
+#endif
+}
+
+
 /* OpenBLAS fast path. Debian's OpenBLAS 0.3.21 (DYNAMIC_ARCH) does not
    recognise recent Xeons (e.g. Sapphire/Emerald Rapids) and picks its SSE3
    "Prescott" kernels: ~30 instead of ~150 GFLOP/s per core. It reads
