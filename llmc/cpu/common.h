@@ -142,29 +142,32 @@ extern char** environ;
 #ifdef __cplusplus
 }
 #endif
-/* Transparent huge pages for the blocks glibc maps: once, before anything
-   else, re-executes the program with glibc.malloc.hugetlb=1 added to
-   GLIBC_TUNABLES (glibc >= 2.35: malloc madvises its mmapped blocks and
-   heap MADV_HUGEPAGE), when the kernel gives huge pages only to such
-   regions (/sys/kernel/mm/transparent_hugepage/enabled is "[madvise]"; with
+/* Transparent huge pages for the blocks glibc maps, opt-in with
+   LLMC_MALLOC_HUGETLB=1: once, before anything else, re-executes the
+   program with glibc.malloc.hugetlb=1 added to GLIBC_TUNABLES (glibc >=
+   2.35: malloc madvises what it maps MADV_HUGEPAGE, and grows its heap in
+   2 MB steps), when the kernel gives huge pages only to such regions
+   (/sys/kernel/mm/transparent_hugepage/enabled is "[madvise]"; with
    "always" they have them already, with "never" it changes nothing).
    Why: oneDNN's sgemm allocates its packing buffers on every call and the
-   128 KiB mmap threshold (backend_preinit, cpu/backend.h) maps each afresh: at d6 B=4
-   T=256 the fp32 step took about 32,000 page faults (14 blocks of 6 MB,
-   12 of 1.2 MB, 160 of 150-200 KB) and 890-910 ms against its kernels'
-   615-640; with 2 MB pages 690 ms, the fit check's used / predicted
-   unchanged (fit_details.sh's workspace-dominated runs 0.95-1.02 at every
-   level; AMD EPYC Zen 5, 2 threads). Keeping the blocks in the heap
-   instead (a 32 MiB threshold) was faster still (615 ms) but the heap then
-   grew with fragmentation past what the fit check predicts (used /
-   predicted up to 1.066 in the bf16 program's fp32-copy path at T=1024).
-   Not under AddressSanitizer (its own allocator), and not when
-   GLIBC_TUNABLES already names the tunable or LLMC_MALLOC_HUGETLB=0. */
+   128 KiB mmap threshold (backend_preinit, cpu/backend.h) maps each
+   afresh: at d6 B=4 T=256 the fp32 step took about 32,000 page faults (14
+   blocks of 6 MB, 12 of 1.2 MB, 160 of 150-200 KB) and 890-930 ms against
+   its kernels' 615-695; with 2 MB pages 660-690 ms (AMD EPYC Zen 5, 2
+   threads). Why not by default: the heap's 2 MB steps make the baseline a
+   run measures up to 2 MB larger than the one --estimate measured (0.5959
+   against 0.594 GB at the edge of a 600 MB cgroup: fit_details.sh's
+   "named model" then refused), so the two predictions of one
+   configuration disagree. Keeping the freed blocks in the heap instead (a
+   32 MiB threshold) was faster still (615 ms) but the heap then grew with
+   fragmentation past the prediction (used / predicted up to 1.066 in the
+   bf16 program's fp32-copy path at T=1024). Never under AddressSanitizer
+   (its own allocator), nor when GLIBC_TUNABLES already names the tunable. */
 static inline void cpu_malloc_hugepages(char** argv) {
 #if !defined(__SANITIZE_ADDRESS__)
     const char* t = getenv("GLIBC_TUNABLES");
-    const char* off = getenv("LLMC_MALLOC_HUGETLB");
-    if ((t && strstr(t, "glibc.malloc.hugetlb")) || (off && strcmp(off, "0") == 0)) return;
+    const char* on = getenv("LLMC_MALLOC_HUGETLB");
+    if ((t && strstr(t, "glibc.malloc.hugetlb")) || !on || strcmp(on, "1") != 0) return;
     FILE* f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
     char mode[128] = "";
     if (!f) return;
