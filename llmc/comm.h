@@ -302,6 +302,13 @@ static inline void comm_finalize(Comm* c) {
    COMM_CHECK_PEERS_MAX ranks its timeout names the ranks that never
    answered. */
 #define COMM_CHECK_PEERS_MAX 256
+/* Called by comm_check_all on every rank once an error is agreed, before
+   the barrier that precedes every rank's exit(1): what must be undone
+   before any rank exits (the -o lock file, output_dir.h). mpirun ends the
+   job at the first rank's exit, so an atexit handler of rank 0 can be cut
+   short by another rank's exit (tests/suites/offload.sh saw the lock file
+   of a refused run left in -o once). NULL: nothing. */
+static void (*comm_before_error_exit)(void) = NULL;
 static inline void comm_check_all(Comm* c, const char* err) {
     int mine = (err && err[0]) ? c->rank : c->world_size;
     int first = c->world_size;
@@ -333,6 +340,7 @@ static inline void comm_check_all(Comm* c, const char* err) {
         fprintf(stderr, "error: %s\n", err);
         fflush(stderr);
     }
+    if (comm_before_error_exit) comm_before_error_exit();
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Finalize();
     exit(1);

@@ -147,6 +147,7 @@ static inline void state_lock_output_dir(Comm* c, const char* dir, const char* t
                 state_lock_fd = fd;
                 snprintf(state_lock_path, sizeof(state_lock_path), "%s", p);
                 atexit(state_unlock_at_exit);
+                comm_before_error_exit = state_unlock_at_exit;   /* before any rank's exit(1) (comm.h) */
                 break;
             }
             if (errno != EWOULDBLOCK) {
