@@ -664,10 +664,12 @@ static void bench_step(int NL, int NH, int C, int B, int T, int steps) {
 }
 
 int main(int argc, char** argv) {
-    /* the trainer's allocator (backend_preinit, llmc/cpu/backend.h): huge
-       pages for glibc's mapped blocks (a re-exec), one arena, a 128 KiB mmap
-       threshold, so that oneDNN's per-call packing buffers cost the same
-       here as in the trainer */
+    /* the trainer's allocator (backend_preinit, llmc/cpu/backend.h): one
+       arena, a 128 KiB mmap threshold, huge pages for glibc's mapped blocks
+       only with LLMC_MALLOC_HUGETLB=1 (a re-exec), so that oneDNN's per-call
+       packing buffers cost the same here as in the trainer (glibc's default
+       keeps them in the heap: this step was 615-639 ms at d6 fp32 on the
+       Zen 5 VM with it, against the trainer's 890-930) */
     cpu_malloc_hugepages(argv);
     mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
