@@ -133,11 +133,12 @@ inline const char* state_name(const FiberT& f, char* buf, size_t n) {
 /* resolve the warp intrinsics every waiting lane of warp w is at; returns
    the number of lanes released */
 EMU_SCHED inline int resolve_warp(BlockRun* b, int w) {
+    FiberT* F = b->f.data();
     int base = w * 32, n = (int)std::min<unsigned>(32, b->nthreads - (unsigned)base);
     int released = 0;
     bool handled[32] = {false};
     for (int l = 0; l < n; l++) {
-        FiberT& a = b->f[base + l];
+        FiberT& a = F[base + l];
         if (a.state != F_WARP || handled[l]) continue;
         unsigned m = a.mask;
         bool ready = true;
@@ -146,7 +147,7 @@ EMU_SCHED inline int resolve_warp(BlockRun* b, int w) {
             char s1[256], s2[256];
             if (k >= n) fail("kernel %s, block (%u,%u,%u): warp %d lane %d at %s:%d names lane %d in mask 0x%08x, which does not exist (blockDim %u)",
                              b->kernel, t_blockIdx.x, t_blockIdx.y, t_blockIdx.z, w, l, a.file, a.line, k, m, b->nthreads);
-            FiberT& o = b->f[base + k];
+            FiberT& o = F[base + k];
             if (o.state == F_RUN) { ready = false; continue; }
             if (o.state != F_WARP || o.file != a.file || o.line != a.line || o.mask != m || o.wkind != a.wkind)
                 fail("kernel %s, block (%u,%u,%u), warp %d: lane %d is at %s but lane %d, which its mask 0x%08x names, %s %s",
@@ -157,17 +158,17 @@ EMU_SCHED inline int resolve_warp(BlockRun* b, int w) {
         /* two masks at one site: a lane outside this group, waiting at the
            same intrinsic, whose mask names a lane of the group */
         for (int o = 0; o < n; o++) {
-            FiberT& x = b->f[base + o];
+            FiberT& x = F[base + o];
             if ((m >> o & 1u) || x.state != F_WARP || x.file != a.file || x.line != a.line || !(x.mask & m)) continue;
             fail("kernel %s, block (%u,%u,%u), warp %d: two masks at one warp intrinsic at %s:%d: lane %d has mask 0x%08x, lane %d has mask 0x%08x, which names lanes of the first",
                  b->kernel, t_blockIdx.x, t_blockIdx.y, t_blockIdx.z, w, a.file, a.line, l, m, o, x.mask);
         }
         /* compute every lane's result */
         uint32_t ballot = 0;
-        for (int k = 0; k < 32; k++) if (m >> k & 1u) { handled[k] = true; if (b->f[base + k].val) ballot |= 1u << k; }
+        for (int k = 0; k < 32; k++) if (m >> k & 1u) { handled[k] = true; if (F[base + k].val) ballot |= 1u << k; }
         for (int k = 0; k < 32; k++) {
             if (!(m >> k & 1u)) continue;
-            FiberT& me = b->f[base + k];
+            FiberT& me = F[base + k];
             int width = me.width, seg = k & ~(width - 1), src = k;
             switch (me.wkind) {
                 /* PTX shfl.sync.bfly: a lane may read an earlier segment, not a later one */
@@ -181,7 +182,7 @@ EMU_SCHED inline int resolve_warp(BlockRun* b, int w) {
                 if (!(m >> src & 1u))
                     fail("kernel %s: lane %d of warp %d reads lane %d with a shuffle at %s:%d, but mask 0x%08x does not name lane %d",
                          b->kernel, k, w, src, me.file, me.line, m, src);
-                me.out = b->f[base + src].val;
+                me.out = F[base + src].val;
             } else if (me.wkind == W_BALLOT) me.out = ballot;
             else if (me.wkind == W_ANY) me.out = ballot != 0;
             else if (me.wkind == W_ALL) me.out = ballot == m;
@@ -204,19 +205,26 @@ EMU_SCHED inline void run_block(BlockRun* b) {
         b->order[i] = (int)i;
         b->f[i].fc = ctx::make_fcontext(b->stacks[i] + StackPool::kStack, StackPool::kStack, fiber_entry);
     }
+    /* raw pointers from here: std::vector's operator[] is a function of its
+       own, instrumented by -fsanitize=kernel-address (every element access a
+       call to a hook of emu_race.h), and the scheduler ran most of its time
+       in those calls */
+    FiberT* F = b->f.data();
+    int* ord = b->order.data();
     unsigned live = n;
     for (;;) {
         /* run every runnable fiber until it waits or ends */
-        for (int i : b->order) {
-            FiberT& fb = b->f[i];
+        for (unsigned oi = 0; oi < n; oi++) {
+            int i = ord[oi];
+            FiberT& fb = F[i];
             if (fb.state != F_RUN) continue;
             b->cur = i;
             set_tid(b, i);
             t_kernel_code = 1;
             ctx::transfer_t t = ctx::jump_fcontext(fb.fc, nullptr);
             t_kernel_code = 0;
-            b->f[i].fc = t.fctx;
-            if (b->f[i].state == F_DONE) live--;
+            F[i].fc = t.fctx;
+            if (F[i].state == F_DONE) live--;
         }
         if (live == 0) break;
         /* warp intrinsics first */
@@ -226,20 +234,23 @@ EMU_SCHED inline void run_block(BlockRun* b) {
         /* the block barrier: every live thread at the same site */
         int first = -1;
         for (unsigned i = 0; i < n; i++) {
-            FiberT& fb = b->f[i];
+            FiberT& fb = F[i];
             if (fb.state == F_DONE) continue;
             if (first < 0) { first = (int)i; continue; }
-            FiberT& a = b->f[first];
+            FiberT& a = F[first];
             char s1[256], s2[256];
             if (fb.state != F_BAR || a.state != F_BAR || fb.file != a.file || fb.line != a.line)
                 fail("kernel %s, block (%u,%u,%u): divergent barrier: thread %d is at %s, thread %u at %s",
                      b->kernel, t_blockIdx.x, t_blockIdx.y, t_blockIdx.z, first, state_name(a, s1, sizeof(s1)), i,
                      state_name(fb, s2, sizeof(s2)));
         }
-        for (unsigned i = 0; i < n; i++) if (b->f[i].state == F_BAR) b->f[i].state = F_RUN;
+        for (unsigned i = 0; i < n; i++) if (F[i].state == F_BAR) F[i].state = F_RUN;
         race_barrier();
         /* threads resume in a seeded random order */
-        for (unsigned i = n; i > 1; i--) std::swap(b->order[i - 1], b->order[t_rng->below(i)]);
+        for (unsigned i = n; i > 1; i--) {
+            unsigned r = t_rng->below(i);
+            int t = ord[i - 1]; ord[i - 1] = ord[r]; ord[r] = t;
+        }
     }
 }
 
