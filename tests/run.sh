@@ -23,10 +23,17 @@ case "${1:-}" in
 esac
 cd "$(dirname "$0")/.."
 . tests/lib.sh
-total_pass=0; total_fail=0; total_skip=0; failed_suites=(); times=()
 t_all=$(date +%s)
 mkdir -p build
+LANES=${LLMC_TEST_LANES:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}
+case "$LANES" in 1|2) ;; *) echo "LLMC_TEST_LANES=$LANES: must be 1 or 2" >&2; exit 2 ;; esac
+# one line per finished suite: seconds, passed, failed, skipped, name (tab-separated)
+RESULTS=build/test_results.tsv
+: > "$RESULTS"
 
+# suite NAME COMMAND...: runs it with its output in build/test_<name>.log,
+# then prints its report (skips, failures, the count line with its time) in
+# one write, so that the reports of two lanes do not mix
 suite() { # name command...
   local name=$1; shift
   echo "=== $name"
@@ -40,25 +47,32 @@ suite() { # name command...
   [ -z "$p" ] && { p=0; f=1; }
   [ -z "$k" ] && k=0
   [ $rc -ne 0 ] && [ "$f" = 0 ] && f=1
-  total_pass=$((total_pass + p)); total_fail=$((total_fail + f)); total_skip=$((total_skip + k))
-  grep -E "^skip " "$log" | sed 's/^/    /' | head -20
-  if [ "$f" != 0 ] || [ $rc -ne 0 ]; then
-    failed_suites+=("$name"); grep -E "^FAIL" "$log" | head -20; echo "    ... the log's last lines ($log):"; tail -25 "$log"
-  fi
   local dt=$(( $(date +%s) - t0 ))
-  times+=("$dt $name")
-  echo "    $name: ${last:-no summary line} (exit $rc, $dt s)"
+  local rep
+  rep=$(grep -E "^skip " "$log" | sed 's/^/    /' | head -20
+        if [ "$f" != 0 ]; then
+          grep -E "^FAIL" "$log" | head -20; echo "    ... the log's last lines ($log):"; tail -25 "$log"
+        fi
+        echo "    $name: ${last:-no summary line} (exit $rc, $dt s)")
+  printf '%s\n' "$rep"
+  printf '%s\t%s\t%s\t%s\t%s\n' "$dt" "$p" "$f" "$k" "$name" >> "$RESULTS"
 }
 # the end: the five slowest suites, the total time, the sum of the counts
 finish() {
+  [ -n "${LANE_B:-}" ] && { wait "$LANE_B"; LANE_B=""; }
+  local total_pass total_fail total_skip failed
+  read -r total_pass total_fail total_skip < <(awk -F'\t' '{p += $2; f += $3; k += $4} END {print p + 0, f + 0, k + 0}' "$RESULTS")
+  failed=$(awk -F'\t' '$3 != 0 {printf "%s%s", s, $5; s = ", "}' "$RESULTS")
   echo
   echo "slowest suites:"
-  printf '%s\n' "${times[@]}" | sort -rn | head -5 | awk '{ t = $1; $1 = ""; printf "    %5d s %s\n", t, substr($0, 2) }'
-  echo "all suites: $(( $(date +%s) - t_all )) s"
-  [ ${#failed_suites[@]} -gt 0 ] && echo "failed suites: ${failed_suites[*]}"
+  sort -t$'\t' -k1,1 -rn "$RESULTS" | head -5 | awk -F'\t' '{ printf "    %5d s %s\n", $1, $5 }'
+  echo "all suites: $(( $(date +%s) - t_all )) s$([ "$LANES" = 2 ] && echo " (two lanes: the cluster and waiting suites beside the others)")"
+  [ -n "$failed" ] && echo "failed suites: $failed"
   echo "$total_pass passed, $total_fail failed, $total_skip skipped"
-  [ $total_fail -eq 0 ]
+  [ "$total_fail" -eq 0 ]
 }
+# the level this CPU has, and build/cpu_isa, once before the lanes start
+detected=$(cpu_isa_detected)
 
 # make check: the odd config only (the one its reference runs use)
 if [ $QUICK = 1 ]; then suite "reference selftest" /usr/bin/python3 tests/suites/reference_selftest.py --dir data/ref --configs odd
@@ -84,8 +98,30 @@ if [ $QUICK = 1 ]; then
   suite "quick training" bash tests/suites/quick.sh
   finish; exit
 fi
-# again at every ISA level below this CPU's (the same binaries, capped by LLMC_CPU_ISA)
-detected=$(cpu_isa_detected)
+# Two lanes (LLMC_TEST_LANES=2, the default on 2 or more cores; 1: one after
+# another): lane B, in the background, runs the suites that mostly wait (on
+# collective timeouts, kill delays, probes, Slurm) and those that bring up a
+# simulated cluster (scripts/cluster.sh: each its own name, subnet, Slurm
+# ports and munged, so two clusters can be up at once), while lane A runs
+# the ones that keep the cores busy. Suites that share a file are in one
+# lane: interrupts (build/fit's calibration files) with fit details.
+lane_b() {
+  suite "elastic" bash tests/suites/elastic.sh
+  suite "network faults" bash tests/suites/net_faults.sh
+  suite "fit check and -z auto" bash tests/suites/fit.sh
+  suite "fit details" bash tests/suites/fit_details.sh
+  suite "interrupts and flight records" bash tests/suites/interrupt.sh
+  suite "slurm" bash tests/suites/slurm.sh
+  suite "cluster" bash tests/suites/cluster.sh
+  suite "placement" bash tests/suites/placement.sh
+  suite "kill at any moment" bash tests/suites/kill.sh
+  suite "flight records" bash tests/suites/flight.sh
+}
+LANE_B=""
+# stopped (Ctrl-C, CI's time limit): lane B's suite gets SIGTERM (each suite
+# removes what it made on TERM), then the lane
+stop_lane_b() { [ -n "$LANE_B" ] && { pkill -TERM -P "$LANE_B"; kill -TERM "$LANE_B"; wait "$LANE_B"; } 2>/dev/null; }
+if [ "$LANES" = 2 ]; then lane_b & LANE_B=$!; trap 'echo "interrupted"; stop_lane_b; exit 130' INT TERM; fi
 for L in $CPU_ISA_ALL; do
   [ "$L" = "$detected" ] && break
   suite "cpu kernels at $L" env LLMC_CPU_ISA=$L ./build/test_kernels
@@ -102,20 +138,10 @@ suite "cuda emulation" bash tests/suites/cuda_emu.sh
 suite "overlap and hsdp" bash tests/suites/overlap.sh
 suite "overlap and hsdp bf16" env PROG=./train_gpt_cpu_bf16 bash tests/suites/overlap.sh
 suite "memory by stage" bash tests/suites/memory.sh
-suite "fit check and -z auto" bash tests/suites/fit.sh
-suite "fit details" bash tests/suites/fit_details.sh
 suite "activation recompute" bash tests/suites/recompute.sh
 suite "layout invariance" bash tests/suites/invariance.sh
 suite "zero++" bash tests/suites/zeropp.sh
 suite "training" bash tests/suites/train.sh
-suite "cluster" bash tests/suites/cluster.sh
-suite "network faults" bash tests/suites/net_faults.sh
-suite "interrupts and flight records" bash tests/suites/interrupt.sh
-suite "kill at any moment" bash tests/suites/kill.sh
-suite "flight records" bash tests/suites/flight.sh
-suite "slurm" bash tests/suites/slurm.sh
-suite "placement" bash tests/suites/placement.sh
-suite "elastic" bash tests/suites/elastic.sh
 suite "bad input" bash tests/suites/bad_input.sh
 suite "plots" bash tests/suites/plots.sh
 suite "resume" bash tests/suites/resume.sh
@@ -129,5 +155,6 @@ suite "check a model" bash tests/suites/check_model.sh
 suite "sanitizers" bash tests/suites/sanitizers.sh
 suite "fuzz smoke" bash tests/fuzz/run.sh 15
 suite "gpu dry run" bash tests/suites/gpu_dry_run.sh
+[ "$LANES" = 1 ] && lane_b
 
 finish
