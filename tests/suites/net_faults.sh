@@ -70,7 +70,11 @@ lost_peer() { # tag env term: prints "seconds rc0"
   [ "$3" = 1 ] && kill -TERM "$p0"
   t0=$(date +%s.%N); kill -KILL "$p1"
   for i in $(seq 1 1000); do kill -0 "$p0" 2>/dev/null || break; sleep 0.1; done
-  echo "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') $(cat "$d/rc_0" 2>/dev/null)"
+  local t; t=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  # mpirun forwards rank 0's last line (its error) after rank 0 has ended; killed at once, it
+  # lost that line under a busy loop per core: up to 20 s for the line (or for mpirun's end)
+  for i in $(seq 1 200); do grep -q "^error" "$d/out" 2>/dev/null && break; kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+  echo "$t $(cat "$d/rc_0" 2>/dev/null)"
   kill "$job" 2>/dev/null; pkill -P "$job" 2>/dev/null; wait "$job" 2>/dev/null
 }
 read -r t rc0 <<< "$(lost_peer hook "" 0)"
