@@ -59,14 +59,15 @@ suite() { # name command...
 }
 # the end: the five slowest suites, the total time, the sum of the counts
 finish() {
-  [ -n "${LANE_B:-}" ] && { wait "$LANE_B"; LANE_B=""; }
+  local LANES_USED=1
+  [ -n "${LANE_B:-}" ] && { wait "$LANE_B"; LANE_B=""; LANES_USED=2; }
   local total_pass total_fail total_skip failed
   read -r total_pass total_fail total_skip < <(awk -F'\t' '{p += $2; f += $3; k += $4} END {print p + 0, f + 0, k + 0}' "$RESULTS")
   failed=$(awk -F'\t' '$3 != 0 {printf "%s%s", s, $5; s = ", "}' "$RESULTS")
   echo
   echo "slowest suites:"
   sort -t$'\t' -k1,1 -rn "$RESULTS" | head -5 | awk -F'\t' '{ printf "    %5d s %s\n", $1, $5 }'
-  echo "all suites: $(( $(date +%s) - t_all )) s$([ "$LANES" = 2 ] && echo " (two lanes: the cluster and waiting suites beside the others)")"
+  echo "all suites: $(( $(date +%s) - t_all )) s$([ "$LANES_USED" = 2 ] && echo " (two lanes: the cluster and waiting suites beside the others)")"
   [ -n "$failed" ] && echo "failed suites: $failed"
   echo "$total_pass passed, $total_fail failed, $total_skip skipped"
   [ "$total_fail" -eq 0 ]
