@@ -122,12 +122,21 @@ for L in $CPU_ISA_ALL; do
       dom=$(awk -v s="$st" -v h="$ho" -v w="$ws" 'BEGIN { print (h + w > s) ? "yes" : "no" }')
       cp=$(sed -n 's/^fit check: .*bf16 matmuls. buffers ([^)]*): predicted \([0-9]*\) B, allocated \([0-9]*\) B.*/\1 \2/p' <<<"$out")
       exact=1; [ "$prog" = train_gpt_cpu_bf16 ] && { set -- $cp; [ -n "${1:-}" ] && [ "$1" = "${2:-}" ] || exact=0; }
-      # -x 0 runs no training step: the workspace calibration's share of a step's backward
-      # (oneDNN's AMX brgemm buffers) stays unused, an over-prediction on the safe side
-      # (measured on an Intel Xeon with AMX: 0.947 at amx, 0.991 at avx512_bf16), so 0.90 there
-      lo=0.95; case "$args" in *"-x 0"*) lo=0.90;; esac
+      # -x 0 runs no training step, so what the workspace calibration measured in a step's
+      # backward may stay unused: an over-prediction on the safe side, at most the calibrated
+      # part of the workspace (the workspace less the kernels' modelled scratch). Measured: an
+      # Intel Xeon with AMX 0.947 at amx, 0.991 at avx512_bf16; this 2-core Zen 5 0.876 at
+      # avx512_bf16 when a make under load had put lm_dweight on the fp32-copy path (78.26
+      # against the primitive's 78.39 GFLOP/s, inside CPU_GEMM_MARGIN): oneDNN's fp32 sgemm
+      # buffers of that backward made the calibration 10.66 MB, 4.56 MB with the primitive
+      lo=0.95
+      case "$args" in *"-x 0"*)
+        pk=$(sed -n 's/^fit check: predicted peak \([0-9.]*\) MB per rank.*/\1/p' <<<"$out")
+        sc=$(sed -n "s/^fit check: the kernels' scratch of these shapes \([0-9.e+-]*\) MB predicted.*/\1/p" <<<"$out")
+        lo=$(awk -v p="${pk:-0}" -v w="${ws:-0}" -v s="${sc:-0}" 'BEGIN { c = w * 1000 - s; if (c < 0) c = 0; if (p <= 0) print 0.95; else printf "%.4f", 1 - c / p - 0.01 }');;
+      esac
       if [ "$dom" = yes ] && [ $exact = 1 ] && awk -v r="$r" -v lo="$lo" 'BEGIN { exit !(r != "" && r >= lo && r <= 1.05) }'; then
-        ok "$L $prog -np $n $args (V=256): host + workspace ($ho + $ws GB) over the staging ($st GB), used / predicted = $r${cp:+, operand copies predicted = allocated = ${cp%% *} B}"
+        ok "$L $prog -np $n $args (V=256): host + workspace ($ho + $ws GB) over the staging ($st GB), used / predicted = $r (bounds $lo..1.05)${cp:+, operand copies predicted = allocated = ${cp%% *} B}"
       else bad "$L $prog -np $n $args (V=256): used / predicted '$r', workspace side dominates: $dom, copies '$cp'"; echo "$out" | grep -E "^error|^fit check" | head -3; fi
     done
   done
