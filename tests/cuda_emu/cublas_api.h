@@ -278,7 +278,10 @@ inline uint32_t align_of(const void* p) { uintptr_t a = (uintptr_t)p | 256; retu
 } /* namespace emu */
 
 /* The heuristic: one algorithm (the CPU loop) whenever the descriptors are
-   valid; it remembers the alignments and workspace it was promised. */
+   valid; it remembers the alignments and workspace it was promised.
+   LLMC_EMU_LT_ALGOS=0: no algorithm for any shape (0 results and
+   CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt answers a layout it has no
+   kernel for), so the caller's fallback path runs. */
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                                                      cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, cublasLtMatrixLayout_t ld,
                                                      cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t* res,
@@ -291,6 +294,8 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasL
                   op->bias, pref->al[0]);
     *found = 0;
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    static bool no_algos = [] { const char* e = getenv("LLMC_EMU_LT_ALGOS"); return e && e[0] == '0'; }();
+    if (no_algos) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(res, 0, sizeof(*res));
     for (int i = 0; i < 4; i++) res->algo.data[i] = pref->al[i];
     res->algo.data[4] = pref->ws;

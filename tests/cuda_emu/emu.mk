@@ -8,7 +8,9 @@
 #   make emu-unit   build/test_emu: the emulator's own checks (./build/test_emu)
 #   make emu-asan   the same with AddressSanitizer and UBSan's alignment check (build/emu-asan/;
 #                   without the race / never-written checks of emu_race.h, which use the same hooks)
-#   EMU_COVERAGE=1  with gcov instrumentation (tests/cuda_emu/coverage.py)
+#   EMU_COVERAGE=0  without gcov instrumentation (default 1: --coverage for llmc/ and train_gpt.cu
+#                   only, so a run writes PROGRAM-SOURCE.gcda beside the program, or under
+#                   $$GCOV_PREFIX; tests/suites/cuda_emu.sh sums its runs with tests/cuda_emu/coverage.py)
 
 EMU_CXX ?= g++
 EMU_MPI_COMPILE = $(shell $(MPICC) -showme:compile 2>/dev/null)
@@ -17,13 +19,18 @@ EMU_MPI_LINK = $(shell $(MPICC) -showme:link 2>/dev/null)
 # full -g made train_gpt_emu's compile 30% slower (18.6 s against 14.3 s of
 # user time on a 2-core Zen 5) and the suite builds eleven such programs
 EMU_OPT ?= -O1 -g1
-EMU_COV_FLAGS = $(if $(filter 1,$(EMU_COVERAGE)),--coverage -O0,)
+# gcov counters only in the project's CUDA code and the trainer (not the emulator's own
+# headers: gemm_run's inner loop would carry a counter per multiply-add); not in emu-asan
+EMU_COVERAGE ?= 1
+EMU_COV_FLAGS = $(if $(filter 1,$(EMU_COVERAGE)),--coverage '-fprofile-filter-files=llmc/;train_gpt\.cu' -DLLMC_EMU_GCOV=1 \
+                  -Wl$(comma)--wrap=_exit -Wl$(comma)--wrap=MPI_Abort,)
+comma := ,
 # every load and store of the emulated programs calls the hooks of
 # tests/cuda_emu/emu_race.h (shared-memory races, never-written device reads)
 EMU_ACCESS_FLAGS = -DLLMC_EMU_ACCESS=1 -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 \
                    --param asan-stack=0 --param asan-globals=0
-EMU_CXXFLAGS = $(EMU_CXXFLAGS_BASE) $(EMU_ACCESS_FLAGS)
-EMU_CXXFLAGS_BASE = -std=c++17 $(EMU_OPT) $(EMU_COV_FLAGS) -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX \
+EMU_CXXFLAGS = $(EMU_CXXFLAGS_BASE) $(EMU_COV_FLAGS) $(EMU_ACCESS_FLAGS)
+EMU_CXXFLAGS_BASE = -std=c++17 $(EMU_OPT) -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX \
                -Itests/cuda_emu -I. -Wall -Wno-unused-function -Wno-unused-parameter -Wno-unknown-pragmas \
                -Wno-unused-variable -Wno-sign-compare -Wno-class-memaccess -pthread
 EMU_LIBS = -lboost_context -pthread
@@ -72,3 +79,4 @@ emu-asan:
 emu-clean:
 	rm -f build/test_emu build/emu_bf16_ref train_gpt_emu test_gpt_emu dev/cuda/test_backend_emu $(EMU_DEV_BINS)
 	rm -rf build/emu-asan
+	rm -f *_emu-*.gcno *_emu-*.gcda dev/cuda/*_emu-*.gcno dev/cuda/*_emu-*.gcda build/test_emu-*.gcno build/test_emu-*.gcda

@@ -22,8 +22,15 @@
 #ifndef LLMC_CUDA_EMU_NCCL_H
 #define LLMC_CUDA_EMU_NCCL_H
 
+#include <chrono>
+#include <thread>
 #include <mpi.h>
 #include "cuda_runtime.h"
+#ifdef LLMC_EMU_GCOV
+/* the counts of a rank that ends in MPI_Abort (cuda_runtime.h: --wrap=_exit's twin) */
+extern "C" int __real_MPI_Abort(MPI_Comm, int);
+extern "C" int __wrap_MPI_Abort(MPI_Comm c, int e) { __gcov_dump(); return __real_MPI_Abort(c, e); }
+#endif
 #include "cuda_bf16.h"
 
 typedef enum { ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
@@ -162,7 +169,13 @@ inline ncclResult_t nc_enqueue(const char* call, ncclComm_t c, int kind, const v
     RaceAccess ra[2] = {{send, send_elems * es, false, "the send buffer", -1}, {recv, recv_elems * es, true, "the receive buffer", -1}};
     race_op(s, call, ra, 2);   /* emu_streamrace.h */
     unsigned long long seq = ++c->calls;
-    enqueue(s, [=] { nc_run(c, kind, send, recv, count, t, op, seq); });
+    /* LLMC_EMU_NCCL_DELAY_US=N: every collective waits N us on its stream before it runs (a slow or
+       stuck interconnect: the caller's GPU wait sees the NCCL call pending) */
+    static long slow_us = [] { const char* e = getenv("LLMC_EMU_NCCL_DELAY_US"); return e ? atol(e) : 0L; }();
+    enqueue(s, [=] {
+        if (slow_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+        nc_run(c, kind, send, recv, count, t, op, seq);
+    });
     return ncclSuccess;
 }
 } /* namespace emu */
