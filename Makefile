@@ -62,10 +62,15 @@ all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/t
 
 # the fit check's training workspace of each program, measured once per build (llmc/fit.h)
 # at the default thread count (all cores) and at 1 thread (.threads1.workspace:
-# every rank of a multi-rank run on 2 cores; the libraries keep per-thread memory)
+# every rank of a multi-rank run on 2 cores; the libraries keep per-thread memory).
+# The target is the CPU's own level (LLMC_CPU_ISA unset); where the caller's
+# environment caps the level (LLMC_CPU_ISA=avx2 make test), that level's files too
+# (.<level>.workspace): its runs read those
+CALIBRATE = env -u OMP_NUM_THREADS -u LLMC_CPU_ISA ./$(1) $(2) && \
+	{ [ "$$(nproc)" -le 1 ] || env -u LLMC_CPU_ISA OMP_NUM_THREADS=1 ./$(1) $(2); } && \
+	{ [ -z "$$LLMC_CPU_ISA" ] || { env -u OMP_NUM_THREADS ./$(1) $(2) && { [ "$$(nproc)" -le 1 ] || OMP_NUM_THREADS=1 ./$(1) $(2); }; }; }
 build/fit/%.workspace: %
-	@env -u OMP_NUM_THREADS ./$< --calibrate-workspace
-	@[ "$$(nproc)" -le 1 ] || OMP_NUM_THREADS=1 ./$< --calibrate-workspace
+	@$(call CALIBRATE,$<,--calibrate-workspace)
 # the bf16 matmul paths of this CPU and build, measured once per build
 # (./train_gpt_cpu_bf16 --calibrate-matmul; llmc/cpu/matmul_choice.h) at
 # the default thread count (all cores) and at 1 thread (.threads1.matmul:
@@ -73,8 +78,7 @@ build/fit/%.workspace: %
 # at its start; the test program reads the same files; a provisional file
 # (measured at a start-up, not by --calibrate-matmul) is calibrated again
 build/fit/train_gpt_cpu_bf16.matmul: train_gpt_cpu_bf16 $(if $(shell grep -qs '^provisional 1' build/fit/train_gpt_cpu_bf16.matmul build/fit/train_gpt_cpu_bf16.threads1.matmul && echo y),_force) | build/fit/train_gpt_cpu.workspace
-	@env -u OMP_NUM_THREADS ./train_gpt_cpu_bf16 --calibrate-matmul
-	@[ "$$(nproc)" -le 1 ] || OMP_NUM_THREADS=1 ./train_gpt_cpu_bf16 --calibrate-matmul
+	@$(call CALIBRATE,train_gpt_cpu_bf16,--calibrate-matmul)
 .PHONY: _force
 _force:
 # one at a time, even under make -j: two trainers starting together reach a

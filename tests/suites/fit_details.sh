@@ -85,7 +85,7 @@ else bad "the smallest budget on rank 0: rc $rc: $(grep -m1 '^error' <<<"$out" |
 # and -x 0, at every ISA level of this CPU (LLMC_CPU_ISA)
 make -s train_gpt_cpu_bf16 >/dev/null 2>&1 || bad "make train_gpt_cpu_bf16"
 for p in train_gpt_cpu train_gpt_cpu_bf16; do
-  [ -f build/fit/$p.workspace ] || ./$p --calibrate-workspace >/dev/null 2>&1 || bad "$p --calibrate-workspace"
+  [ -f build/fit/$p.workspace ] || env -u LLMC_CPU_ISA ./$p --calibrate-workspace >/dev/null 2>&1 || bad "$p --calibrate-workspace"
 done
 /usr/bin/python3 - "$tmp" <<'PY'
 import sys, numpy as np
