@@ -68,7 +68,14 @@ finish() {
   echo "slowest suites:"
   sort -t$'\t' -k1,1 -rn "$RESULTS" | head -5 | awk -F'\t' '{ printf "    %5d s %s\n", $1, $5 }'
   echo "all suites: $(( $(date +%s) - t_all )) s$([ "$LANES_USED" = 2 ] && echo " (two lanes: the cluster and waiting suites beside the others)")"
-  [ -n "$failed" ] && echo "failed suites: $failed"
+  if [ -n "$failed" ]; then
+    # the failures again, at the end, where a truncated CI log still shows them
+    awk -F'\t' '$3 != 0 {print $5}' "$RESULTS" | while IFS= read -r name; do
+      echo "failures of $name (build/test_${name// /_}.log):"
+      grep -E "^FAIL" "build/test_${name// /_}.log" | head -8 | cut -c1-400 | sed 's/^/  /'
+    done
+    echo "failed suites: $failed"
+  fi
   echo "$total_pass passed, $total_fail failed, $total_skip skipped"
   [ "$total_fail" -eq 0 ]
 }

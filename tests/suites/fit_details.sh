@@ -137,7 +137,7 @@ for L in $CPU_ISA_ALL; do
       esac
       if [ "$dom" = yes ] && [ $exact = 1 ] && awk -v r="$r" -v lo="$lo" 'BEGIN { exit !(r != "" && r >= lo && r <= 1.05) }'; then
         ok "$L $prog -np $n $args (V=256): host + workspace ($ho + $ws GB) over the staging ($st GB), used / predicted = $r (bounds $lo..1.05)${cp:+, operand copies predicted = allocated = ${cp%% *} B}"
-      else bad "$L $prog -np $n $args (V=256): used / predicted '$r', workspace side dominates: $dom, copies '$cp'"; echo "$out" | grep -E "^error|^fit check" | head -3; fi
+      else bad "$L $prog -np $n $args (V=256): used / predicted '$r' (bounds $lo..1.05), workspace side dominates: $dom, copies '$cp'"; echo "$out" | grep -E "^error|^fit check" | head -3; fi
     done
   done
 done

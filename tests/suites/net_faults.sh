@@ -151,7 +151,7 @@ cut_run() { # label zero extra...
   wait $JOB; local rc=$?; JOB=""
   hogs_off
   # (the list names node 1's ranks; a rank of node 0 in a later collective can name its neighbour too)
-  local re="^error \(rank [01], node $NAME-node0\): [a-z -]+( \([a-z -]+\))?( of unit [0-9]+)? \(step [0-9]+\) did not complete in $TO s: no data from ranks? .*[0-9] \(node $NAME-node1\) .*if node $NAME-node1 is gone, resume on the remaining nodes with -y 1"
+  local re="^error \(rank [01], node $NAME-node0\): [a-z' -]+( \([a-z -]+\))?( of unit [0-9]+)? \(step [0-9]+\) did not complete in $TO s: no data from ranks? .*[0-9] \(node $NAME-node1\) .*if node $NAME-node1 is gone, resume on the remaining nodes with -y 1"
   local lines; lines=$(grep -cE "$re" "$out")
   local late; late=$(for r in 0 1; do python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['time'] - float(sys.argv[2]))" \
     "$tmp/$label/flight/rank_$r.json" "$t0u" 2>/dev/null || echo 999; done | sort -n | tail -1)
