@@ -36,6 +36,10 @@
 #   scripts/cluster.sh counters      per node: bytes into and out of the node over its link
 #                                    (the bridge-side veth's tx_bytes and rx_bytes, Ethernet frames)
 #
+# LLMC_SLURMD_TIMEOUT=S (up --slurm): slurm.conf's SlurmdTimeout (default
+# Slurm's 300 s): how long slurmctld waits for a silent slurmd before it
+# marks the node DOWN, e.g. 10 for a test that loses a job's batch host.
+#
 # Options (before or after the command; not among the program's words after
 # run's -- or exec's NODE): --name NAME (or LLMC_CLUSTER=NAME; default
 # llmc) runs several clusters side by side: nodes are NAME-node0..K-1.
@@ -411,6 +415,7 @@ slurm_up() {
     echo "AccountingStorageType=accounting_storage/none"
     echo "MinJobAge=600"
     echo "KillWait=5"
+    [ -n "${LLMC_SLURMD_TIMEOUT:-}" ] && echo "SlurmdTimeout=$LLMC_SLURMD_TIMEOUT"
     for ((i = 0; i < K; i++)); do
       local c; c=$(st "cpus$i" | tr ',' '\n' | wc -l)
       echo "NodeName=$NAME-node$i NodeAddr=10.213.$S.$((i + 1)) CPUs=$(( c < 2 ? 2 : c ))${realmem:+ RealMemory=$realmem} State=UNKNOWN"

@@ -152,7 +152,8 @@ elastic_loop() {
     fi
     t_end=$(date +%s.%N)
     if [ $rc = 0 ]; then
-      echo "elastic: completed on ${#EL_NODES[@]} node$([ ${#EL_NODES[@]} = 1 ] || echo s) ($(( ${#EL_NODES[@]} * EL_PER_NODE )) ranks) after $((launch - 1)) relaunch$([ $launch = 2 ] || echo es)" >&2
+      local nr=$((launch - 1 + ${ELASTIC_RELAUNCHES:-0}))
+      echo "elastic: completed on ${#EL_NODES[@]} node$([ ${#EL_NODES[@]} = 1 ] || echo s) ($(( ${#EL_NODES[@]} * EL_PER_NODE )) ranks) after $nr relaunch$([ $nr = 1 ] || echo es)" >&2
       return 0
     fi
     case $rc in 130|138|143)
@@ -197,5 +198,73 @@ elastic_loop() {
     gone+=("${lost[@]}")
     EL_NODES=("${keep[@]:0:$m}"); EL_PER_NODE=$p
     args=("${args[@]}" -b "$b")
+  done
+}
+
+# elastic_guard JOB BATCH_HOST PER_NODE SCRIPT ARGS... (Slurm only): the
+# batch script runs on the job's first node (its batch host), so losing that
+# node ends the relaunch loop itself. With sbatch --no-kill, Slurm then takes
+# the node out of the job once slurmctld has marked it DOWN (SlurmdTimeout,
+# slurm.conf: 300 s by default) and keeps the job RUNNING on the others,
+# with nothing left to run it (measured on the simulated cluster with Slurm
+# 22.05); --requeue cannot help there (a --no-kill job is shrunk, not
+# requeued, and a requeue would kill this guard before it could shrink the
+# pending job to the nodes left: a running job's node count cannot be
+# updated). So run_slurm.sbatch starts this guard as a one-task step
+# (srun --overlap) on another node of the job. Every ELASTIC_GUARD_S (2) s it
+# reads the job (scontrol show job); when BATCH_HOST is no longer among the
+# job's nodes it submits the same SCRIPT with ARGS again as a new job on the
+# nodes that remain (sbatch --no-kill --nodes=m --ntasks-per-node=p, the
+# same job name, output file (appended), cpus per task, gpus per node and
+# time limit; B and TOTAL of the layout that keeps -d: elastic_layout), with
+# ELASTIC_LOST=BATCH_HOST (its runs take over the lost host's -o lock) and
+# ELASTIC_RELAUNCHES one more; the new job's batch script resumes from the
+# latest complete checkpoint (-y 1) and runs the relaunch loop again. It
+# appends the event's line to the job's output, then cancels the old job
+# (scancel: its state is CANCELLED; the work goes on as the new job), e.g.
+#   elastic: lost llmcslurm-node0 at step 14; continuing on 2 nodes (2 ranks) from checkpoint 10; layout -b 1, 3 micro-steps, -d 384 kept (the batch host: continued as job 8 of 2 nodes, submitted by the guard on llmcslurm-node2, 31.2 s after the step's last line)
+# It returns when the job is no longer RUNNING (the batch script's end
+# cancels its steps, the guard's too). The caller sets EL_OUT (-o DIR),
+# EL_MIN_NODES, and EL_GUARD_B, EL_GUARD_T, EL_GUARD_D: the -b, -t and -d
+# the script passes before ARGS (a run process of its own: no arrays).
+elastic_guard() {
+  local job=$1 bh=$2 per=$3 script=$4 info st nl out in n B T D inv lay m p b a ck step jid tl gpn last; shift 4
+  local -a nodes
+  while sleep "${ELASTIC_GUARD_S:-2}"; do
+    info=$(scontrol -o show job "$job" 2>/dev/null) || continue
+    st=$(sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' <<< "$info")
+    [ "$st" = RUNNING ] || return 0
+    nl=$(sed -n 's/.* NodeList=\([^ ]*\).*/\1/p' <<< "$info")
+    [ -n "$nl" ] && [ "$nl" != "(null)" ] || continue
+    mapfile -t nodes < <(scontrol show hostnames "$nl")
+    in=0; for n in "${nodes[@]}"; do [ "$n" = "$bh" ] && in=1; done
+    [ $in = 1 ] && continue
+    out=$(sed -n 's/.* StdOut=\([^ ]*\).*/\1/p' <<< "$info")
+    last=$(stat -c %Y "$out" 2>/dev/null || date +%s)
+    # the script's -b -t -d (EL_GUARD_B, _T, _D), then the user's ARGS: the last one counts
+    B=$(elastic_flag -b -b "$EL_GUARD_B" "$@"); T=$(elastic_flag -t -t "$EL_GUARD_T" "$@")
+    D=$(elastic_flag -d -d "$EL_GUARD_D" "$@"); inv=$(elastic_flag --invariant "$@")
+    step=$(elastic_last_step "$out"); ck=$(elastic_latest "$EL_OUT")
+    lay=$(elastic_layout ${#nodes[@]} "$per" "$B" "$T" "$D" "${inv:-0}")
+    if [ ${#nodes[@]} -lt "${EL_MIN_NODES:-1}" ] || [ -z "$lay" ]; then
+      echo "elastic: lost $bh (the batch host) at step ${step:-0}; $([ -z "$lay" ] && echo "no layout of the ${#nodes[@]} nodes left holds -d $D" || echo "${#nodes[@]} nodes remain, fewer than MIN_NODES=$EL_MIN_NODES"): stopping (checkpoint ${ck:-none} in $EL_OUT; the guard cancels job $job)" >> "$out"
+      scancel "$job"; return 1
+    fi
+    read -r m p b a <<< "$lay"
+    tl=$(sed -n 's/.* TimeLimit=\([^ ]*\).*/\1/p' <<< "$info")
+    gpn=${SLURM_GPUS_PER_NODE:-0}
+    # the new job is not a step of this one: none of this job's SLURM_* variables (SLURM_CONF stays)
+    jid=$(env $(env | sed -n 's/^\(SLURM_[A-Za-z0-9_]*\)=.*/\1/p' | grep -vx SLURM_CONF | sed 's/^/-u /') \
+          sbatch --parsable --no-kill --nodes="$m" --ntasks-per-node="$p" --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
+            --gpus-per-node="$gpn" ${tl:+--time="$tl"} --job-name="${SLURM_JOB_NAME:-llmc-zero}" --output="$out" --open-mode=append \
+            --chdir="$PWD" --export="ALL,B=$b,TOTAL=$D,ELASTIC=1,ELASTIC_LOST=$bh,ELASTIC_RELAUNCHES=$(( ${ELASTIC_RELAUNCHES:-0} + 1 ))" \
+            "$script" "$@" 2>&1)
+    if ! [[ "$jid" =~ ^[0-9]+$ ]]; then
+      echo "elastic: lost $bh (the batch host) at step ${step:-0}; the guard's sbatch of the next job failed: $jid: stopping (checkpoint ${ck:-none} in $EL_OUT; resume with sbatch ... -y 1)" >> "$out"
+      scancel "$job"; return 1
+    fi
+    echo "elastic: lost $bh at step ${step:-0}; continuing on $m node$([ "$m" = 1 ] || echo s) ($((m * p)) ranks) from checkpoint ${ck:-none (a fresh start)}; layout -b $b, $a micro-step$([ "$a" = 1 ] || echo s), -d $D kept$([ "${inv:-0}" = 1 ] && echo " (--invariant 1: powers of two)") (the batch host: continued as job $jid of $m node$([ "$m" = 1 ] || echo s), submitted by the guard on $(hostname), $(( $(date +%s) - last )) s after the job's last line)" >> "$out"
+    scancel "$job"
+    return 0
   done
 }

@@ -48,9 +48,11 @@
 #     cases as K:I (K nodes, node I lost); default 4:0 (rank 0's node, whose
 #     -o lock the relaunch takes over when its process outlives the cut);
 #     dev/elastic_matrix.sh runs 3:0 3:1 3:2 4:0 4:1 4:3. ELASTIC_VIA=slurm
-#     runs them as sbatch --no-kill jobs of run_slurm.sbatch instead (K:0 is
-#     skipped there: the batch script runs on node 0, so its loss ends the
-#     job; REQUEUE=1 goes on from the checkpoint).
+#     runs them as sbatch --no-kill jobs of run_slurm.sbatch instead; there
+#     node 0 is the batch host, whose loss ends the relaunch loop itself: the
+#     guard on the last node (elastic_guard, scripts/elastic.sh) submits the
+#     rest as a new job on the nodes left and cancels the first, and the
+#     check follows that job to its end.
 # ELASTIC_CASES (default 012346) runs some of them (0: the layout of a relaunch, elastic_layout, no cluster).
 # The model is make train's d2 at 64 channels (quick steps).
 # Every wait is bounded. Needs root, namespaces and (2.) Slurm; else skipped.
@@ -353,11 +355,10 @@ if want 6; then
   for spec in ${ELASTIC_LOSE:-4:0}; do
     K=${spec%%:*}; I=${spec#*:}; lostn=${NAME}6-node$I; t6=$(date +%s)
     via=${ELASTIC_VIA:-hostfile}
-    if [ $via = slurm ] && [ "$I" = 0 ]; then   # the batch script runs on the job's first node: losing it ends the job
-      skip "$spec under Slurm: the batch script runs on node 0, so its loss ends the job (REQUEUE=1 goes on from the checkpoint, not the relaunch loop)"; continue
-    fi
     if [ $via = slurm ] && [ $SLURM = 0 ]; then skip "$spec under Slurm: no Slurm here"; continue; fi
-    if ! o6=$(timeout 120 $CL6 up "$K" $([ $via = slurm ] && echo --slurm) 2>&1); then bad "$spec: up $K: $o6"; continue; fi
+    # under Slurm node 0 is the batch host: the guard on the last node (elastic_guard) sees it
+    # leave the job once slurmctld marks it DOWN (SlurmdTimeout, 10 s here, 300 by default)
+    if ! o6=$(LLMC_SLURMD_TIMEOUT=10 timeout 120 $CL6 up "$K" $([ $via = slurm ] && echo --slurm) 2>&1); then bad "$spec: up $K: $o6"; continue; fi
     UP6=1; eval "$($CL6 env)"
     if [ "$K" = 4 ]; then
       refs 30; args6=("${A[@]}"); tot=512; want6="continuing on 2 nodes \(2 ranks\) from checkpoint 1[05]; layout -b 2, 2 micro-steps, -d 512 kept"
@@ -372,7 +373,11 @@ if want 6; then
       jid=$(timeout 20 sbatch --parsable --no-kill --chdir="$(pwd)" --output="$out" --nodes=$K --ntasks-per-node=1 --gpus-per-node=0 --cpus-per-task=1 \
         --export="ALL,CPU=1,PRECISION=fp32,ZERO=3,B=2,T=64,TOTAL=$tot,STEPS=30,ELASTIC=1" scripts/run_slurm.sbatch "${args6[@]}" -o "$tmp/lose$K$I")
       # the job's end as a process to wait for: its exit status is 0 only when it COMPLETED
-      ( for ((w = 0; w < 3000; w++)); do case "$(state "$jid")" in RUNNING|COMPLETING|PENDING|CONFIGURING) sleep 0.2 ;; COMPLETED) exit 0 ;; *) exit 1 ;; esac; done; exit 124 ) &
+      # (node 0 lost: the job is cancelled by its guard and the run goes on as the job its line names)
+      ( for ((w = 0; w < 3000; w++)); do case "$(state "$jid")" in RUNNING|COMPLETING|PENDING|CONFIGURING) sleep 0.2 ;; COMPLETED) exit 0 ;;
+          CANCELLED) j2=$(sed -n 's/.*(the batch host: continued as job \([0-9]*\) .*/\1/p' "$out" | tail -1)
+                     if [ -n "$j2" ] && [ "$j2" != "$jid" ]; then jid=$j2; else exit 1; fi ;;
+          *) exit 1 ;; esac; done; exit 124 ) &
     else
       HOSTFILE=$($CL6 hostfile) CPU=1 NODES=$K PER_NODE=1 ZERO=3 B=2 T=64 TOTAL=$tot STEPS=30 ELASTIC=1 \
         timeout 600 bash scripts/run_multinode.sh "${args6[@]}" -o "$tmp/lose$K$I" > "$out" 2>&1 &
