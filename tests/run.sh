@@ -72,7 +72,9 @@ finish() {
     # the failures again, at the end, where a truncated CI log still shows them
     awk -F'\t' '$3 != 0 {print $5}' "$RESULTS" | while IFS= read -r name; do
       echo "failures of $name (build/test_${name// /_}.log):"
-      grep -E "^FAIL" "build/test_${name// /_}.log" | head -8 | cut -c1-400 | sed 's/^/  /'
+      # each FAIL line and the 3 after it (a suite's own diagnosis: fit details prints the run's
+      # memory lines and the level's calibration there)
+      grep -E -A3 "^FAIL" "build/test_${name// /_}.log" | grep -v '^--$' | head -16 | cut -c1-600 | sed 's/^/  /'
     done
     echo "failed suites: $failed"
   fi

@@ -400,6 +400,17 @@ static inline unsigned long long backend_predict_kernel_scratch(int L, int C, in
     return 0;
 #endif
 }
+/* Frees the kernels' own buffers that outlive a step (the bf16 program's
+   fp32 operand copies, the primitive's plans, scratchpad and packed heads)
+   and gives the heap's free memory back to the system (malloc_trim): for
+   --calibrate-workspace between its two shapes. */
+static inline void backend_release_kernel_buffers(void) {
+#ifdef LLMC_BF16
+    cpu_gemm_drop_copies();
+#else
+    malloc_trim(0);
+#endif
+}
 static inline unsigned long long backend_matmul_copy_bytes(void) {
 #ifdef LLMC_BF16
     return cpu_gemm_copy_bytes() + cpu_gemm_prim_bytes();

@@ -99,6 +99,8 @@ static inline unsigned long long backend_predict_kernel_scratch(int L, int C, in
     return 0;
 }
 static inline unsigned long long backend_matmul_copy_bytes(void) { return 0; }
+/* the CPU build's calibration hook (llmc/run/calibrate.h): the GPU's buffers are the ledger's */
+static inline void backend_release_kernel_buffers(void) {}
 
 /* The fit check (llmc/fit.h) on a GPU: the budget is the free memory of this
    rank's device (cudaMemGetInfo, device local_rank mod the devices, as

@@ -109,8 +109,8 @@ for L in $CPU_ISA_ALL; do
         env -u OMP_NUM_THREADS LLMC_CPU_ISA=$L ./$prog --calibrate-matmul >/dev/null 2>&1 &&
           OMP_NUM_THREADS=1 LLMC_CPU_ISA=$L ./$prog --calibrate-matmul >/dev/null 2>&1 || bad "LLMC_CPU_ISA=$L $prog --calibrate-matmul"
       fi
-      env -u OMP_NUM_THREADS LLMC_CPU_ISA=$L ./$prog --calibrate-workspace >/dev/null 2>&1 &&
-        OMP_NUM_THREADS=1 LLMC_CPU_ISA=$L ./$prog --calibrate-workspace >/dev/null 2>&1 &&
+      env -u OMP_NUM_THREADS LLMC_CPU_ISA=$L ./$prog --calibrate-workspace >"$tmp/cal_${L}_$prog" 2>&1 &&
+        OMP_NUM_THREADS=1 LLMC_CPU_ISA=$L ./$prog --calibrate-workspace >>"$tmp/cal_${L}_$prog" 2>&1 &&
         [ -s build/fit/$prog.$L.workspace ] && [ -s build/fit/$prog.$L.threads1.workspace ] ||
         bad "LLMC_CPU_ISA=$L $prog --calibrate-workspace: build/fit/$prog.$L[.threads1].workspace not written"
     fi
@@ -140,7 +140,9 @@ for L in $CPU_ISA_ALL; do
       esac
       if [ "$dom" = yes ] && [ $exact = 1 ] && awk -v r="$r" -v lo="$lo" 'BEGIN { exit !(r != "" && r >= lo && r <= 1.05) }'; then
         ok "$L $prog -np $n $args (V=256): host + workspace ($ho + $ws GB) over the staging ($st GB), used / predicted = $r (bounds $lo..1.05)${cp:+, operand copies predicted = allocated = ${cp%% *} B}"
-      else bad "$L $prog -np $n $args (V=256): used / predicted '$r' (bounds $lo..1.05), workspace side dominates: $dom, copies '$cp'"; echo "$out" | grep -E "^error|^fit check" | head -3; fi
+      else bad "$L $prog -np $n $args (V=256): used / predicted '$r' (bounds $lo..1.05), workspace side dominates: $dom, copies '$cp'; $(grep -m1 '^matmul:' <<<"$out" | cut -c1-400)"
+        echo "$out" | grep -E "^error|^fit check|^memory: predicted" | head -4
+        if [ -s "$tmp/cal_${L}_$prog" ]; then sed -n 's/^\(calibrated: training workspace .*\); oneDNN.*/\1/p' "$tmp/cal_${L}_$prog"; fi; fi
     done
   done
 done
