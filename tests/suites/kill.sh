@@ -34,5 +34,8 @@ if gcc -shared -fPIC -O2 tests/ignore_signals.c -o build/ignore_signals.so -ldl 
   if [ $rc2 != 0 ] && grep -q "^FAIL trial 0: start-up #1, once-all SIGTERM .*exit 0/0.*SIGTERM reached a live rank and no rank said it came after the last step" <<< "$o2"; then
     ok "planted bug: a trainer that ignores its signals fails the trial ($(grep -m1 '^FAIL' <<< "$o2" | cut -c1-90)...)"
   else bad "planted bug (signals ignored): kill_fuzz.sh exit $rc2: $(grep -E '^(ok|FAIL)' <<< "$o2")"; fi
+  # its failed trial is the expected one: the directory kill_fuzz.sh keeps for it goes
+  kept=$(sed -n 's|^kept \(/var/tmp/llmc-kill-fuzz\.[A-Za-z0-9]*\) .*|\1|p' <<< "$o2")
+  if [ -n "$kept" ] && [ -d "$kept" ]; then rm -rf "$kept"; fi
 else skip "planted bug: skipped (gcc could not build tests/ignore_signals.c)"; fi
 summary
