@@ -105,7 +105,7 @@ static int read_exact(FILE* f, void* p, size_t size, size_t n) { return fread(p,
 /* The flags of test_gpt: one table (llmc/flags.h), the parser and -h. */
 typedef struct {
     const char *model_path, *state_path, *losses_out, *offload_dir;
-    int zero_stage, reshard, accum, prefetch, reshard_emb, vocab_chunk, keep_logits, shard_group, overlap, offload;
+    int zero_stage, reshard, accum, prefetch, reshard_emb, vocab_chunk, keep_logits, shard_group, overlap, offload, steps;
 } TestArgs;
 
 static int tflag_offload(void* p, const char* f, const char* v, char* err, size_t errlen) {
@@ -131,6 +131,7 @@ static const Flag TFLAGS[] = {
      "-e", "<file>", FLAG_STR, TO(model_path), 0, 0, NULL, 0, "", "the model checkpoint (required; llm.c format; the fp32 file serves both CPU programs)"},
     {NULL, "-s", "<file>", FLAG_STR, TO(state_path), 0, 0, NULL, 0, "", "the debug state (required): inputs, targets, logits, loss, gradients (+ our trailer of step losses)"},
     {NULL, "--losses-out", "<file>", FLAG_STR, TO(losses_out), 0, 0, NULL, 0, "none", "write the step losses there (one per line)"},
+    {NULL, "--steps", "<K>", FLAG_INT, TO(steps), 1, 64, NULL, 0, "all of the debug state's", "run and compare only the first K AdamW steps of the reference's"},
     {"the run checked (as train_gpt's flags of the same names)", "-z", "<0..3>", FLAG_INT, TO(zero_stage), 0, 3, NULL, 0, NULL, "zero_stage"},
     {NULL, "--accum", "<A>", FLAG_INT, TO(accum), 1, 1 << 20, NULL, 0, NULL, "micro-steps per optimizer step (the reference batch is split over ranks x A)"},
     {NULL, "--reshard-after-forward", "<0|1>", FLAG_INT, TO(reshard), 0, 1, NULL, 0, NULL, "stage 3: free blocks after forward"},
@@ -153,7 +154,7 @@ int main(int argc, char** argv) {
     Comm comm;
     comm_init(&comm, &argc, &argv);
     char err[ERRLEN] = "";
-    TestArgs ta = {NULL, NULL, NULL, NULL, 0, 1, 1, 1, 1, 8192, 0, -1, 1, OFFLOAD_NONE};
+    TestArgs ta = {NULL, NULL, NULL, NULL, 0, 1, 1, 1, 1, 8192, 0, -1, 1, OFFLOAD_NONE, 0};
     int want_help = 0;
     flags_parse(TFLAGS, (int)(sizeof(TFLAGS) / sizeof(TFLAGS[0])), &ta, argc, argv, err, ERRLEN, &want_help, NULL);
     if (want_help) {
@@ -264,6 +265,13 @@ int main(int argc, char** argv) {
             set_err(err, ERRLEN, "debug state %s: read failed (%s)", state_path, ferror(f) ? strerror(errno) : "the file shrank");
     }
     fclose(f);
+    /* --steps K: the first K of the reference's steps (each step's loss depends only on the steps before it) */
+    if (!err[0] && ta.steps > 0) {
+        if (ta.steps > (have_trailer ? nsteps : 1))
+            set_err(err, ERRLEN, "--steps '%d': the debug state %s holds %d step loss(es)%s", ta.steps, state_path, have_trailer ? nsteps : 0,
+                    have_trailer ? "" : " (llm.c's layout: one step, its loss not compared)");
+        else if (have_trailer) nsteps = ta.steps;
+    }
     comm_check_all(&comm, err);
     if (!have_trailer) {
         /* llm.c's layout: one training step (to check the gradients and the

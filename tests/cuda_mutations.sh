@@ -2,7 +2,7 @@
 # tests/cuda_mutations.sh: proof that the emulated CUDA device's checks can
 # fail (issue 47 item 7). Each mutation is applied with sed to a COPY of the
 # sources (a temp directory: llmc/, tests/cuda_emu/, the .cu files), that
-# copy is compiled with the emulator (g++ -O0, the flags of `make emu`; the
+# copy is compiled with the emulator (g++ -O0 -g1, the flags of `make emu`; the
 # ASan flags of `make emu-asan` where the mutation is an out-of-bounds
 # access), run on the tiny PyTorch reference (data/ref/tiny_*), and must
 # FAIL. A failure counts as "detected, named" when the output names the
@@ -36,7 +36,7 @@ mutation_copy() { # dir: the sources the emulated programs compile from
 
 mutation_build() { # dir kind(test|asan) out
   local flags
-  flags="-std=c++17 -O0 -g -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX -Itests/cuda_emu -I. -w -pthread"
+  flags="-std=c++17 -O0 -g1 -x c++ -DLLMC_CUDA=1 -DLLMC_CUDA_EMU=1 -DOMPI_SKIP_MPICXX -Itests/cuda_emu -I. -w -pthread"
   if [ "$2" = asan ]; then flags="$flags -fsanitize=address,alignment -fno-sanitize-recover=all -fno-omit-frame-pointer"
   else # the load/store hooks of tests/cuda_emu/emu_race.h (EMU_ACCESS_FLAGS of emu.mk)
     flags="$flags -DLLMC_EMU_ACCESS=1 -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 --param asan-stack=0 --param asan-globals=0"
