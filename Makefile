@@ -67,8 +67,8 @@ all: train_gpt_cpu test_gpt_cpu train_gpt_cpu_bf16 test_gpt_cpu_bf16 build/fit/t
 # environment caps the level (LLMC_CPU_ISA=avx2 make test), that level's files too
 # (.<level>.workspace): its runs read those
 CALIBRATE = env -u OMP_NUM_THREADS -u LLMC_CPU_ISA ./$(1) $(2) && \
-	{ [ "$$(nproc)" -le 1 ] || env -u LLMC_CPU_ISA OMP_NUM_THREADS=1 ./$(1) $(2); } && \
-	{ [ -z "$$LLMC_CPU_ISA" ] || { env -u OMP_NUM_THREADS ./$(1) $(2) && { [ "$$(nproc)" -le 1 ] || OMP_NUM_THREADS=1 ./$(1) $(2); }; }; }
+	{ [ "$$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" -le 1 ] || env -u LLMC_CPU_ISA OMP_NUM_THREADS=1 ./$(1) $(2); } && \
+	{ [ -z "$$LLMC_CPU_ISA" ] || { env -u OMP_NUM_THREADS ./$(1) $(2) && { [ "$$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" -le 1 ] || OMP_NUM_THREADS=1 ./$(1) $(2); }; }; }
 build/fit/%.workspace: %
 	@$(call CALIBRATE,$<,--calibrate-workspace)
 # the bf16 matmul paths of this CPU and build, measured once per build

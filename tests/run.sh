@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 t_all=$(date +%s)
 mkdir -p build
-LANES=${LLMC_TEST_LANES:-$([ "$(nproc)" -ge 2 ] && echo 2 || echo 1)}
+LANES=${LLMC_TEST_LANES:-$([ "$(ncpu)" -ge 2 ] && echo 2 || echo 1)}
 case "$LANES" in 1|2) ;; *) echo "LLMC_TEST_LANES=$LANES: must be 1 or 2" >&2; exit 2 ;; esac
 # one line per finished suite: seconds, passed, failed, skipped, name (tab-separated)
 RESULTS=build/test_results.tsv

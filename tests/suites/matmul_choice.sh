@@ -251,7 +251,7 @@ grep -q "^note: resume: the matmul paths" <<<"$out" && bad "a resume with the sa
 # that start together measure once; a resume whose calibration file changed meanwhile is cmp-equal to the
 # uninterrupted run; --invariant 1 measures nothing
 unset LLMC_BF16_MATMUL_RATES
-busy=(); for _ in $(seq "$(nproc)"); do ( while :; do :; done ) & busy+=($!); done
+busy=(); for _ in $(seq "$(ncpu)"); do ( while :; do :; done ) & busy+=($!); done
 stop_busy() { kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null; busy=(); }
 trap 'stop_busy; rm -rf "$tmp"' EXIT
 export LLMC_BF16_MATMUL_FILE=$tmp/load.matmul

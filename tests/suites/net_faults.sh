@@ -37,7 +37,7 @@ cannot_run() {
 }
 [ "$(id -u)" = 0 ] || cannot_run "needs root: network namespaces"
 unshare --net --uts true 2>/dev/null || cannot_run "needs network/UTS namespaces"
-[ "$(nproc)" -ge 2 ] || cannot_run "needs 2 cpus (one per node)"
+[ "$(ncpu)" -ge 2 ] || cannot_run "needs 2 cpus (one per node)"
 make -s train_gpt_cpu >/dev/null 2>&1 || { bad "make train_gpt_cpu"; summary; exit 1; }
 # --- 0. a lost peer process (no cluster: 2 ranks on this machine over Open MPI's TCP transport,
 # --mca btl self,tcp): rank 1's trainer SIGKILLed (its wrapper stays, as a node whose daemon
@@ -100,7 +100,7 @@ CL="scripts/cluster.sh --name $NAME"
 export OMP_NUM_THREADS=1
 tmp=$(mktemp -d)
 HOGS=(); JOB=""
-hogs_on() { local c; for c in $(seq 0 $(($(nproc) - 1))); do taskset -c "$c" bash -c 'while :; do :; done' & HOGS+=($!); done; }
+hogs_on() { local c; for c in $(seq 0 $(($(ncpu) - 1))); do taskset -c "$c" bash -c 'while :; do :; done' & HOGS+=($!); done; }
 hogs_off() { [ ${#HOGS[@]} -gt 0 ] && { kill "${HOGS[@]}" 2>/dev/null; wait "${HOGS[@]}" 2>/dev/null; }; HOGS=(); }
 cleanup() {
   hogs_off
