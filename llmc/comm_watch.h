@@ -370,6 +370,15 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
     }
     fprintf(stderr, "%s\n", line);
     fflush(stderr);
+    /* nothing half-written (docs/faults.md, exit 1): a checkpoint or state
+       write this timeout cuts is never published, so rank 0, the one rank
+       that renames it, removes its .tmp and a model whose state is not
+       complete, as a second signal does (interrupt.h). The other ranks leave
+       them: rank 0 may have passed the write's completion check and renamed
+       it while their own wait for its answer ran out. (A make test beside a
+       busy loop on every core cut the link during checkpoint 15's write and
+       left model_00000015.bin.tmp.) */
+    if (w->rank == 0) intr_unlink_watched();
     /* the launcher's SIGTERM finds the other thread still waiting later: its
        notice (comm_notice_signal) must not replace this record, which names
        the cause, by one that says only "SIGTERM" */

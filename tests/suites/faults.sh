@@ -24,6 +24,12 @@
 #     middle of the state's writes (tests/shims/fs_faults.c, an LD_PRELOAD
 #     shim) the same. Where mount(2) is allowed, the same on a small
 #     tmpfs that fills up (ENOSPC in the middle of the ranks' writes).
+#  5. a collective timeout in a checkpoint write (rank 1 held in the write of
+#     step 10 of a -y 1 run from step 5 by the test hook LLMC_TEST_SLOW=
+#     checkpoint:12, then =state:12, --collective-timeout 4): rank 0's error names the write's completion
+#     check, exit 1, and nothing half-written: no .tmp, no model_00000010.bin
+#     without its state, the step-5 pair kept (docs/faults.md: exit 1 leaves
+#     nothing half-written; before 2026-12-07 the .tmp stayed).
 # Usage: bash tests/suites/faults.sh   (TRAIN_GPT=path to test another binary;
 # KEEP=1 keeps the temporary directory). Last line: "N passed, M failed".
 set -u
@@ -163,5 +169,19 @@ if mount -t tmpfs -o size=45m tmpfs "$S" 2>/dev/null; then
 else
   echo "note: mount(2) not permitted here; the ENOSPC cases are skipped (the ulimit -f cases above still run)"
 fi
+
+# 5. a collective timeout in a checkpoint write: rank 0 removes what the write left
+for ph in checkpoint state; do
+  C="$tmp/cto_$ph"
+  # the step-5 pair first, then -y 1 with rank 1 held in its next write (step 10; the hook holds every write)
+  timeout 120 $MPIRUN -np 2 "$TRAIN" $TINY -z 3 -n 5 -x 5 -o "$C" > "$tmp/cto_$ph.0.out" 2>&1 || bad "the run to step 5 before case 5 ($ph): exit $?"
+  A=("$TRAIN" $TINY -z 3 -n 5 -x 12 --collective-timeout 4 -o "$C" -y 1)
+  timeout 120 $MPIRUN -np 1 "${A[@]}" : -np 1 -x LLMC_TEST_SLOW=$ph:12 "${A[@]}" > "$tmp/cto_$ph.out" 2>&1; rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "^error (rank 0, node [^)]*): the checkpoint write's completion check .*(step 10) did not complete in 4 s" "$tmp/cto_$ph.out" \
+     && ! ls "$C"/*.tmp* > /dev/null 2>&1 && [ ! -e "$C/model_00000010.bin" ] && [ ! -e "$C/state_00000010.bin" ] \
+     && [ -s "$C/model_00000005.bin" ] && [ -s "$C/state_00000005.bin" ]; then
+    ok "a collective timeout in the $ph write of step 10 (rank 1 held there): rank 0 names the completion check, exit $rc, no .tmp, no model 10 without its state, the step-5 pair kept"
+  else bad "a collective timeout in the $ph write of step 10: exit $rc; left: $(ls "$C" | tr '\n' ' ')"; grep -m2 "^error" "$tmp/cto_$ph.out" | cut -c1-200; fi
+done
 
 summary

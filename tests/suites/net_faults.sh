@@ -135,8 +135,12 @@ cut_run() { # label zero extra...
   local out="$tmp/$label.out"
   rm -rf "$tmp/$label"
   hogs_on
-  timeout 200 $CL run -np 4 --map-by ppr:2:node -- ./train_gpt_cpu $DATA $TINY -z $z -x 400 -n 5 -o "$tmp/$label" \
-    --collective-timeout $TO "$@" > "$out" 2>&1 &
+  # each step held 0.25 s (test hook LLMC_TEST_SLOW) and a checkpoint every 10 steps, so that the cut lands
+  # in a step's collectives, not in checkpoint 20's write, however late step 12's line reaches $out: a make
+  # test beside a busy loop on every core cut during checkpoint 15's write with -n 5 and no hold (that
+  # write's completion check cannot name the silent rank; the faults suite's case 5 covers a timeout there)
+  LLMC_TEST_SLOW=step:0.25 timeout 200 $CL run -np 4 --map-by ppr:2:node -x LLMC_TEST_SLOW -- ./train_gpt_cpu $DATA $TINY -z $z -x 400 -n 10 \
+    -o "$tmp/$label" --collective-timeout $TO "$@" > "$out" 2>&1 &
   JOB=$!
   if ! wait_for "$out" "^step +12/" 120; then bad "$label: never reached step 12"; tail -5 "$out"; kill $JOB; JOB=""; hogs_off; return 1; fi
   local t0 t0u; t0=$(now); t0u=$(date +%s.%N)
