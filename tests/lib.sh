@@ -14,10 +14,11 @@ skip() { skip=$((skip + 1)); echo "skip $*"; }
 summary() { echo "$pass passed, $fail failed, $skip skipped"; [ "$fail" -eq 0 ]; }
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
 
-# build/cpu_isa (once): the levels of this CPU
 # the cpus this process may use: nproc without OMP_NUM_THREADS and OMP_THREAD_LIMIT, which GNU
 # nproc honours (in a suite that exports OMP_NUM_THREADS=1, plain nproc says 1 on any machine)
 ncpu() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
+
+# build/cpu_isa (once): the levels of this CPU
 cpu_isa_tool() {
   [ -x build/cpu_isa ] && [ build/cpu_isa -nt tests/cpu_isa.c ] && [ build/cpu_isa -nt llmc/cpu/isa.h ] ||
     { mkdir -p build && gcc -O2 -I. tests/cpu_isa.c -o build/cpu_isa; } || return 1

@@ -170,7 +170,7 @@ threads_run() { # name cpumode R
 }
 threads_run "2x1" all 1
 threads_run "2x2" all 2
-nproc_host=$(env -u OMP_NUM_THREADS nproc)
+nproc_host=$(ncpu)
 $CL up 2 --cpus split >/dev/null
 n0=$($CL exec $NAME-node0 env -u OMP_NUM_THREADS nproc); n1=$($CL exec $NAME-node1 env -u OMP_NUM_THREADS nproc)
 if [ "$nproc_host" -ge 2 ]; then
