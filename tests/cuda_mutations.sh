@@ -41,7 +41,7 @@ mutation_build() { # dir kind(test|asan) out
   else # the load/store hooks of tests/cuda_emu/emu_race.h (EMU_ACCESS_FLAGS of emu.mk)
     flags="$flags -DLLMC_EMU_ACCESS=1 -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 --param asan-stack=0 --param asan-globals=0"
   fi
-  (cd "$1" && nice g++ $flags $(mpicc -showme:compile) test_gpt.cu -o "$3" $(mpicc -showme:link) -lboost_context -pthread)
+  (cd "$1" && g++ $flags $(mpicc -showme:compile) test_gpt.cu -o "$3" $(mpicc -showme:link) -lboost_context -pthread)
 }
 
 # mutations_run [names...]: runs each; ok/bad per mutation (tests/lib.sh).

@@ -25,8 +25,8 @@ cd "$(dirname "$0")/.."
 . tests/lib.sh
 t_all=$(date +%s)
 mkdir -p build
-LANES=${LLMC_TEST_LANES:-$([ "$(ncpu)" -ge 2 ] && echo 2 || echo 1)}
-case "$LANES" in 1|2) ;; *) echo "LLMC_TEST_LANES=$LANES: must be 1 or 2" >&2; exit 2 ;; esac
+LANES=${LLMC_TEST_LANES:-$([ "$(ncpu)" -ge 2 ] && echo 3 || echo 1)}
+case "$LANES" in 1|2|3) ;; *) echo "LLMC_TEST_LANES=$LANES: must be 1, 2 or 3" >&2; exit 2 ;; esac
 # one line per finished suite: seconds, passed, failed, skipped, name (tab-separated)
 RESULTS=build/test_results.tsv
 : > "$RESULTS"
@@ -61,13 +61,14 @@ suite() { # name command...
 finish() {
   local LANES_USED=1
   [ -n "${LANE_B:-}" ] && { wait "$LANE_B"; LANE_B=""; LANES_USED=2; }
+  [ -n "${LANE_C:-}" ] && { wait "$LANE_C"; LANE_C=""; LANES_USED=3; }
   local total_pass total_fail total_skip failed
   read -r total_pass total_fail total_skip < <(awk -F'\t' '{p += $2; f += $3; k += $4} END {print p + 0, f + 0, k + 0}' "$RESULTS")
   failed=$(awk -F'\t' '$3 != 0 {printf "%s%s", s, $5; s = ", "}' "$RESULTS")
   echo
   echo "slowest suites:"
   sort -t$'\t' -k1,1 -rn "$RESULTS" | head -5 | awk -F'\t' '{ printf "    %5d s %s\n", $1, $5 }'
-  echo "all suites: $(( $(date +%s) - t_all )) s$([ "$LANES_USED" = 2 ] && echo " (two lanes: the cluster and waiting suites beside the others)")"
+  echo "all suites: $(( $(date +%s) - t_all )) s$([ "$LANES_USED" = 2 ] && echo " (two lanes: the cluster and waiting suites beside the others)")$([ "$LANES_USED" = 3 ] && echo " (three lanes: the cluster suites and the other waiting suites beside the others)")"
   if [ -n "$failed" ]; then
     # the failures again, at the end, where a truncated CI log still shows them
     awk -F'\t' '$3 != 0 {print $5}' "$RESULTS" | while IFS= read -r name; do
@@ -108,36 +109,47 @@ if [ $QUICK = 1 ]; then
   suite "quick training" bash tests/suites/quick.sh
   finish; exit
 fi
-# Two lanes (LLMC_TEST_LANES=2, the default on 2 or more cores; 1: one after
-# another): lane B, in the background, runs the suites that mostly wait (on
-# collective timeouts, kill delays, probes, Slurm) and those that bring up a
-# simulated cluster (scripts/cluster.sh: each its own name, subnet, Slurm
-# ports and munged, so two clusters can be up at once), while lane A runs
-# the ones that keep the cores busy; fit details, the GPU dry run (its
-# nvcc builds), bad input, check a model and the fuzz smoke even out the two
-# lanes' times (lane B ended 10 minutes before lane A without the last three) (quiet 2-core Zen 5, one lane:
-# elastic 687 s, network faults 265, fit details 224, gpu dry run 215,
-# flight 133, interrupts 119, kill 85, placement 71, slurm 62, cluster 44).
+# Lanes (LLMC_TEST_LANES; the default 3 on 2 or more cores, 1 on one).
+# Lane A, in the foreground, runs the suites that keep the cores busy.
+# Lanes B and C run the suites that mostly wait (on collective timeouts,
+# kill delays, probes, Slurm): B those that bring up a simulated cluster
+# (scripts/cluster.sh: each its own name, subnet, Slurm ports and munged,
+# so two clusters can be up at once) and the flight records, C the others;
+# fit details, the GPU dry run (its nvcc builds), bad input, check a model
+# and the fuzz smoke even out the lanes' times. LLMC_TEST_LANES=2 runs B
+# then C in one background lane (the layout until 2026-12-07: make test
+# 30m29s on a quiet 2-core Zen 4, all suites 1685 s, the background lane
+# the longer one, 44% of the two cores idle), 1 runs everything in order.
+# One lane, quiet 2-core Zen 5: elastic 687 s, network faults 265, fit
+# details 224, gpu dry run 215, flight 133, interrupts 119, kill 85,
+# placement 71, slurm 62, cluster 44.
 lane_b() {
   suite "elastic" bash tests/suites/elastic.sh
   suite "network faults" bash tests/suites/net_faults.sh
-  suite "fit details" bash tests/suites/fit_details.sh
-  suite "interrupts and flight records" bash tests/suites/interrupt.sh
   suite "slurm" bash tests/suites/slurm.sh
   suite "cluster" bash tests/suites/cluster.sh
   suite "placement" bash tests/suites/placement.sh
-  suite "kill at any moment" bash tests/suites/kill.sh
   suite "flight records" bash tests/suites/flight.sh
+}
+lane_c() {
+  suite "fit details" bash tests/suites/fit_details.sh
+  suite "interrupts and flight records" bash tests/suites/interrupt.sh
+  suite "kill at any moment" bash tests/suites/kill.sh
   suite "gpu dry run" bash tests/suites/gpu_dry_run.sh
   suite "bad input" bash tests/suites/bad_input.sh
   suite "check a model" bash tests/suites/check_model.sh
   suite "fuzz smoke" bash tests/fuzz/run.sh 15
 }
-LANE_B=""
-# stopped (Ctrl-C, CI's time limit): lane B's suite gets SIGTERM (each suite
-# removes what it made on TERM), then the lane
-stop_lane_b() { [ -n "$LANE_B" ] && { pkill -TERM -P "$LANE_B"; kill -TERM "$LANE_B"; wait "$LANE_B"; } 2>/dev/null; }
-if [ "$LANES" = 2 ]; then lane_b & LANE_B=$!; trap 'echo "interrupted"; stop_lane_b; exit 130' INT TERM; fi
+LANE_B=""; LANE_C=""
+# stopped (Ctrl-C, CI's time limit): each background lane's suite gets
+# SIGTERM (each suite removes what it made on TERM), then the lane
+stop_lane() { [ -n "$1" ] && { pkill -TERM -P "$1"; kill -TERM "$1"; wait "$1"; } 2>/dev/null; }
+stop_lanes() { stop_lane "$LANE_B"; stop_lane "$LANE_C"; }
+case "$LANES" in
+  2) { lane_b; lane_c; } & LANE_B=$! ;;
+  3) lane_b & LANE_B=$!; lane_c & LANE_C=$! ;;
+esac
+[ "$LANES" != 1 ] && trap 'echo "interrupted"; stop_lanes; exit 130' INT TERM
 for L in $CPU_ISA_ALL; do
   [ "$L" = "$detected" ] && break
   suite "cpu kernels at $L" env LLMC_CPU_ISA=$L ./build/test_kernels
@@ -168,6 +180,6 @@ suite "docs" bash tests/suites/docs.sh
 suite "entry points" bash tests/suites/entry_points.sh
 suite "compare runs" bash tests/suites/compare.sh
 suite "sanitizers" bash tests/suites/sanitizers.sh
-[ "$LANES" = 1 ] && lane_b
+[ "$LANES" = 1 ] && { lane_b; lane_c; }
 
 finish

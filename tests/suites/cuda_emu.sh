@@ -46,7 +46,7 @@ bad() { local n; n=$(date +%s); fail=$((fail + 1)); echo "FAIL $* ($((n - tc)) s
 # (gcov instrumentation is on by default, EMU_COVERAGE=1 of tests/cuda_emu/emu.mk: programs an
 # earlier make built without it are rebuilt, so that every run below adds to the coverage)
 [ "${EMU_COVERAGE:-1}" = 1 ] && [ -f train_gpt_emu ] && [ ! -f train_gpt_emu-train_gpt.gcno ] && make -s emu-clean
-if ! nice make -s -j"$(ncpu)" emu emu-unit > "$tmp/build" 2>&1; then
+if ! make -s -j"$(ncpu)" emu emu-unit > "$tmp/build" 2>&1; then
   bad "make emu"; tail -20 "$tmp/build"; summary; exit 1
 fi
 ok "make emu builds ./train_gpt_emu ./test_gpt_emu dev/cuda/*_emu"
@@ -73,7 +73,7 @@ LLMC_COLLECTIVES=host run "tiny N=2 z3 host-staged" 2 $T -z 3
 # the emulator's own checks (tests/unit/test_emu.cpp: barrier and warp rules, shuffles,
 # atomics, streams and events, bf16 bit for bit against the toolkit's cuda_bf16.h, cuBLASLt
 # against float64, launch and shared-memory limits, misaligned 128-bit access)
-if nice make -s emu-unit > "$tmp/unit.build" 2>&1 && ./build/test_emu > "$tmp/unit" 2>&1 && tail -1 "$tmp/unit" | grep -q " 0 failed"; then
+if make -s emu-unit > "$tmp/unit.build" 2>&1 && ./build/test_emu > "$tmp/unit" 2>&1 && tail -1 "$tmp/unit" | grep -q " 0 failed"; then
   ok "the emulator's unit checks: $(tail -1 "$tmp/unit")"
 else bad "the emulator's unit checks"; grep -E "^FAIL|error" "$tmp/unit.build" "$tmp/unit" 2>/dev/null | head -10; fi
 for np in 1 2; do

@@ -271,12 +271,16 @@ if [ $avx512 = 1 ]; then
   export LLMC_BF16_MATMUL_FILE=$tmp/pair.matmul
   timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 > "$tmp/pairA.out" 2>&1 & pa=$!
   timeout 300 $MPIRUN -np 1 ./train_gpt_cpu_bf16 $MODEL -x 1 > "$tmp/pairB.out" 2>&1 & pb=$!
-  wait $pa $pb
+  wait $pa; ra=$?; wait $pb; rb=$?
   m=$(cat "$tmp/pairA.out" "$tmp/pairB.out" | grep -c "^matmul: .*measured at start-up")
   pA=$(grep '^matmul:' "$tmp/pairA.out" | grep -o "fwd [a-z0-9]* .*attention [a-z0-9]*" | sed 's/ [0-9]*\/[0-9]*//g')
   pB=$(grep '^matmul:' "$tmp/pairB.out" | grep -o "fwd [a-z0-9]* .*attention [a-z0-9]*" | sed 's/ [0-9]*\/[0-9]*//g')
   [ "$m" = 1 ] && [ -n "$pA" ] && [ "$pA" = "$pB" ] && ok "two runs that start together without a file: one measured, both took its paths ($pA)" ||
-    bad "two first starts: $m measured; paths '$pA' / '$pB'"
+    { bad "two first starts: $m measured; paths '$pA' / '$pB'"
+      # the diagnosis (a make test on a quiet Zen 4 once saw A's paths empty; not reproduced in 24 pairs)
+      for x in A B; do r=ra; [ $x = B ] && r=rb
+        echo "    run $x: exit ${!r}; $(grep -c . "$tmp/pair$x.out") lines; its matmul line: $(grep -m1 '^matmul:' "$tmp/pair$x.out" | cut -c1-300)"
+        grep -v '^matmul:' "$tmp/pair$x.out" | grep -m3 -iE 'error|warn|abort|signal|killed|timeout' | cut -c1-300 | sed 's/^/      /'; done; }
 else
   skip "two first starts measure once (the lock): nothing is measured below avx512: $why"
 fi
