@@ -112,11 +112,14 @@ fi
 # Lanes (LLMC_TEST_LANES; the default 3 on 2 or more cores, 1 on one).
 # Lane A, in the foreground, runs the suites that keep the cores busy.
 # Lanes B and C run the suites that mostly wait (on collective timeouts,
-# kill delays, probes, Slurm): B those that bring up a simulated cluster
-# (scripts/cluster.sh: each its own name, subnet, Slurm ports and munged,
-# so two clusters can be up at once) and the flight records, C the others;
-# fit details, the GPU dry run (its nvcc builds), bad input, check a model
-# and the fuzz smoke even out the lanes' times. LLMC_TEST_LANES=2 runs B
+# kill delays, probes, Slurm): B most of those that bring up a simulated
+# cluster (scripts/cluster.sh: each its own name, subnet, Slurm ports and
+# munged, so two clusters can be up at once) and the flight records, C
+# the others, with every suite that uses build/fit/ (fit details,
+# interrupts, fit check); bad input, faults, sanitizers, the GPU dry run
+# (its nvcc builds), check a model, the fuzz smoke and the fit check even
+# out the lanes' times (the first three-lane run: lanes B and C ended at
+# 870-1060 s, lane A at 1507 s). LLMC_TEST_LANES=2 runs B
 # then C in one background lane (the layout until 2026-12-07: make test
 # 30m29s on a quiet 2-core Zen 4, all suites 1685 s, the background lane
 # the longer one, 44% of the two cores idle), 1 runs everything in order.
@@ -130,15 +133,18 @@ lane_b() {
   suite "cluster" bash tests/suites/cluster.sh
   suite "placement" bash tests/suites/placement.sh
   suite "flight records" bash tests/suites/flight.sh
+  suite "bad input" bash tests/suites/bad_input.sh
+  suite "faults" bash tests/suites/faults.sh
+  suite "sanitizers" bash tests/suites/sanitizers.sh
 }
 lane_c() {
   suite "fit details" bash tests/suites/fit_details.sh
   suite "interrupts and flight records" bash tests/suites/interrupt.sh
   suite "kill at any moment" bash tests/suites/kill.sh
   suite "gpu dry run" bash tests/suites/gpu_dry_run.sh
-  suite "bad input" bash tests/suites/bad_input.sh
   suite "check a model" bash tests/suites/check_model.sh
   suite "fuzz smoke" bash tests/fuzz/run.sh 15
+  suite "fit check and -z auto" bash tests/suites/fit.sh
 }
 LANE_B=""; LANE_C=""
 # stopped (Ctrl-C, CI's time limit): each background lane's suite gets
@@ -166,7 +172,6 @@ suite "cuda emulation" bash tests/suites/cuda_emu.sh
 suite "overlap and hsdp" bash tests/suites/overlap.sh
 suite "overlap and hsdp bf16" env PROG=./train_gpt_cpu_bf16 bash tests/suites/overlap.sh
 suite "memory by stage" bash tests/suites/memory.sh
-suite "fit check and -z auto" bash tests/suites/fit.sh
 suite "activation recompute" bash tests/suites/recompute.sh
 suite "layout invariance" bash tests/suites/invariance.sh
 suite "zero++" bash tests/suites/zeropp.sh
@@ -174,12 +179,10 @@ suite "training" bash tests/suites/train.sh
 suite "plots" bash tests/suites/plots.sh
 suite "resume" bash tests/suites/resume.sh
 suite "resume bf16" env TRAIN_GPT=./train_gpt_cpu_bf16 bash tests/suites/resume.sh
-suite "faults" bash tests/suites/faults.sh
 suite "offload" bash tests/suites/offload.sh
 suite "docs" bash tests/suites/docs.sh
 suite "entry points" bash tests/suites/entry_points.sh
 suite "compare runs" bash tests/suites/compare.sh
-suite "sanitizers" bash tests/suites/sanitizers.sh
 [ "$LANES" = 1 ] && { lane_b; lane_c; }
 
 finish
