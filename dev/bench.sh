@@ -70,7 +70,9 @@ PEAK[ours-bf16-fp32]=$(peak_of "$out16" bf16-fp32-path)
 PEAK[ours-bf16-prim]=$(peak_of "$out16" bf16-primitive-path)
 PEAK[pytorch-fp32]=${PEAK[ours-fp32]}
 PEAK[ours-fp32-inv]=${PEAK[ours-fp32]}
-PEAK[ours-bf16-inv]=${PEAK[ours-bf16-fp32]}   # --invariant 1 forces the fp32-copy path
+# --invariant 1 runs the linear layers' fixed tiles on the primitive at avx512_bf16 and above (llmc/cpu/matmul_choice.h), else on the fp32-copy path
+LEVEL=$(echo "$out32" | awk '$1 == "cpu" {for (i = 1; i < NF; i++) if ($i == "level") {sub(/[^a-z0-9_].*/, "", $(i + 1)); print $(i + 1); exit}}')
+case $LEVEL in avx512_bf16|amx) PEAK[ours-bf16-inv]=${PEAK[ours-bf16-prim]} ;; *) PEAK[ours-bf16-inv]=${PEAK[ours-bf16-fp32]} ;; esac
 pb=$(peak_of "$out16" amx); pbn=amx
 awk -v x="${pb:-0}" 'BEGIN {exit !(x > 0)}' || { pb=$(peak_of "$out16" avx512_bf16); pbn=avx512_bf16; }
 awk -v x="${pb:-0}" 'BEGIN {exit !(x > 0)}' || { pb=${PEAK[ours-fp32]}; pbn="fp32 (no bf16 instructions)"; }

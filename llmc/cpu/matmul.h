@@ -35,8 +35,13 @@ static inline void cpu_bias_backward(floatX* dbias, const floatX* dout, int N, i
 static inline void matmul_forward(floatX* out, const floatX* inp,
                                   const floatX* weight, const floatX* bias,
                                   int N, int C, int OC) {
-    if (cpu_inv_T && N % cpu_inv_rows(cpu_inv_T) == 0) { cpu_inv_gemm_rows_bf16(out, inp, weight, bias, N, C, OC, 1, 0); return; }
-    cpu_gemm_bf16(cpu_gemm_state.lm_head ? CPU_MM_LM_FWD : CPU_MM_FWD, 0, 1, N, OC, C, inp, C, weight, C, 0, out, OC, bias);
+    const int cls = cpu_gemm_state.lm_head ? CPU_MM_LM_FWD : CPU_MM_FWD;
+    if (cpu_inv_T && N % cpu_inv_rows(cpu_inv_T) == 0) {   /* --invariant 1: fixed tiles on the class's path */
+        if (cpu_gemm_path(cls)) cpu_inv_gemm_rows_bf16(out, inp, weight, bias, N, C, OC, 1, 0);
+        else cpu_inv_gemm_rows_prim(out, inp, weight, bias, N, C, OC, 1, 0);
+        return;
+    }
+    cpu_gemm_bf16(cls, 0, 1, N, OC, C, inp, C, weight, C, 0, out, OC, bias);
 }
 
 /* Backward of matmul_forward, all three accumulate, one rounding each:
@@ -47,13 +52,14 @@ static inline void matmul_backward(floatX* dinp, floatX* dweight,
                                    floatX* dbias, const floatX* dout,
                                    const floatX* inp, const floatX* weight,
                                    int N, int C, int OC) {
-    if (cpu_inv_T && N % cpu_inv_T == 0) {   /* --invariant 1 */
-        if (dinp) cpu_inv_gemm_rows_bf16(dinp, dout, weight, NULL, N, OC, C, 0, 1);
-        cpu_inv_dweight_bf16(dweight, dout, inp, N, C, OC);
+    const int lm = cpu_gemm_state.lm_head ? 3 : 0;
+    if (cpu_inv_T && N % cpu_inv_T == 0) {   /* --invariant 1: fixed tiles and trees on each class's path */
+        if (dinp && cpu_gemm_path(CPU_MM_DINP + lm)) cpu_inv_gemm_rows_bf16(dinp, dout, weight, NULL, N, OC, C, 0, 1);
+        else if (dinp) cpu_inv_gemm_rows_prim(dinp, dout, weight, NULL, N, OC, C, 0, 1);
+        cpu_inv_dweight_bf16(dweight, dout, inp, N, C, OC, !cpu_gemm_path(CPU_MM_DWEIGHT + lm));
         if (dbias) cpu_inv_dbias(dbias, dout, N, OC);
         return;
     }
-    const int lm = cpu_gemm_state.lm_head ? 3 : 0;
     if (dinp) cpu_gemm_bf16(CPU_MM_DINP + lm, 0, 0, N, C, OC, dout, OC, weight, C, 1, dinp, C, NULL);
     cpu_gemm_bf16(CPU_MM_DWEIGHT + lm, 1, 0, OC, C, N, dout, OC, inp, C, 1, dweight, C, NULL);
     if (dbias) cpu_bias_backward(dbias, dout, N, OC);

@@ -68,7 +68,7 @@ enum { CPU_GEMM_BY_RULE = 0,      /* no agreed choice (kernel tests, benches): t
        CPU_GEMM_BY_FILE,          /* the calibration file of this CPU and build (matmul_choice.h) */
        CPU_GEMM_BY_MEASURED,      /* measured at start-up by rank 0 (no valid calibration file), then written */
        CPU_GEMM_BY_STATE,         /* -y 1: the paths the resumed state recorded (header word 26, llmc/state.h) */
-       CPU_GEMM_BY_INVARIANT };   /* --invariant 1: the fp32-copy path on fixed tiles for every class, nothing measured */
+       CPU_GEMM_BY_INVARIANT };   /* --invariant 1: one path per class whatever the thread count, nothing measured (matmul_choice.h) */
 
 /* One decision about the paths, as rank 0 takes it and broadcasts it (a
    plain struct: the broadcast copies its bytes). fp32[k]: 1 = the
@@ -204,12 +204,15 @@ static inline const char* cpu_gemm_mode(void) {
    classes matmul_forward / matmul_backward take (backend_matmul_lm_head). */
 static inline void cpu_gemm_lm_head(int on) { cpu_gemm_state.lm_head = on ? 1 : 0; }
 
+/* the scratchpads of --invariant 1's tile plans (matmul_invariant.h) */
+static inline unsigned long long cpu_inv_prim_bytes(void);
+
 /* bytes of matmul scratch (memory outside the ledger) */
 static inline unsigned long long cpu_gemm_internal_bytes(void) {
     unsigned long long b = cpu_gemm_state.scratch_bytes + cpu_gemm_state.shared_cap * sizeof(float) +
                            cpu_gemm_state.att_cap * sizeof(float);
     for (int i = 0; i < 256; i++) b += cpu_gemm_state.tcap[i] * sizeof(float);
-    return b;
+    return b + cpu_inv_prim_bytes();
 }
 
 /* *buf grown to hold n floats (64-byte aligned); exits on failure */

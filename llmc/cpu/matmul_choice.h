@@ -29,8 +29,13 @@
  * configuration must give the same bits):
  *   1. LLMC_BF16_MATMUL=primitive|fp32 forces one path for every class;
  *   2. some rank's level is below avx512: fp32 for every class;
- *   3. --invariant 1 (cpu_gemm_request): fp32 for every class, nothing
- *      measured (the fixed tiles of matmul_invariant.h run on that path);
+ *   3. --invariant 1 (cpu_gemm_request): nothing measured, one path per
+ *      class whatever the thread count: the linear layers' fixed tiles
+ *      (matmul_invariant.h) on the primitive where every rank runs at
+ *      avx512_bf16 or above (or LLMC_BF16_MATMUL=primitive forces it),
+ *      else on the fp32-copy path (or LLMC_BF16_MATMUL=fp32 forces it);
+ *      attention on the fp32-copy path (its batched products are not
+ *      tiled; the copy path's per-head tasks are single-threaded);
  *   4. -y 1 (cpu_gemm_request): the paths the resumed state recorded
  *      (state.h, header word 26), so the resumed run goes on with the
  *      numbers of the run it resumes;
@@ -404,8 +409,8 @@ static inline int cpu_gemm_read_file(const char* path, CpuGemmChoice* c, char* w
 
 /* What the run asks of the decision beyond the calibration files (set by
    the trainer before backend_agree_kernels, from its flags, which every
-   rank shares): --invariant 1 takes the fp32-copy path for every class
-   and measures nothing; -y 1 takes the paths the resumed state recorded
+   rank shares): --invariant 1 measures nothing and takes one path per
+   class whatever the thread count (the decision's item 3 above); -y 1 takes the paths the resumed state recorded
    (resume_mask: bit k = class k on the primitive) wherever this CPU can
    run them (every rank at avx512 or above), whatever a measurement would
    say, so a resume continues on the numbers of the run it resumes. */
@@ -465,18 +470,33 @@ static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size
                  "AVX512_CORE on every rank (unset LLMC_BF16_MATMUL, or set it to fp32)", cpu_isa_names[lowest]);
         return;
     }
+    const CpuGemmRequest* q = &cpu_gemm_request;
+    if (q->invariant && f != 0) {   /* one path per class whatever the thread count or the file: nothing to measure */
+        int inv_prim = f == 2 && lowest >= CPU_ISA_AVX512_BF16;
+        c->how = CPU_GEMM_BY_INVARIANT;
+        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = !inv_prim || k == CPU_MM_ATTENTION;
+        if (inv_prim) cpu_gemm_probe_impl(c->impl, sizeof(c->impl));
+        if (inv_prim)
+            snprintf(c->where, sizeof(c->where), "--invariant 1: the linear layers on fixed single-threaded tiles of the primitive (the level is "
+                     "avx512_bf16 or above on every rank), attention on the fp32-copy path; nothing measured");
+        else
+            snprintf(c->where, sizeof(c->where), "--invariant 1: the fp32-copy path on fixed tiles for every class (%s); nothing measured",
+                     f == 1 ? "LLMC_BF16_MATMUL=fp32" : "the primitive's tiles need the level avx512_bf16 on every rank");
+        return;
+    }
+    if (q->invariant) {   /* LLMC_BF16_MATMUL=primitive: the linear layers' tiles on the primitive, attention on the fp32-copy path */
+        c->how = CPU_GEMM_BY_INVARIANT;
+        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = k == CPU_MM_ATTENTION;
+        cpu_gemm_probe_impl(c->impl, sizeof(c->impl));
+        snprintf(c->where, sizeof(c->where), "--invariant 1 with LLMC_BF16_MATMUL=primitive: the linear layers on fixed single-threaded tiles "
+                 "of the primitive, attention on the fp32-copy path (its batched products are not tiled); nothing measured");
+        return;
+    }
     if (f != 2) {
         c->how = CPU_GEMM_BY_ENV;
         for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = f;
         if (!f) cpu_gemm_probe_impl(c->impl, sizeof(c->impl));
         snprintf(c->where, sizeof(c->where), "LLMC_BF16_MATMUL=%s", f ? "fp32" : "primitive");
-        return;
-    }
-    const CpuGemmRequest* q = &cpu_gemm_request;
-    if (q->invariant) {   /* one path whatever the thread count or the file: nothing to measure */
-        c->how = CPU_GEMM_BY_INVARIANT;
-        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = 1;
-        snprintf(c->where, sizeof(c->where), "--invariant 1: the fp32-copy path on fixed tiles for every class, nothing measured");
         return;
     }
     int threads = cpu_num_threads();

@@ -14,6 +14,241 @@
 #include "common.h"
 #include "matmul_bf16.h"   /* the bf16 program's buffers and epilogue (empty in the fp32 program) */
 
+#ifdef LLMC_BF16
+/* ------------------------------------------------------------------------ */
+/* --invariant 1 on oneDNN's bf16 matmul primitive (the bf16 program, the
+   classes whose path is the primitive: cpu_gemm_decide gives it to the
+   linear layers at the level avx512_bf16 and above on every rank)
+
+   A tile plan is one primitive of a fixed tile shape, created while
+   OpenMP's nthreads is 1 (oneDNN's brgemm matmul takes its blocking and its
+   split of K among threads from dnnl_get_max_threads() at creation, and the
+   number of threads is part of oneDNN's primitive cache key), and run
+   inside our parallel region, where oneDNN runs it on the calling thread
+   alone. Its sum order is then a function of the tile's shape and layouts,
+   never of B, N or the thread count: the same bits for the same tile
+   whatever else runs (tests/unit/test_kernels.c checks it bit for bit).
+   The operands are dense (oneDNN 2.6's brgemm matmul takes nothing else; a
+   strided tile falls to its gemm:jit, which mallocs its packing buffers on
+   every call), and B is in the layout the primitive asks for (format
+   "any"), packed from its plain layout (strides sb) by a oneDNN reorder
+   once per product (cpu_inv_plan_pack: exact, a copy), not once per tile.
+   One primitive per shape is shared by the threads (a primitive is
+   immutable; user scratchpad mode is thread-safe when no two executions
+   share a scratchpad: oneDNN's dnnl_scratchpad_mode_t documentation), each
+   thread with its own memory objects, stream and scratchpad. Plans are
+   made, looked up and packed in serial code only. */
+#define CPU_INV_PLANS 64
+typedef struct {
+    int valid, M, N, K, has_bias, accumulate, f32dst;
+    int pack;                        /* 1: B runs in the primitive's own layout, packed by cpu_inv_plan_pack; 0: B dense as stored */
+    long long sa[2], sb[2], sc[2];   /* element strides (row, column) of op(A) (M,K), op(B) (K,N) as stored plain, C (M,N) */
+    unsigned long long used;         /* the call that last took it (not evicted while in use) */
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    const dnnl_memory_desc_t* smd;   /* the scratchpad's (of pd) */
+    const dnnl_memory_desc_t* bmd;   /* the packed B's (of pd) */
+    size_t bbytes;                   /* bytes of a packed B */
+    dnnl_primitive_desc_t rpd;       /* the reorder: B plain (strides sb) -> bmd */
+    dnnl_primitive_t reorder;
+    dnnl_memory_t rsrc, rdst;
+    int nth;                         /* threads with memory objects */
+    dnnl_memory_t* mem;              /* per thread: A, B, C, bias (or NULL), scratchpad */
+} CpuInvPlan;
+static struct {
+    CpuInvPlan plan[CPU_INV_PLANS];
+    int next;
+    unsigned long long call;
+    int nth;                         /* threads with a stream and a scratchpad */
+    dnnl_stream_t stream[256];
+    void* scratch[256];
+    size_t scratch_bytes;            /* each thread's scratchpad (bytes, 64-byte rounded) */
+    void* pack;                      /* the packed B operands of the product running now */
+    size_t pack_bytes;
+    const char* impl;                /* oneDNN's implementation of the last plan made */
+} cpu_inv_prim;
+
+/* bytes the tile plans' buffers hold (memory outside the ledger): the
+   threads' scratchpads and the packed operands */
+static inline unsigned long long cpu_inv_prim_bytes(void) {
+    return (unsigned long long)cpu_inv_prim.scratch_bytes * (unsigned long long)cpu_inv_prim.nth + cpu_inv_prim.pack_bytes;
+}
+
+/* the packed operands' buffer, grown to n bytes (64-byte aligned); serial code */
+static void* cpu_inv_pack_buf(size_t n) {
+    n = (n + 63) / 64 * 64;
+    if (n > cpu_inv_prim.pack_bytes) {
+        free(cpu_inv_prim.pack);
+        if (!(cpu_inv_prim.pack = aligned_alloc(64, n))) {
+            fprintf(stderr, "error: out of memory: cannot allocate %zu bytes of packed matmul operands\n", n);
+            exit(1);
+        }
+        cpu_inv_prim.pack_bytes = n;
+    }
+    return cpu_inv_prim.pack;
+}
+
+/* a 2-D bf16 / fp32 memory descriptor with element strides (row, column) */
+static void cpu_inv_md(dnnl_memory_desc_t* md, int rows, int cols, const long long* st, dnnl_data_type_t dt) {
+    dnnl_dims_t d = {rows, cols}, s = {st[0], st[1]};
+    cpu_gemm_check(dnnl_memory_desc_init_by_strides(md, 2, d, dt, s), "memory_desc_init");
+}
+
+static void cpu_inv_plan_destroy(CpuInvPlan* p) {
+    if (!p->valid) return;
+    for (int t = 0; t < p->nth; t++)
+        for (int j = 0; j < 5; j++) if (p->mem[t * 5 + j]) dnnl_memory_destroy(p->mem[t * 5 + j]);
+    free(p->mem);
+    dnnl_memory_destroy(p->rsrc);
+    dnnl_memory_destroy(p->rdst);
+    dnnl_primitive_destroy(p->reorder);
+    dnnl_primitive_desc_destroy(p->rpd);
+    dnnl_primitive_destroy(p->prim);
+    dnnl_primitive_desc_destroy(p->pd);
+    memset(p, 0, sizeof(*p));
+}
+
+/* the streams and scratchpads of threads [0, nth), and every memory object
+   of plan p for them; serial code */
+static void cpu_inv_plan_threads(CpuInvPlan* p, int nth, size_t scratch) {
+    if (nth > 256) nth = 256;
+    for (int t = cpu_inv_prim.nth; t < nth; t++)
+        cpu_gemm_check(dnnl_stream_create(&cpu_inv_prim.stream[t], cpu_gemm_state.engine, dnnl_stream_default_flags), "stream_create");
+    if (cpu_inv_prim.nth < nth) cpu_inv_prim.nth = nth;
+    if (scratch > cpu_inv_prim.scratch_bytes || !cpu_inv_prim.scratch[0]) {
+        size_t n = (scratch + 63) / 64 * 64;
+        if (n < 64) n = 64;
+        if (n < cpu_inv_prim.scratch_bytes) n = cpu_inv_prim.scratch_bytes;
+        for (int t = 0; t < 256; t++) { free(cpu_inv_prim.scratch[t]); cpu_inv_prim.scratch[t] = NULL; }
+        cpu_inv_prim.scratch_bytes = n;
+    }
+    for (int t = 0; t < cpu_inv_prim.nth; t++)
+        if (!cpu_inv_prim.scratch[t] && !(cpu_inv_prim.scratch[t] = aligned_alloc(64, cpu_inv_prim.scratch_bytes))) {
+            fprintf(stderr, "error: out of memory: cannot allocate %zu bytes of oneDNN matmul scratchpad\n", cpu_inv_prim.scratch_bytes);
+            exit(1);
+        }
+    if (p->nth >= nth) return;
+    dnnl_memory_t* m = (dnnl_memory_t*)realloc(p->mem, sizeof(dnnl_memory_t) * 5 * (size_t)nth);
+    if (!m) { fprintf(stderr, "error: out of memory: oneDNN memory objects\n"); exit(1); }
+    p->mem = m;
+    dnnl_memory_desc_t a, c, bias;
+    long long sbias[2] = {p->N, 1};
+    cpu_inv_md(&a, p->M, p->K, p->sa, dnnl_bf16);
+    cpu_inv_md(&c, p->M, p->N, p->sc, p->f32dst ? dnnl_f32 : dnnl_bf16);
+    cpu_inv_md(&bias, 1, p->N, sbias, dnnl_bf16);
+    dnnl_engine_t e = cpu_gemm_state.engine;
+    for (int t = p->nth; t < nth; t++) {
+        dnnl_memory_t* q = m + (size_t)t * 5;
+        cpu_gemm_check(dnnl_memory_create(&q[0], &a, e, DNNL_MEMORY_NONE), "memory_create");
+        cpu_gemm_check(dnnl_memory_create(&q[1], p->bmd, e, DNNL_MEMORY_NONE), "memory_create");
+        cpu_gemm_check(dnnl_memory_create(&q[2], &c, e, DNNL_MEMORY_NONE), "memory_create");
+        q[3] = NULL;
+        if (p->has_bias) cpu_gemm_check(dnnl_memory_create(&q[3], &bias, e, DNNL_MEMORY_NONE), "memory_create");
+        cpu_gemm_check(dnnl_memory_create(&q[4], p->smd, e, DNNL_MEMORY_NONE), "memory_create");
+    }
+    p->nth = nth;
+}
+
+/* The tile plan of C (M,N) = op(A) (M,K) op(B) (K,N) [+ bias (N)] [+ C]:
+   bf16 A with element strides sa (row, column), dense; B stored plain with
+   strides sb, run packed (pack: p->bbytes bytes, cpu_inv_plan_pack) or as
+   stored (dense, copied by the primitive itself per call); C of strides
+   sc, dense, in bf16 (one rounding of the fp32 sum, bias and old C) or,
+   f32dst, in fp32 (no rounding); with memory objects for this run's
+   threads. Serial code only. A oneDNN failure exits 2 (cpu_gemm_check). */
+static CpuInvPlan* cpu_inv_plan(int M, int N, int K, const long long* sa, const long long* sb, const long long* sc, int has_bias,
+                                int accumulate, int f32dst, int pack) {
+    cpu_gemm_init();
+    int nth = cpu_num_threads();
+    for (int i = 0; i < CPU_INV_PLANS; i++) {
+        CpuInvPlan* q = &cpu_inv_prim.plan[i];
+        if (q->valid && q->M == M && q->N == N && q->K == K && q->has_bias == has_bias && q->accumulate == accumulate &&
+            q->f32dst == f32dst && q->pack == pack && !memcmp(q->sa, sa, sizeof q->sa) && !memcmp(q->sb, sb, sizeof q->sb) && !memcmp(q->sc, sc, sizeof q->sc)) {
+            q->used = cpu_inv_prim.call;
+            cpu_inv_plan_threads(q, nth, 0);
+            return q;
+        }
+    }
+    CpuInvPlan* p = NULL;
+    for (int tries = 0; tries < CPU_INV_PLANS && !p; tries++) {   /* round robin, never a plan this call holds */
+        CpuInvPlan* q = &cpu_inv_prim.plan[cpu_inv_prim.next];
+        cpu_inv_prim.next = (cpu_inv_prim.next + 1) % CPU_INV_PLANS;
+        if (!q->valid || q->used != cpu_inv_prim.call) p = q;
+    }
+    cpu_inv_plan_destroy(p);
+    p->M = M; p->N = N; p->K = K; p->has_bias = has_bias; p->accumulate = accumulate; p->f32dst = f32dst; p->pack = pack;
+    memcpy(p->sa, sa, sizeof p->sa); memcpy(p->sb, sb, sizeof p->sb); memcpy(p->sc, sc, sizeof p->sc);
+    dnnl_memory_desc_t a, b, bplain, c, bias;
+    long long sbias[2] = {N, 1};
+    dnnl_dims_t bd = {K, N};
+    cpu_inv_md(&a, M, K, sa, dnnl_bf16);
+    if (!pack) cpu_inv_md(&b, K, N, sb, dnnl_bf16);
+    else cpu_gemm_check(dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_bf16, dnnl_format_tag_any), "memory_desc_init");
+    cpu_inv_md(&bplain, K, N, sb, dnnl_bf16);
+    cpu_inv_md(&c, M, N, sc, f32dst ? dnnl_f32 : dnnl_bf16);
+    cpu_inv_md(&bias, 1, N, sbias, dnnl_bf16);
+    dnnl_matmul_desc_t desc;
+    cpu_gemm_check(dnnl_matmul_desc_init(&desc, &a, &b, has_bias ? &bias : NULL, &c), "matmul_desc_init");
+    dnnl_primitive_attr_t attr;
+    cpu_gemm_check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
+    cpu_gemm_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+    dnnl_post_ops_t po = NULL;
+    if (accumulate) {
+        cpu_gemm_check(dnnl_post_ops_create(&po), "post_ops_create");
+        cpu_gemm_check(dnnl_post_ops_append_sum(po, 1.0f), "post_ops_append_sum");
+        cpu_gemm_check(dnnl_primitive_attr_set_post_ops(attr, po), "set_post_ops");
+    }
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);   /* the plan's blocking for one thread (see above) */
+    cpu_gemm_check(dnnl_primitive_desc_create(&p->pd, &desc, attr, cpu_gemm_state.engine, NULL), "matmul primitive_desc_create");
+    cpu_gemm_check(dnnl_primitive_create(&p->prim, p->pd), "primitive_create");
+    omp_set_num_threads(saved);
+    if (po) dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    const char* impl = NULL;
+    if (dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success) cpu_inv_prim.impl = impl;
+    p->smd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
+    p->bmd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 0);
+    p->bbytes = dnnl_memory_desc_get_size(p->bmd);
+    cpu_gemm_check(dnnl_reorder_primitive_desc_create(&p->rpd, &bplain, cpu_gemm_state.engine, p->bmd, cpu_gemm_state.engine, NULL),
+                   "reorder primitive_desc_create");
+    cpu_gemm_check(dnnl_primitive_create(&p->reorder, p->rpd), "reorder primitive_create");
+    cpu_gemm_check(dnnl_memory_create(&p->rsrc, &bplain, cpu_gemm_state.engine, DNNL_MEMORY_NONE), "memory_create");
+    cpu_gemm_check(dnnl_memory_create(&p->rdst, p->bmd, cpu_gemm_state.engine, DNNL_MEMORY_NONE), "memory_create");
+    size_t sbytes = p->smd ? dnnl_memory_desc_get_size(p->smd) : 0;
+    p->valid = 1;
+    p->used = cpu_inv_prim.call;
+    cpu_inv_plan_threads(p, nth, sbytes);
+    return p;
+}
+
+/* dst (p->bbytes bytes) <- B (stored plain, strides p->sb) in the layout
+   plan p runs: exact (a oneDNN reorder, threaded by oneDNN); serial code */
+static void cpu_inv_plan_pack(const CpuInvPlan* p, const void* B, void* dst) {
+    cpu_gemm_check(dnnl_memory_set_data_handle(p->rsrc, (void*)B), "set_data_handle");
+    cpu_gemm_check(dnnl_memory_set_data_handle(p->rdst, dst), "set_data_handle");
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p->rsrc}, {DNNL_ARG_TO, p->rdst}};
+    cpu_gemm_check(dnnl_primitive_execute(p->reorder, cpu_gemm_state.stream, 2, args), "reorder execute");
+    cpu_gemm_check(dnnl_stream_wait(cpu_gemm_state.stream), "stream_wait");
+}
+
+/* runs plan p on thread ith (inside a parallel region, on this thread
+   alone): C = op(A) Bpacked [+ bias] [+ C] */
+static inline void cpu_inv_plan_run(const CpuInvPlan* p, int ith, const void* A, const void* Bpacked, void* C, const void* bias) {
+    if (ith >= p->nth) { fprintf(stderr, "error: --invariant 1: tile plan without memory objects for thread %d of %d\n", ith, p->nth); exit(2); }
+    dnnl_memory_t* m = p->mem + (size_t)ith * 5;
+    cpu_gemm_check(dnnl_memory_set_data_handle(m[0], (void*)A), "set_data_handle");
+    cpu_gemm_check(dnnl_memory_set_data_handle(m[1], (void*)Bpacked), "set_data_handle");
+    cpu_gemm_check(dnnl_memory_set_data_handle(m[2], C), "set_data_handle");
+    cpu_gemm_check(dnnl_memory_set_data_handle(m[4], cpu_inv_prim.scratch[ith]), "set_data_handle");
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}, {DNNL_ARG_SCRATCHPAD, m[4]},
+                               {DNNL_ARG_BIAS, m[3]}};
+    if (p->has_bias) cpu_gemm_check(dnnl_memory_set_data_handle(m[3], (void*)bias), "set_data_handle");
+    cpu_gemm_check(dnnl_primitive_execute(p->prim, cpu_inv_prim.stream[ith], p->has_bias ? 5 : 4, args), "matmul execute");
+    cpu_gemm_check(dnnl_stream_wait(cpu_inv_prim.stream[ith]), "stream_wait");
+}
+#endif /* LLMC_BF16 */
+
 /* ------------------------------------------------------------------------ */
 /* --invariant 1's weight gradient, both programs (cpu_inv_T != 0, common.h) */
 
@@ -122,35 +357,93 @@ static inline void cpu_inv_tree_add(floatX* d, float* const* L, int nseq, int n)
    at most). */
 #define CPU_INV_BPAD 16   /* floats of padding after each row of the B copy (see cpu_inv_dweight_tree) */
 static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC,
-                                        float* (*shared)(size_t n), float* (*scratch)(int ith, size_t n)) {
+                                        float* (*shared)(size_t n), float* (*scratch)(int ith, size_t n), int prim) {
     cpu_blas_init();
-    const int T = cpu_inv_T, nseq = N / T, no = (OC + 63) / 64, nc = (C + CPU_INV_COLS - 1) / CPU_INV_COLS;
+    /* the tile: 64 rows x CPU_INV_COLS columns; on the primitive 64 rows x
+       all C (measured on an AMD EPYC Zen 4, 2 threads, 124M's shapes at
+       T = 64, B = 4: 256 columns took 1.1-1.15x as long, 128 or 256 rows
+       1.0-1.7x) */
+    const int OW = 64, TC = prim ? C : CPU_INV_COLS;
+    const int T = cpu_inv_T, nseq = N / T, no = (OC + OW - 1) / OW, nc = (C + TC - 1) / TC;
     int levels = 1;
     while ((1 << (levels - 1)) < nseq) levels++;
-    const size_t w = (size_t)64 * CPU_INV_COLS;
+    const size_t w = (size_t)OW * TC;
     const int ldb = C + CPU_INV_BPAD;
     const int fused = nseq == 1 || nseq == 2 || nseq == 4 || nseq == 8;   /* cpu_inv_tree_add */
     const int nbuf = fused ? nseq : levels + 1;
-    float* inpf = shared((size_t)N * ldb);
+#ifdef LLMC_BF16
+    /* prim: each leaf (64, cw) in fp32 = one tile plan of the bf16
+       primitive on the row block's 64 columns of dout_s, copied into a dense
+       transposed (T, 64) bf16 block (zeros past OC: the last row block runs
+       the same 64-row plan; once per row block and sequence), and on the
+       column block of inp_s, packed once per call (nseq x nc reorders, each
+       into per bytes); plans[cw != CPU_INV_COLS] */
+    CpuInvPlan* plans[2] = {NULL, NULL};
+    char* packed = NULL;
+    size_t per = 0;
+    if (prim) {
+        cpu_inv_prim.call++;
+        const long long sa[2] = {1, OW}, sb[2] = {C, 1};
+        for (int j = 0; j < 2; j++) {
+            int cw = j ? C % TC : TC;
+            if (cw == 0 || (!j && C < TC)) continue;
+            const long long sc[2] = {cw, 1};
+            plans[j] = cpu_inv_plan(OW, cw, T, sa, sb, sc, 0, 0, 1, 1);
+            size_t b = (plans[j]->bbytes + 63) / 64 * 64;
+            if (b > per) per = b;
+        }
+        packed = (char*)cpu_inv_pack_buf((size_t)nc * nseq * per);
+        for (int cb = 0; cb < nc; cb++) {
+            const CpuInvPlan* q = plans[C - cb * TC < TC];
+            for (int s = 0; s < nseq; s++)
+                cpu_inv_plan_pack(q, inp + (size_t)s * T * C + (size_t)cb * TC, packed + ((size_t)cb * nseq + s) * per);
+        }
+    }
+#else
+    (void)prim;
+#endif
+    float* inpf = prim ? NULL : shared((size_t)N * ldb);
 #pragma omp parallel
     {
         int ith, nth;
         cpu_thread_id(&ith, &nth);
+        if (!prim) {
 #pragma omp for schedule(static)
-        for (int n = 0; n < N; n++) {
-            const floatX* x = inp + (size_t)n * C;
-            float* b = inpf + (size_t)n * ldb;
+            for (int n = 0; n < N; n++) {
+                const floatX* x = inp + (size_t)n * C;
+                float* b = inpf + (size_t)n * ldb;
 #pragma omp simd
-            for (int j = 0; j < C; j++) b[j] = ldx(x[j]);
+                for (int j = 0; j < C; j++) b[j] = ldx(x[j]);
+            }
         }
-        float* sc = scratch(ith, (size_t)nbuf * w + (size_t)N * 64);
-        float* At = sc + (size_t)nbuf * w;   /* per sequence: the row block's (ow,T) block of dout_s^T */
+        /* the leaves, then per sequence the row block's (ow,T) block of dout_s^T (fp32; the primitive's: (T,ow) bf16) */
+        float* sc = scratch(ith, (size_t)nbuf * w + (prim ? ((size_t)N * OW + 1) / 2 : (size_t)N * 64));
+        float* At = sc + (size_t)nbuf * w;
         int last_o0 = -1;
 #pragma omp for schedule(static)
         for (int k = 0; k < no * nc; k++) {
-            int o0 = (k / nc) * 64, c0 = (k % nc) * CPU_INV_COLS;
-            int ow = OC - o0 < 64 ? OC - o0 : 64, cw = C - c0 < CPU_INV_COLS ? C - c0 : CPU_INV_COLS;
-            if (o0 != last_o0) {   /* the tiles of one row block follow each other: packed once */
+            int o0 = (k / nc) * OW, c0 = (k % nc) * TC;
+            int ow = OC - o0 < OW ? OC - o0 : OW, cw = C - c0 < TC ? C - c0 : TC;
+#ifdef LLMC_BF16
+            const CpuInvPlan* lp = prim ? plans[cw != TC] : NULL;
+            floatX* Ab = (floatX*)At;
+            if (prim && o0 != last_o0) {   /* dense (T, 64) copies of the row block's columns of each dout_s, zeros past OC */
+                for (int s = 0; s < nseq; s++)
+                    for (int t = 0; t < T; t++) {
+                        floatX* d = Ab + ((size_t)s * T + t) * OW;
+                        memcpy(d, dout + ((size_t)s * T + t) * OC + o0, sizeof(floatX) * (size_t)ow);
+                        if (ow < OW) memset(d + ow, 0, sizeof(floatX) * (size_t)(OW - ow));
+                    }
+                last_o0 = o0;
+            }
+#define CPU_INV_LEAF(dst, s) do { \
+                if (lp) cpu_inv_plan_run(lp, ith, Ab + (size_t)(s) * T * OW, packed + ((size_t)(k % nc) * nseq + (s)) * per, (dst), NULL); \
+                else cpu_sgemm(0, 0, ow, cw, T, 1.0f, At + (size_t)(s) * ow * T, T, inpf + (size_t)(s) * T * ldb + c0, ldb, 0.0f, (dst), cw); \
+            } while (0)
+#else
+#define CPU_INV_LEAF(dst, s) cpu_sgemm(0, 0, ow, cw, T, 1.0f, At + (size_t)(s) * ow * T, T, inpf + (size_t)(s) * T * ldb + c0, ldb, 0.0f, (dst), cw)
+#endif
+            if (!prim && o0 != last_o0) {   /* the tiles of one row block follow each other: packed once */
                 for (int s = 0; s < nseq; s++)
                     cpu_transpose_cvt(At + (size_t)s * ow * T, T, dout + (size_t)s * T * OC + o0, OC, ow, T);
                 last_o0 = o0;
@@ -160,7 +453,7 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
                 float* L[8];
                 for (int s = 0; s < nseq; s++) {
                     L[s] = sc + (size_t)s * w;
-                    cpu_sgemm(0, 0, ow, cw, T, 1.0f, At + (size_t)s * ow * T, T, inpf + (size_t)s * T * ldb + c0, ldb, 0.0f, L[s], cw);
+                    CPU_INV_LEAF(L[s], s);
                 }
                 for (int i = 0; i < ow; i++) {
                     float* Li[8] = {0};
@@ -175,7 +468,7 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
             for (int l = 0; l <= levels; l++) freel[nfree++] = sc + (size_t)l * w;
             for (int s = 0; s < nseq; s++) {
                 float* leaf = freel[--nfree];
-                cpu_sgemm(0, 0, ow, cw, T, 1.0f, At + (size_t)s * ow * T, T, inpf + (size_t)s * T * ldb + c0, ldb, 0.0f, leaf, cw);
+                CPU_INV_LEAF(leaf, s);
 #ifdef LLMC_BF16
 #pragma omp simd
                 for (size_t i = 0; i < tw; i++) leaf[i] = cpu_inv_round(leaf[i]);
@@ -189,6 +482,7 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
 #pragma omp simd
                 for (int j = 0; j < cw; j++) d[j] = stx(ldx(d[j]) + r[j]);
             }
+#undef CPU_INV_LEAF
         }
     }
 }
@@ -237,6 +531,44 @@ static void cpu_inv_gemm_rows_bf16(floatX* C, const floatX* A, const floatX* W, 
     }
 }
 
+/* --invariant 1, the bf16 program, the primitive's classes: C (N,OC) =
+   A (N,K) @ op(W) [+ bias] [+ C] (tb as cpu_inv_gemm_rows_bf16) on fixed
+   tiles of cpu_inv_rows(T) rows x all OC columns, each one tile plan of
+   oneDNN's bf16 primitive (cpu_inv_plan: one thread; the fp32 sum, bias
+   and old C rounded once, by the primitive's bias and sum post-op), A and
+   C read and written in place (a tile of whole rows is dense). W, tb = 0
+   ((K,OC) stored), packed once per call by a oneDNN reorder; tb = 1 ((OC,K)
+   stored) read as stored, the primitive transposing it per tile (the
+   reorder of that layout was the slower: 1.6 ms for 124M's fcproj
+   weights on 2 threads of an AMD EPYC Zen 4, its whole plain forward
+   2.8 ms). Whole rows, not column tiles: a column tile of C or of
+   a (K,OC) W is strided, which oneDNN 2.6's brgemm matmul does not take
+   (its gemm:jit mallocs packing buffers on every call: 1.75x the plain
+   step at d6), and column blocks on dense copies of the tile's C (copied
+   in and out) were slower still on an AMD EPYC Zen 4 (124M: forward and
+   dinp 1.27 s and 1.66 s against 1.14 s and 1.23 s over 6 steps). The
+   tiles are taken by the threads one at a time (schedule(dynamic): no
+   tile's result depends on its thread); fewer tiles than threads leave
+   threads idle (N = B T < 64 x threads). */
+static void cpu_inv_gemm_rows_prim(floatX* C, const floatX* A, const floatX* W, const floatX* bias, int N, int K, int OC,
+                                   int tb, int accumulate) {
+    const int R = cpu_inv_rows(cpu_inv_T), nr = N / R;
+    cpu_inv_prim.call++;
+    const long long sa[2] = {K, 1}, sb[2] = {tb ? 1 : OC, tb ? K : 1}, sc[2] = {OC, 1};
+    const int pk = !tb;
+    CpuInvPlan* p = cpu_inv_plan(R, OC, K, sa, sb, sc, bias != NULL, accumulate, 0, pk);
+    void* wp = (void*)W;
+    if (pk) { wp = cpu_inv_pack_buf(p->bbytes); cpu_inv_plan_pack(p, W, wp); }
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < nr; i++)
+            cpu_inv_plan_run(p, ith, A + (size_t)i * R * K, wp, C + (size_t)i * R * OC, bias);
+    }
+}
+
 /* thread ith's buffer of the fp32-copy path (counted by cpu_gemm_internal_bytes) */
 static float* cpu_gemm_thread_buf(int ith, size_t n) {
     return cpu_gemm_grow(&cpu_gemm_state.tbuf[ith], &cpu_gemm_state.tcap[ith], n);
@@ -251,8 +583,8 @@ static float* cpu_gemm_shared_buf(size_t n) {
    over the N/T sequences of dout_s^T inp_s (cpu_inv_dweight_tree: leaves
    and nodes rounded to bf16, then dweight = round(dweight + root)); the
    fp32 copies (inp, dout's tile blocks) in the fp32 path's buffers. */
-static void cpu_inv_dweight_bf16(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC) {
-    cpu_inv_dweight_tree(dweight, dout, inp, N, C, OC, cpu_gemm_shared_buf, cpu_gemm_thread_buf);
+static void cpu_inv_dweight_bf16(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC, int prim) {
+    cpu_inv_dweight_tree(dweight, dout, inp, N, C, OC, cpu_gemm_shared_buf, cpu_gemm_thread_buf, prim);
 }
 
 #else /* fp32 program */
@@ -302,7 +634,7 @@ static float* cpu_inv_shared(size_t n) {
    (OC,T) @ inp_s (T,C) (cpu_inv_dweight_tree): one fixed tree per element
    whatever B and the thread count. */
 static inline void cpu_inv_dweight(float* dweight, const float* dout, const float* inp, int N, int C, int OC) {
-    cpu_inv_dweight_tree(dweight, dout, inp, N, C, OC, cpu_inv_shared, cpu_inv_thread_scratch);
+    cpu_inv_dweight_tree(dweight, dout, inp, N, C, OC, cpu_inv_shared, cpu_inv_thread_scratch, 0);
 }
 
 #endif /* LLMC_BF16 */
