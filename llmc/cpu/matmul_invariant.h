@@ -332,6 +332,35 @@ static inline void cpu_inv_tree_add(floatX* d, float* const* L, int nseq, int n)
 #undef R_
 }
 
+#ifdef LLMC_BF16
+/* cpu_inv_tree_add on leaves already stored as bf16 (the primitive's leaf
+   tiles, rounded by its down-conversion): the same tree, the leaves read
+   exactly instead of rounded */
+static inline void cpu_inv_tree_add_x(floatX* d, const floatX* const* L, int nseq, int n) {
+#define R_(x) cpu_inv_round(x)
+    const floatX *l0 = L[0], *l1 = L[nseq > 1], *l2 = L[nseq > 2 ? 2 : 0], *l3 = L[nseq > 2 ? 3 : 0];
+    if (nseq == 1) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) d[j] = stx(ldx(d[j]) + ldx(l0[j]));
+    } else if (nseq == 2) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) d[j] = stx(ldx(d[j]) + R_(ldx(l0[j]) + ldx(l1[j])));
+    } else if (nseq == 4) {
+#pragma omp simd
+        for (int j = 0; j < n; j++) d[j] = stx(ldx(d[j]) + R_(R_(ldx(l0[j]) + ldx(l1[j])) + R_(ldx(l2[j]) + ldx(l3[j]))));
+    } else {
+        const floatX *l4 = L[4], *l5 = L[5], *l6 = L[6], *l7 = L[7];
+#pragma omp simd
+        for (int j = 0; j < n; j++) {
+            float a = R_(R_(ldx(l0[j]) + ldx(l1[j])) + R_(ldx(l2[j]) + ldx(l3[j])));
+            float b = R_(R_(ldx(l4[j]) + ldx(l5[j])) + R_(ldx(l6[j]) + ldx(l7[j])));
+            d[j] = stx(ldx(d[j]) + R_(a + b));
+        }
+    }
+#undef R_
+}
+#endif
+
 /* dweight (OC,C) += the pairwise tree over the nseq = N/T sequences s of
    dout_s^T (OC,T) @ inp_s (T,C), output tile by output tile: per tile of
    64 rows (of OC) x CPU_INV_COLS columns (of C), each sequence's product is
@@ -388,7 +417,7 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
             int cw = j ? C % TC : TC;
             if (cw == 0 || (!j && C < TC)) continue;
             const long long sc[2] = {cw, 1};
-            plans[j] = cpu_inv_plan(OW, cw, T, sa, sb, sc, 0, 0, 1, 1);
+            plans[j] = cpu_inv_plan(OW, cw, T, sa, sb, sc, 0, 0, 0, 1);
             size_t b = (plans[j]->bbytes + 63) / 64 * 64;
             if (b > per) per = b;
         }
@@ -449,6 +478,21 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
                 last_o0 = o0;
             }
             size_t tw = (size_t)ow * cw;
+#ifdef LLMC_BF16
+            if (fused && lp) {   /* the primitive's leaves in bf16 (its down-conversion is the leaf's rounding) */
+                floatX* L[8];
+                for (int s = 0; s < nseq; s++) {
+                    L[s] = (floatX*)(sc + (size_t)s * w);
+                    CPU_INV_LEAF(L[s], s);
+                }
+                for (int i = 0; i < ow; i++) {
+                    const floatX* Li[8] = {0};
+                    for (int s = 0; s < nseq; s++) Li[s] = L[s] + (size_t)i * cw;
+                    cpu_inv_tree_add_x(dweight + (size_t)(o0 + i) * C + c0, Li, nseq, cw);
+                }
+                continue;
+            }
+#endif
             if (fused) {   /* every leaf kept, the tree and the add to dweight in one pass per row */
                 float* L[8];
                 for (int s = 0; s < nseq; s++) {
@@ -470,8 +514,17 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
                 float* leaf = freel[--nfree];
                 CPU_INV_LEAF(leaf, s);
 #ifdef LLMC_BF16
+                if (lp) {   /* the primitive's bf16 leaf (rows of cw, OW rows) widened in place, from the end */
+                    const char* lb = (const char*)leaf;
+                    for (size_t i = tw; i-- > 0;) {   /* element i's bf16 lies at or past float i: read before written (memcpy: no aliasing assumed) */
+                        floatX v;
+                        memcpy(&v, lb + i * sizeof(floatX), sizeof(floatX));
+                        leaf[i] = ldx(v);
+                    }
+                } else {
 #pragma omp simd
-                for (size_t i = 0; i < tw; i++) leaf[i] = cpu_inv_round(leaf[i]);
+                    for (size_t i = 0; i < tw; i++) leaf[i] = cpu_inv_round(leaf[i]);
+                }
 #endif
                 cpu_tree_push(stack, freel, &nfree, leaf, tw);
             }
