@@ -72,6 +72,27 @@ static inline void cpu_att_unpack(floatX* dst, const floatX* src, int T, int NH,
         memcpy(dst + (size_t)t * ld + (size_t)h * hs, src + (size_t)r * hs, sizeof(floatX) * hs);
     }
 }
+/* the same, rows [0, NH T) on this thread alone (--invariant 1's per-sequence tasks) */
+static inline void cpu_att_pack1(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
+    for (int r = 0; r < NH * T; r++)
+        memcpy(dst + (size_t)r * hs, src + (size_t)(r % T) * ld + (size_t)(r / T) * hs, sizeof(floatX) * hs);
+}
+static inline void cpu_att_unpack1(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
+    for (int r = 0; r < NH * T; r++)
+        memcpy(dst + (size_t)(r % T) * ld + (size_t)(r / T) * hs, src + (size_t)r * hs, sizeof(floatX) * hs);
+}
+/* att row t <- bf16(softmax of the rounded preatt row p over s <= t), 0 past t */
+static inline void cpu_att_softmax_row(floatX* ar, const floatX* p, int t, int T) {
+    float mx = -INFINITY;
+    for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int s = 0; s <= t; s++) sum += cpu_expf(ldx(p[s]) - mx);
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int s = 0; s <= t; s++) ar[s] = stx(cpu_expf(ldx(p[s]) - mx) * inv);
+    for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
+}
 static inline floatX* cpu_att_scratch(size_t elems) {
     return (floatX*)cpu_gemm_grow(&cpu_gemm_state.att_buf, &cpu_gemm_state.att_cap, (elems + 1) / 2);
 }
@@ -95,20 +116,7 @@ static inline void attention_forward_prim(floatX* out, floatX* preatt, floatX* a
         floatX* a = att + (size_t)b * NH * tt;
         cpu_gemm_bf16_prim(NH, T, T, hs, scale, Q, s_rows, Kh, s_kt, 0, pre, s_tt, NULL);
 #pragma omp parallel for schedule(static)
-        for (int r = 0; r < NH * T; r++) {
-            int t = r % T;
-            const floatX* p = pre + (size_t)r * T;
-            floatX* ar = a + (size_t)r * T;
-            float mx = -INFINITY;
-            for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
-            float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int s = 0; s <= t; s++) sum += cpu_expf(ldx(p[s]) - mx);
-            float inv = 1.0f / sum;
-#pragma omp simd
-            for (int s = 0; s <= t; s++) ar[s] = stx(cpu_expf(ldx(p[s]) - mx) * inv);
-            for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
-        }
+        for (int r = 0; r < NH * T; r++) cpu_att_softmax_row(a + (size_t)r * T, pre + (size_t)r * T, r % T, T);
         cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, a, s_tt, Vh, s_rows, 0, Oh, s_rows, NULL);
         cpu_att_unpack(out + (size_t)b * T * C, Oh, T, NH, hs, C);
     }
@@ -152,6 +160,87 @@ static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX
     }
 }
 
+/* --invariant 1 on the primitive (cpu_inv_T != 0, the class on the
+   primitive: cpu_gemm_decide): the same products and roundings per
+   sequence, each sequence one task on one thread (its heads packed into
+   the thread's buffer, cpu_gemm_thread_buf: 4 (forward) or 7 (backward)
+   (NH, T, hs) tensors), each product a tile plan of the primitive
+   (matmul_invariant.h: created for one thread, run on the calling one), so
+   a sequence's bits depend neither on B nor on the thread count. */
+static inline void attention_forward_inv(floatX* out, floatX* preatt, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    const long long s_rows[3] = {th, hs, 1}, s_kt[3] = {th, 1, hs}, s_tt[3] = {tt, T, 1};
+    cpu_inv_prim.call++;
+    CpuInvPlan* pqk = cpu_inv_plan3(NH, T, T, hs, scale, s_rows, s_kt, s_tt, 0, 0, 0, 0);
+    CpuInvPlan* pav = cpu_inv_plan3(NH, T, hs, T, 1.0f, s_tt, s_rows, s_rows, 0, 0, 0, 0);
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        floatX* Q = (floatX*)cpu_gemm_thread_buf(ith, (4 * (size_t)NH * th + 1) / 2);
+        floatX *Kh = Q + NH * th, *Vh = Kh + NH * th, *Oh = Vh + NH * th;
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < B; b++) {
+            const floatX* q = qkv + (size_t)b * T * C3;
+            cpu_att_pack1(Q, q, T, NH, hs, C3);
+            cpu_att_pack1(Kh, q + C, T, NH, hs, C3);
+            cpu_att_pack1(Vh, q + 2 * C, T, NH, hs, C3);
+            floatX* pre = preatt + (size_t)b * NH * tt;
+            floatX* a = att + (size_t)b * NH * tt;
+            cpu_inv_plan_run(pqk, ith, Q, Kh, pre, NULL);
+            for (int r = 0; r < NH * T; r++) cpu_att_softmax_row(a + (size_t)r * T, pre + (size_t)r * T, r % T, T);
+            cpu_inv_plan_run(pav, ith, a, Vh, Oh, NULL);
+            cpu_att_unpack1(out + (size_t)b * T * C, Oh, T, NH, hs, C);
+        }
+    }
+}
+
+static inline void attention_backward_inv(floatX* dqkv, floatX* dpreatt, floatX* datt, const floatX* dout,
+                                          const floatX* qkv, const floatX* att, int B, int T, int C, int NH) {
+    const int hs = C / NH, C3 = 3 * C;
+    const float scale = 1.0f / sqrtf((float)hs);
+    const long long th = (long long)T * hs, tt = (long long)T * T;
+    const long long s_rows[3] = {th, hs, 1}, s_kt[3] = {th, 1, hs}, s_tt[3] = {tt, T, 1}, s_ttT[3] = {tt, 1, T};
+    cpu_inv_prim.call++;
+    CpuInvPlan* pdv = cpu_inv_plan3(NH, T, T, hs, 1.0f, s_rows, s_kt, s_tt, 0, 0, 0, 0);
+    CpuInvPlan* pgq = cpu_inv_plan3(NH, T, hs, T, 1.0f, s_tt, s_rows, s_rows, 0, 1, 0, 0);
+    CpuInvPlan* pgk = cpu_inv_plan3(NH, T, hs, T, 1.0f, s_ttT, s_rows, s_rows, 0, 1, 0, 0);
+#pragma omp parallel
+    {
+        int ith, nth;
+        cpu_thread_id(&ith, &nth);
+        floatX* Q = (floatX*)cpu_gemm_thread_buf(ith, (7 * (size_t)NH * th + 1) / 2);
+        floatX *Kh = Q + NH * th, *Vh = Kh + NH * th, *Dh = Vh + NH * th;
+        floatX *GQ = Dh + NH * th, *GK = GQ + NH * th, *GV = GK + NH * th;
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < B; b++) {
+            const floatX* q = qkv + (size_t)b * T * C3;
+            floatX* dq = dqkv + (size_t)b * T * C3;
+            cpu_att_pack1(Q, q, T, NH, hs, C3);
+            cpu_att_pack1(Kh, q + C, T, NH, hs, C3);
+            cpu_att_pack1(Vh, q + 2 * C, T, NH, hs, C3);
+            cpu_att_pack1(Dh, dout + (size_t)b * T * C, T, NH, hs, C);
+            cpu_att_pack1(GQ, dq, T, NH, hs, C3);
+            cpu_att_pack1(GK, dq + C, T, NH, hs, C3);
+            cpu_att_pack1(GV, dq + 2 * C, T, NH, hs, C3);
+            const floatX* a = att + (size_t)b * NH * tt;
+            floatX* dp = dpreatt + (size_t)b * NH * tt;
+            floatX* da = datt + (size_t)b * NH * tt;
+            cpu_inv_plan_run(pdv, ith, Dh, Vh, da, NULL);
+            for (int r = 0; r < NH * T; r++)
+                cpu_att_softmax_backward_row(dp + (size_t)r * T, a + (size_t)r * T, da + (size_t)r * T, r % T, T, scale);
+            cpu_inv_plan_run(pgq, ith, dp, Kh, GQ, NULL);
+            cpu_inv_plan_run(pgk, ith, dp, Q, GK, NULL);
+            cpu_inv_plan_run(pgk, ith, a, Dh, GV, NULL);
+            cpu_att_unpack1(dq, GQ, T, NH, hs, C3);
+            cpu_att_unpack1(dq + C, GK, T, NH, hs, C3);
+            cpu_att_unpack1(dq + 2 * C, GV, T, NH, hs, C3);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* bf16 program, "fp32" implementation: the same blocked causal products
    in fp32 as the fp32 program (single-threaded sgemm per (b,h), tasks split
@@ -174,7 +263,8 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
                                      const floatX* qkv, int B, int T, int C,
                                      int NH) {
     if (!cpu_gemm_path(CPU_MM_ATTENTION)) {
-        attention_forward_prim(out, preatt, att, qkv, B, T, C, NH);
+        if (cpu_inv_T) attention_forward_inv(out, preatt, att, qkv, B, T, C, NH);
+        else attention_forward_prim(out, preatt, att, qkv, B, T, C, NH);
         return;
     }
     cpu_blas_init();
@@ -255,7 +345,8 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
                                       const floatX* qkv, const floatX* att,
                                       int B, int T, int C, int NH) {
     if (!cpu_gemm_path(CPU_MM_ATTENTION)) {
-        attention_backward_prim(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+        if (cpu_inv_T) attention_backward_inv(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+        else attention_backward_prim(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
         return;
     }
     cpu_blas_init();

@@ -34,8 +34,7 @@
  *      (matmul_invariant.h) on the primitive where every rank runs at
  *      avx512_bf16 or above (or LLMC_BF16_MATMUL=primitive forces it),
  *      else on the fp32-copy path (or LLMC_BF16_MATMUL=fp32 forces it);
- *      attention on the fp32-copy path (its batched products are not
- *      tiled; the copy path's per-head tasks are single-threaded);
+ *      attention likewise, one sequence per single-threaded task;
  *   4. -y 1 (cpu_gemm_request): the paths the resumed state recorded
  *      (state.h, header word 26), so the resumed run goes on with the
  *      numbers of the run it resumes;
@@ -474,22 +473,22 @@ static inline void cpu_gemm_decide(CpuGemmChoice* c, int lowest, char* err, size
     if (q->invariant && f != 0) {   /* one path per class whatever the thread count or the file: nothing to measure */
         int inv_prim = f == 2 && lowest >= CPU_ISA_AVX512_BF16;
         c->how = CPU_GEMM_BY_INVARIANT;
-        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = !inv_prim || k == CPU_MM_ATTENTION;
+        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = !inv_prim;
         if (inv_prim) cpu_gemm_probe_impl(c->impl, sizeof(c->impl));
         if (inv_prim)
-            snprintf(c->where, sizeof(c->where), "--invariant 1: the linear layers on fixed single-threaded tiles of the primitive (the level is "
-                     "avx512_bf16 or above on every rank), attention on the fp32-copy path; nothing measured");
+            snprintf(c->where, sizeof(c->where), "--invariant 1: every class on fixed single-threaded tiles of the primitive (the level is "
+                     "avx512_bf16 or above on every rank; attention one sequence per tile); nothing measured");
         else
             snprintf(c->where, sizeof(c->where), "--invariant 1: the fp32-copy path on fixed tiles for every class (%s); nothing measured",
                      f == 1 ? "LLMC_BF16_MATMUL=fp32" : "the primitive's tiles need the level avx512_bf16 on every rank");
         return;
     }
-    if (q->invariant) {   /* LLMC_BF16_MATMUL=primitive: the linear layers' tiles on the primitive, attention on the fp32-copy path */
+    if (q->invariant) {   /* LLMC_BF16_MATMUL=primitive: every class's tiles on the primitive */
         c->how = CPU_GEMM_BY_INVARIANT;
-        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = k == CPU_MM_ATTENTION;
+        for (int k = 0; k < CPU_MM_NUM; k++) c->fp32[k] = 0;
         cpu_gemm_probe_impl(c->impl, sizeof(c->impl));
-        snprintf(c->where, sizeof(c->where), "--invariant 1 with LLMC_BF16_MATMUL=primitive: the linear layers on fixed single-threaded tiles "
-                 "of the primitive, attention on the fp32-copy path (its batched products are not tiled); nothing measured");
+        snprintf(c->where, sizeof(c->where), "--invariant 1 with LLMC_BF16_MATMUL=primitive: every class on fixed single-threaded tiles "
+                 "of the primitive (attention one sequence per tile); nothing measured");
         return;
     }
     if (f != 2) {

@@ -40,9 +40,10 @@
    made, looked up and packed in serial code only. */
 #define CPU_INV_PLANS 64
 typedef struct {
-    int valid, M, N, K, has_bias, accumulate, f32dst;
+    int valid, batch, M, N, K, has_bias, accumulate, f32dst;
     int pack;                        /* 1: B runs in the primitive's own layout, packed by cpu_inv_plan_pack; 0: B dense as stored */
-    long long sa[2], sb[2], sc[2];   /* element strides (row, column) of op(A) (M,K), op(B) (K,N) as stored plain, C (M,N) */
+    float alpha;                     /* output scale */
+    long long sa[3], sb[3], sc[3];   /* element strides (batch, row, column) of op(A) (M,K), op(B) (K,N) as stored plain, C (M,N) */
     unsigned long long used;         /* the call that last took it (not evicted while in use) */
     dnnl_primitive_desc_t pd;
     dnnl_primitive_t prim;
@@ -88,10 +89,12 @@ static void* cpu_inv_pack_buf(size_t n) {
     return cpu_inv_prim.pack;
 }
 
-/* a 2-D bf16 / fp32 memory descriptor with element strides (row, column) */
-static void cpu_inv_md(dnnl_memory_desc_t* md, int rows, int cols, const long long* st, dnnl_data_type_t dt) {
-    dnnl_dims_t d = {rows, cols}, s = {st[0], st[1]};
-    cpu_gemm_check(dnnl_memory_desc_init_by_strides(md, 2, d, dt, s), "memory_desc_init");
+/* a bf16 / fp32 memory descriptor of a batch of (rows, cols) matrices with
+   element strides st (batch, row, column); 2-D when batch == 1 */
+static void cpu_inv_md(dnnl_memory_desc_t* md, int batch, int rows, int cols, const long long* st, dnnl_data_type_t dt) {
+    dnnl_dims_t d = {batch, rows, cols}, s = {st[0], st[1], st[2]};
+    if (batch <= 1) { d[0] = rows; d[1] = cols; s[0] = st[1]; s[1] = st[2]; }
+    cpu_gemm_check(dnnl_memory_desc_init_by_strides(md, batch <= 1 ? 2 : 3, d, dt, s), "memory_desc_init");
 }
 
 static void cpu_inv_plan_destroy(CpuInvPlan* p) {
@@ -132,10 +135,10 @@ static void cpu_inv_plan_threads(CpuInvPlan* p, int nth, size_t scratch) {
     if (!m) { fprintf(stderr, "error: out of memory: oneDNN memory objects\n"); exit(1); }
     p->mem = m;
     dnnl_memory_desc_t a, c, bias;
-    long long sbias[2] = {p->N, 1};
-    cpu_inv_md(&a, p->M, p->K, p->sa, dnnl_bf16);
-    cpu_inv_md(&c, p->M, p->N, p->sc, p->f32dst ? dnnl_f32 : dnnl_bf16);
-    cpu_inv_md(&bias, 1, p->N, sbias, dnnl_bf16);
+    long long sbias[3] = {0, p->N, 1};
+    cpu_inv_md(&a, p->batch, p->M, p->K, p->sa, dnnl_bf16);
+    cpu_inv_md(&c, p->batch, p->M, p->N, p->sc, p->f32dst ? dnnl_f32 : dnnl_bf16);
+    cpu_inv_md(&bias, 1, 1, p->N, sbias, dnnl_bf16);
     dnnl_engine_t e = cpu_gemm_state.engine;
     for (int t = p->nth; t < nth; t++) {
         dnnl_memory_t* q = m + (size_t)t * 5;
@@ -149,21 +152,21 @@ static void cpu_inv_plan_threads(CpuInvPlan* p, int nth, size_t scratch) {
     p->nth = nth;
 }
 
-/* The tile plan of C (M,N) = op(A) (M,K) op(B) (K,N) [+ bias (N)] [+ C]:
+/* The tile plan of C[b] (M,N) = alpha op(A)[b] (M,K) op(B)[b] (K,N) [+ bias (N)] [+ C[b]], b < batch:
    bf16 A with element strides sa (row, column), dense; B stored plain with
    strides sb, run packed (pack: p->bbytes bytes, cpu_inv_plan_pack) or as
    stored (dense, copied by the primitive itself per call); C of strides
    sc, dense, in bf16 (one rounding of the fp32 sum, bias and old C) or,
    f32dst, in fp32 (no rounding); with memory objects for this run's
    threads. Serial code only. A oneDNN failure exits 2 (cpu_gemm_check). */
-static CpuInvPlan* cpu_inv_plan(int M, int N, int K, const long long* sa, const long long* sb, const long long* sc, int has_bias,
-                                int accumulate, int f32dst, int pack) {
+static CpuInvPlan* cpu_inv_plan3(int batch, int M, int N, int K, float alpha, const long long* sa, const long long* sb,
+                                 const long long* sc, int has_bias, int accumulate, int f32dst, int pack) {
     cpu_gemm_init();
     int nth = cpu_num_threads();
     for (int i = 0; i < CPU_INV_PLANS; i++) {
         CpuInvPlan* q = &cpu_inv_prim.plan[i];
-        if (q->valid && q->M == M && q->N == N && q->K == K && q->has_bias == has_bias && q->accumulate == accumulate &&
-            q->f32dst == f32dst && q->pack == pack && !memcmp(q->sa, sa, sizeof q->sa) && !memcmp(q->sb, sb, sizeof q->sb) && !memcmp(q->sc, sc, sizeof q->sc)) {
+        if (q->valid && q->batch == batch && q->M == M && q->N == N && q->K == K && q->alpha == alpha && q->has_bias == has_bias &&
+            q->accumulate == accumulate && q->f32dst == f32dst && q->pack == pack && !memcmp(q->sa, sa, sizeof q->sa) && !memcmp(q->sb, sb, sizeof q->sb) && !memcmp(q->sc, sc, sizeof q->sc)) {
             q->used = cpu_inv_prim.call;
             cpu_inv_plan_threads(q, nth, 0);
             return q;
@@ -176,22 +179,25 @@ static CpuInvPlan* cpu_inv_plan(int M, int N, int K, const long long* sa, const 
         if (!q->valid || q->used != cpu_inv_prim.call) p = q;
     }
     cpu_inv_plan_destroy(p);
-    p->M = M; p->N = N; p->K = K; p->has_bias = has_bias; p->accumulate = accumulate; p->f32dst = f32dst; p->pack = pack;
+    p->batch = batch; p->M = M; p->N = N; p->K = K; p->alpha = alpha; p->has_bias = has_bias; p->accumulate = accumulate;
+    p->f32dst = f32dst; p->pack = pack;
     memcpy(p->sa, sa, sizeof p->sa); memcpy(p->sb, sb, sizeof p->sb); memcpy(p->sc, sc, sizeof p->sc);
     dnnl_memory_desc_t a, b, bplain, c, bias;
-    long long sbias[2] = {N, 1};
-    dnnl_dims_t bd = {K, N};
-    cpu_inv_md(&a, M, K, sa, dnnl_bf16);
-    if (!pack) cpu_inv_md(&b, K, N, sb, dnnl_bf16);
-    else cpu_gemm_check(dnnl_memory_desc_init_by_tag(&b, 2, bd, dnnl_bf16, dnnl_format_tag_any), "memory_desc_init");
-    cpu_inv_md(&bplain, K, N, sb, dnnl_bf16);
-    cpu_inv_md(&c, M, N, sc, f32dst ? dnnl_f32 : dnnl_bf16);
-    cpu_inv_md(&bias, 1, N, sbias, dnnl_bf16);
+    long long sbias[3] = {0, N, 1};
+    dnnl_dims_t bd = {batch, K, N};
+    if (batch <= 1) { bd[0] = K; bd[1] = N; }
+    cpu_inv_md(&a, batch, M, K, sa, dnnl_bf16);
+    if (!pack) cpu_inv_md(&b, batch, K, N, sb, dnnl_bf16);
+    else cpu_gemm_check(dnnl_memory_desc_init_by_tag(&b, batch <= 1 ? 2 : 3, bd, dnnl_bf16, dnnl_format_tag_any), "memory_desc_init");
+    cpu_inv_md(&bplain, batch, K, N, sb, dnnl_bf16);
+    cpu_inv_md(&c, batch, M, N, sc, f32dst ? dnnl_f32 : dnnl_bf16);
+    cpu_inv_md(&bias, 1, 1, N, sbias, dnnl_bf16);
     dnnl_matmul_desc_t desc;
     cpu_gemm_check(dnnl_matmul_desc_init(&desc, &a, &b, has_bias ? &bias : NULL, &c), "matmul_desc_init");
     dnnl_primitive_attr_t attr;
     cpu_gemm_check(dnnl_primitive_attr_create(&attr), "primitive_attr_create");
     cpu_gemm_check(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "set_scratchpad_mode");
+    if (alpha != 1.0f) cpu_gemm_check(dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha), "set_output_scales");
     dnnl_post_ops_t po = NULL;
     if (accumulate) {
         cpu_gemm_check(dnnl_post_ops_create(&po), "post_ops_create");
@@ -220,6 +226,13 @@ static CpuInvPlan* cpu_inv_plan(int M, int N, int K, const long long* sa, const 
     p->used = cpu_inv_prim.call;
     cpu_inv_plan_threads(p, nth, sbytes);
     return p;
+}
+
+/* the 2-D tile plan (batch 1, no scale): strides sa, sb, sc (row, column) */
+static CpuInvPlan* cpu_inv_plan(int M, int N, int K, const long long* sa, const long long* sb, const long long* sc, int has_bias,
+                                int accumulate, int f32dst, int pack) {
+    const long long a3[3] = {0, sa[0], sa[1]}, b3[3] = {0, sb[0], sb[1]}, c3[3] = {0, sc[0], sc[1]};
+    return cpu_inv_plan3(1, M, N, K, 1.0f, a3, b3, c3, has_bias, accumulate, f32dst, pack);
 }
 
 /* dst (p->bbytes bytes) <- B (stored plain, strides p->sb) in the layout

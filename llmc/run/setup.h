@@ -354,9 +354,8 @@ static void setup_invariant(Run* r) {
     cpu_inv_T = a->T;
 #endif
 #if defined(LLMC_BF16) && !defined(LLMC_CUDA)
-    /* the paths rank 0 decided for --invariant 1 (cpu_gemm_decide: one path per class whatever the thread count, the linear
-       layers' fixed tiles on the primitive at avx512_bf16 and above); attention's batched products are not tiled: the fp32-copy path */
-    cpu_gemm_state.fp32[CPU_MM_ATTENTION] = 1;
+    /* (the matmul paths: rank 0 decided them for --invariant 1, cpu_gemm_decide: one path per class whatever the thread
+       count, the fixed tiles on the primitive at avx512_bf16 and above on every rank) */
 #endif
     hostcoll_pairwise = 1;
 }

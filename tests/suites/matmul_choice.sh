@@ -302,8 +302,8 @@ cmp -s "$tmp/full/model_00000004.bin" "$tmp/cut/model_00000004.bin" && cmp -s "$
 # --invariant 1 measures nothing (a missing file stays missing; the line says so)
 export LLMC_BF16_MATMUL_FILE=$tmp/inv.matmul
 out=$(timeout 300 $MPIRUN -np 2 ./train_gpt_cpu_bf16 $MODEL -x 1 --invariant 1 2>&1); rc=$?
-# (at avx512_bf16 and above the linear layers' fixed tiles run on the primitive, attention on the fp32-copy path; at avx512 every class on the copy path)
-if cpu_isa_can avx512_bf16 >/dev/null; then inv_line="(--invariant 1: the linear layers on fixed single-threaded tiles of the primitive"
+# (at avx512_bf16 and above every class's fixed tiles run on the primitive; at avx512 every class on the copy path)
+if cpu_isa_can avx512_bf16 >/dev/null; then inv_line="(--invariant 1: every class on fixed single-threaded tiles of the primitive"
 else inv_line="(--invariant 1: the fp32-copy path on fixed tiles for every class"; fi
 if [ $avx512 = 1 ]; then
   [ $rc = 0 ] && grep -qF "$inv_line" <<<"$(grep '^matmul: ' <<<"$out")" && grep -q "nothing measured)" <<<"$out" && [ ! -e "$tmp/inv.matmul" ] &&

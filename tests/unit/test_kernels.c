@@ -1093,12 +1093,12 @@ int main(int argc, char** argv) {
     {
         int def = !strcmp(cpu_gemm_mode(), "fp32");
         const char* skip = def ? cpu_isa_skip_reason(CPU_ISA_AVX512) : NULL;
-        const char* cases[11] = {"matmul 14x12->36", "matmul 14x12->37", "matmul 300x65->130", "matmul 70x130->700",
+        const char* cases[13] = {"matmul 14x12->36", "matmul 14x12->37", "matmul 300x65->130", "matmul 70x130->700",
                                  "matmul 130x64->9000", "attention B2 T7 C12 NH3", "attention B2 T130 C48 NH3",
                                  "invariant T24 B4 C100 OC300", "invariant T64 B2 C272 OC70", "invariant T16 B8 C64 OC520",
-                                 "invariant T32 B3 C48 OC40"};
+                                 "invariant T32 B3 C48 OC40", "invariant attention B2 T7 C12 NH3", "invariant attention B2 T130 C48 NH3"};
         if (skip) {
-            for (int i = 0; i < 11; i++) {
+            for (int i = 0; i < 13; i++) {
                 char nm[96];
                 snprintf(nm, sizeof(nm), "bf16 primitive %s", cases[i]);
                 check_skip(nm, skip);
@@ -1120,6 +1120,13 @@ int main(int argc, char** argv) {
             test_invariant_matmul(64, 2, 272, 70);
             test_invariant_matmul(16, 8, 64, 520);
             test_invariant_matmul(32, 3, 48, 40);
+            /* --invariant 1's attention on this path (the primitive's: one
+               sequence per single-threaded task), against the reference */
+            cpu_inv_T = 7;
+            test_attention(2, 7, 12, 3);
+            cpu_inv_T = 130;
+            test_attention(2, 130, 48, 3);
+            cpu_inv_T = 0;
             cpu_gemm_set_all(def);
             printf("-- cpu_gemm_bf16 implementation: %s\n", cpu_gemm_mode());
         }

@@ -181,12 +181,12 @@ static void test_file(const char* dir) {
     all = 1;
     for (int k = 0; k < CPU_MM_NUM; k++) all &= r3.fp32[k] == 1;
     CHECK(r3.how == CPU_GEMM_BY_INVARIANT && all && access(tp, F_OK) != 0, "invariant: how %d all fp32 %d", r3.how, all);
-    /* at avx512_bf16 on every rank: the linear layers' tiles on the primitive, attention on the fp32-copy path */
+    /* at avx512_bf16 on every rank: every class's fixed tiles on the primitive */
     cpu_gemm_decide(&r3, CPU_ISA_AVX512_BF16, err, sizeof(err));
     int lin = 1;
-    for (int k = 0; k < CPU_MM_NUM; k++) lin &= r3.fp32[k] == (k == CPU_MM_ATTENTION);
+    for (int k = 0; k < CPU_MM_NUM; k++) lin &= r3.fp32[k] == 0;
     CHECK(r3.how == CPU_GEMM_BY_INVARIANT && lin && access(tp, F_OK) != 0 && strstr(r3.where, "single-threaded tiles of the primitive"),
-          "invariant at avx512_bf16: how %d linear classes on the primitive %d where '%s'", r3.how, lin, r3.where);
+          "invariant at avx512_bf16: how %d every class on the primitive %d where '%s'", r3.how, lin, r3.where);
     setenv("LLMC_BF16_MATMUL", "fp32", 1);   /* forced: the fp32-copy path's tiles */
     cpu_gemm_decide(&r3, CPU_ISA_AMX, err, sizeof(err));
     all = 1;
