@@ -352,6 +352,7 @@ static void setup_invariant(Run* r) {
     comm_check_all(r->comm, err);
 #ifndef LLMC_CUDA
     cpu_inv_T = a->T;
+    cpu_inv_malloc_policy();
 #endif
 #if defined(LLMC_BF16) && !defined(LLMC_CUDA)
     /* (the matmul paths: rank 0 decided them for --invariant 1, cpu_gemm_decide: one path per class whatever the thread
