@@ -5,8 +5,11 @@
  * gradient's sum order depend neither on B (= N/T) nor on the thread count.
  * Both programs: the transposed copy and the pairwise tree of the weight
  * gradient (cpu_inv_dweight_tree); the fp32 program's row tiles on the
- * sgemm (cpu_inv_rows_gemm); the bf16 program's on the fp32-copy path of
- * matmul_bf16.h (cpu_inv_gemm_rows_bf16, its buffers). Conventions: common.h.
+ * sgemm (cpu_inv_rows_gemm); the bf16 program's on its class's path: the
+ * fp32-copy path of matmul_bf16.h (cpu_inv_gemm_rows_bf16, its buffers) or
+ * oneDNN's bf16 primitive in single-threaded tile plans (cpu_inv_plan,
+ * cpu_inv_gemm_rows_prim; attention.h's attention_*_inv use the plans too).
+ * Conventions: common.h.
  */
 #ifndef LLMC_CPU_MATMUL_INVARIANT_H
 #define LLMC_CPU_MATMUL_INVARIANT_H
@@ -396,7 +399,8 @@ static inline void cpu_inv_tree_add_x(floatX* d, const floatX* const* L, int nse
    multiple of T. shared(n): n floats for the copy of inp (N (C +
    CPU_INV_BPAD)), held for the call; scratch(ith, n): n floats owned by
    thread ith for the call (max(nseq, log2(nseq) + 2) 64 CPU_INV_COLS + 64 N
-   at most). */
+   at most). prim (the bf16 program, the class on the primitive): the
+   leaves on tile plans instead, 64 rows x all C (below). */
 #define CPU_INV_BPAD 16   /* floats of padding after each row of the B copy (see cpu_inv_dweight_tree) */
 static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, const floatX* inp, int N, int C, int OC,
                                         float* (*shared)(size_t n), float* (*scratch)(int ith, size_t n), int prim) {
