@@ -93,6 +93,26 @@ static inline void cpu_att_softmax_row(floatX* ar, const floatX* p, int t, int T
     for (int s = 0; s <= t; s++) ar[s] = stx(cpu_expf(ldx(p[s]) - mx) * inv);
     for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
 }
+/* the backward's seven (NH, T, hs) tensors of one sequence, consecutive at
+   Q: its q, k, v (rows of C3 at q), dout (rows of C at d) and the dq, dk,
+   dv being accumulated (rows of C3 at dq); one = 1: on this thread alone
+   (cpu_att_pack1), else by all threads (cpu_att_pack). unpack_bwd: the
+   three accumulated ones back into dq. Exact copies. */
+static inline void cpu_att_pack_bwd(floatX* Q, const floatX* q, const floatX* d, const floatX* dq, int T, int NH, int hs, int C, int one) {
+    const size_t th = (size_t)T * hs;
+    const floatX* src[7] = {q, q + C, q + 2 * C, d, dq, dq + C, dq + 2 * C};
+    for (int i = 0; i < 7; i++) {
+        if (one) cpu_att_pack1(Q + i * NH * th, src[i], T, NH, hs, i == 3 ? C : 3 * C);
+        else cpu_att_pack(Q + i * NH * th, src[i], T, NH, hs, i == 3 ? C : 3 * C);
+    }
+}
+static inline void cpu_att_unpack_bwd(floatX* dq, const floatX* GQ, int T, int NH, int hs, int C, int one) {
+    const size_t th = (size_t)T * hs;
+    for (int i = 0; i < 3; i++) {
+        if (one) cpu_att_unpack1(dq + i * C, GQ + i * NH * th, T, NH, hs, 3 * C);
+        else cpu_att_unpack(dq + i * C, GQ + i * NH * th, T, NH, hs, 3 * C);
+    }
+}
 static inline floatX* cpu_att_scratch(size_t elems) {
     return (floatX*)cpu_gemm_grow(&cpu_gemm_state.att_buf, &cpu_gemm_state.att_cap, (elems + 1) / 2);
 }
@@ -137,13 +157,7 @@ static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX
     for (int b = 0; b < B; b++) {
         const floatX* q = qkv + (size_t)b * T * C3;
         floatX* dq = dqkv + (size_t)b * T * C3;
-        cpu_att_pack(Q, q, T, NH, hs, C3);
-        cpu_att_pack(Kh, q + C, T, NH, hs, C3);
-        cpu_att_pack(Vh, q + 2 * C, T, NH, hs, C3);
-        cpu_att_pack(Dh, dout + (size_t)b * T * C, T, NH, hs, C);
-        cpu_att_pack(GQ, dq, T, NH, hs, C3);
-        cpu_att_pack(GK, dq + C, T, NH, hs, C3);
-        cpu_att_pack(GV, dq + 2 * C, T, NH, hs, C3);
+        cpu_att_pack_bwd(Q, q, dout + (size_t)b * T * C, dq, T, NH, hs, C, 0);
         const floatX* a = att + (size_t)b * NH * tt;
         floatX* dp = dpreatt + (size_t)b * NH * tt;
         floatX* da = datt + (size_t)b * NH * tt;
@@ -154,9 +168,7 @@ static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX
         cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_tt, Kh, s_rows, 1, GQ, s_rows, NULL);
         cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, dp, s_ttT, Q, s_rows, 1, GK, s_rows, NULL);
         cpu_gemm_bf16_prim(NH, T, hs, T, 1.0f, a, s_ttT, Dh, s_rows, 1, GV, s_rows, NULL);
-        cpu_att_unpack(dq, GQ, T, NH, hs, C3);
-        cpu_att_unpack(dq + C, GK, T, NH, hs, C3);
-        cpu_att_unpack(dq + 2 * C, GV, T, NH, hs, C3);
+        cpu_att_unpack_bwd(dq, GQ, T, NH, hs, C, 0);
     }
 }
 
@@ -218,13 +230,7 @@ static inline void attention_backward_inv(floatX* dqkv, floatX* dpreatt, floatX*
         for (int b = 0; b < B; b++) {
             const floatX* q = qkv + (size_t)b * T * C3;
             floatX* dq = dqkv + (size_t)b * T * C3;
-            cpu_att_pack1(Q, q, T, NH, hs, C3);
-            cpu_att_pack1(Kh, q + C, T, NH, hs, C3);
-            cpu_att_pack1(Vh, q + 2 * C, T, NH, hs, C3);
-            cpu_att_pack1(Dh, dout + (size_t)b * T * C, T, NH, hs, C);
-            cpu_att_pack1(GQ, dq, T, NH, hs, C3);
-            cpu_att_pack1(GK, dq + C, T, NH, hs, C3);
-            cpu_att_pack1(GV, dq + 2 * C, T, NH, hs, C3);
+            cpu_att_pack_bwd(Q, q, dout + (size_t)b * T * C, dq, T, NH, hs, C, 1);
             const floatX* a = att + (size_t)b * NH * tt;
             floatX* dp = dpreatt + (size_t)b * NH * tt;
             floatX* da = datt + (size_t)b * NH * tt;
@@ -234,9 +240,7 @@ static inline void attention_backward_inv(floatX* dqkv, floatX* dpreatt, floatX*
             cpu_inv_plan_run(pgq, ith, dp, Kh, GQ, NULL);
             cpu_inv_plan_run(pgk, ith, dp, Q, GK, NULL);
             cpu_inv_plan_run(pgk, ith, a, Dh, GV, NULL);
-            cpu_att_unpack1(dq, GQ, T, NH, hs, C3);
-            cpu_att_unpack1(dq + C, GK, T, NH, hs, C3);
-            cpu_att_unpack1(dq + 2 * C, GV, T, NH, hs, C3);
+            cpu_att_unpack_bwd(dq, GQ, T, NH, hs, C, 1);
         }
     }
 }
