@@ -2,7 +2,13 @@
  * llmc/cpu/adamw.h -- AdamW on a shard of the parameters: the CPU kernel(s), twin
  * of llmc/cuda/adamw.cuh (same names and signatures). Conventions: common.h.
  */
-#ifndef LLMC_CPU_ADAMW_H
+#if !defined(LLMC_CPU_ADAMW_H) || (defined(CPU_EW_AGAIN) && !defined(LLMC_CPU_ADAMW_H_AVX512))
+#ifndef CPU_EW
+#error "llmc/cpu/adamw.h: include llmc/cpu/kernels.h, which compiles it once per ISA level (elementwise.h)"
+#endif
+#ifdef CPU_EW_AGAIN
+#define LLMC_CPU_ADAMW_H_AVX512
+#endif
 #define LLMC_CPU_ADAMW_H
 
 #include "common.h"
@@ -27,6 +33,7 @@
    updated in place; returns the new weight. decay = 1 - lr weight_decay,
    step = lr / beta1_correction, bc2_sqrt = sqrt(beta2_correction),
    om1 = 1 - beta1, om2 = 1 - beta2. */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline float adamw_element(float g_raw, float* m, float* v, float w, float grad_scale, float om1, float beta2,
                                   float om2, float decay, float step, float bc2_sqrt, float eps) {
     float g = g_raw * grad_scale;
@@ -36,8 +43,9 @@ static inline float adamw_element(float g_raw, float* m, float* v, float w, floa
     *v = vi;
     return w * decay - step * (mi / (sqrtf(vi) / bc2_sqrt + eps));
 }
+#endif /* CPU_EW_SHARED */
 
-static inline void adamw_update(floatX* params, float* master,
+static inline void CPU_EW(adamw_update)(floatX* params, float* master,
                                 const floatX* grads, float* m, float* v,
                                 size_t n, float lr, float beta1, float beta2,
                                 float beta1_correction, float beta2_correction,

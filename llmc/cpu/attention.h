@@ -2,7 +2,13 @@
  * llmc/cpu/attention.h -- causal multi-head self-attention, forward and backward: the CPU kernel(s), twin
  * of llmc/cuda/attention.cuh (same names and signatures). Conventions: common.h.
  */
-#ifndef LLMC_CPU_ATTENTION_H
+#if !defined(LLMC_CPU_ATTENTION_H) || (defined(CPU_EW_AGAIN) && !defined(LLMC_CPU_ATTENTION_H_AVX512))
+#ifndef CPU_EW
+#error "llmc/cpu/attention.h: include llmc/cpu/kernels.h, which compiles it once per ISA level (elementwise.h)"
+#endif
+#ifdef CPU_EW_AGAIN
+#define LLMC_CPU_ATTENTION_H_AVX512
+#endif
 #define LLMC_CPU_ATTENTION_H
 
 #include "common.h"
@@ -21,15 +27,17 @@
    probabilities and da = dL/da of the row, dp[s] = scale * a[s] * (da[s] -
    sum_s' a[s'] da[s']) for s <= t, and exactly 0 for s > t (the masked
    keys). fp32 arithmetic, one rounding per stored value. */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_softmax_backward_row(floatX* dp, const floatX* a, const floatX* da,
                                                 int t, int T, float scale) {
     float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
+#pragma omp simd reduction(+ : dot) safelen(CPU_EW_LANES)
     for (int s = 0; s <= t; s++) dot += ldx(a[s]) * ldx(da[s]);
 #pragma omp simd
     for (int s = 0; s <= t; s++) dp[s] = stx(scale * ldx(a[s]) * (ldx(da[s]) - dot));
     for (int s = t + 1; s < T; s++) dp[s] = stx(0.0f);
 }
+#endif /* CPU_EW_SHARED */
 
 #ifdef LLMC_BF16
 #include "matmul.h"
@@ -58,6 +66,7 @@ static inline void cpu_att_softmax_backward_row(floatX* dp, const floatX* a, con
 
 /* dst (NH, T, hs) packed <- the heads of one sequence's (T, ld) rows at
    src, head h at columns h*hs (exact copies); unpack is the reverse */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_pack(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < NH * T; r++) {
@@ -65,6 +74,8 @@ static inline void cpu_att_pack(floatX* dst, const floatX* src, int T, int NH, i
         memcpy(dst + (size_t)r * hs, src + (size_t)t * ld + (size_t)h * hs, sizeof(floatX) * hs);
     }
 }
+#endif /* CPU_EW_SHARED */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_unpack(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < NH * T; r++) {
@@ -72,32 +83,40 @@ static inline void cpu_att_unpack(floatX* dst, const floatX* src, int T, int NH,
         memcpy(dst + (size_t)t * ld + (size_t)h * hs, src + (size_t)r * hs, sizeof(floatX) * hs);
     }
 }
+#endif /* CPU_EW_SHARED */
 /* the same, rows [0, NH T) on this thread alone (--invariant 1's per-sequence tasks) */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_pack1(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
     for (int r = 0; r < NH * T; r++)
         memcpy(dst + (size_t)r * hs, src + (size_t)(r % T) * ld + (size_t)(r / T) * hs, sizeof(floatX) * hs);
 }
+#endif /* CPU_EW_SHARED */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_unpack1(floatX* dst, const floatX* src, int T, int NH, int hs, int ld) {
     for (int r = 0; r < NH * T; r++)
         memcpy(dst + (size_t)(r % T) * ld + (size_t)(r / T) * hs, src + (size_t)r * hs, sizeof(floatX) * hs);
 }
+#endif /* CPU_EW_SHARED */
 /* att row t <- bf16(softmax of the rounded preatt row p over s <= t), 0 past t */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_softmax_row(floatX* ar, const floatX* p, int t, int T) {
     float mx = -INFINITY;
     for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
     float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) safelen(CPU_EW_LANES)
     for (int s = 0; s <= t; s++) sum += cpu_expf(ldx(p[s]) - mx);
     float inv = 1.0f / sum;
 #pragma omp simd
     for (int s = 0; s <= t; s++) ar[s] = stx(cpu_expf(ldx(p[s]) - mx) * inv);
     for (int s = t + 1; s < T; s++) ar[s] = stx(0.0f);
 }
+#endif /* CPU_EW_SHARED */
 /* the backward's seven (NH, T, hs) tensors of one sequence, consecutive at
    Q: its q, k, v (rows of C3 at q), dout (rows of C at d) and the dq, dk,
    dv being accumulated (rows of C3 at dq); one = 1: on this thread alone
    (cpu_att_pack1), else by all threads (cpu_att_pack). unpack_bwd: the
    three accumulated ones back into dq. Exact copies. */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_pack_bwd(floatX* Q, const floatX* q, const floatX* d, const floatX* dq, int T, int NH, int hs, int C, int one) {
     const size_t th = (size_t)T * hs;
     const floatX* src[7] = {q, q + C, q + 2 * C, d, dq, dq + C, dq + 2 * C};
@@ -106,6 +125,8 @@ static inline void cpu_att_pack_bwd(floatX* Q, const floatX* q, const floatX* d,
         else cpu_att_pack(Q + i * NH * th, src[i], T, NH, hs, i == 3 ? C : 3 * C);
     }
 }
+#endif /* CPU_EW_SHARED */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_unpack_bwd(floatX* dq, const floatX* GQ, int T, int NH, int hs, int C, int one) {
     const size_t th = (size_t)T * hs;
     for (int i = 0; i < 3; i++) {
@@ -113,11 +134,14 @@ static inline void cpu_att_unpack_bwd(floatX* dq, const floatX* GQ, int T, int N
         else cpu_att_unpack(dq + i * C, GQ + i * NH * th, T, NH, hs, 3 * C);
     }
 }
+#endif /* CPU_EW_SHARED */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline floatX* cpu_att_scratch(size_t elems) {
     return (floatX*)cpu_gemm_grow(&cpu_gemm_state.att_buf, &cpu_gemm_state.att_cap, (elems + 1) / 2);
 }
+#endif /* CPU_EW_SHARED */
 
-static inline void attention_forward_prim(floatX* out, floatX* preatt, floatX* att, const floatX* qkv,
+static inline void CPU_EW(attention_forward_prim)(floatX* out, floatX* preatt, floatX* att, const floatX* qkv,
                                           int B, int T, int C, int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -142,7 +166,7 @@ static inline void attention_forward_prim(floatX* out, floatX* preatt, floatX* a
     }
 }
 
-static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX* datt, const floatX* dout,
+static inline void CPU_EW(attention_backward_prim)(floatX* dqkv, floatX* dpreatt, floatX* datt, const floatX* dout,
                                            const floatX* qkv, const floatX* att, int B, int T, int C, int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -179,7 +203,7 @@ static inline void attention_backward_prim(floatX* dqkv, floatX* dpreatt, floatX
    (NH, T, hs) tensors), each product a tile plan of the primitive
    (matmul_invariant.h: created for one thread, run on the calling one), so
    a sequence's bits depend neither on B nor on the thread count. */
-static inline void attention_forward_inv(floatX* out, floatX* preatt, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
+static inline void CPU_EW(attention_forward_inv)(floatX* out, floatX* preatt, floatX* att, const floatX* qkv, int B, int T, int C, int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
     const long long th = (long long)T * hs, tt = (long long)T * T;
@@ -209,7 +233,7 @@ static inline void attention_forward_inv(floatX* out, floatX* preatt, floatX* at
     }
 }
 
-static inline void attention_backward_inv(floatX* dqkv, floatX* dpreatt, floatX* datt, const floatX* dout,
+static inline void CPU_EW(attention_backward_inv)(floatX* dqkv, floatX* dpreatt, floatX* datt, const floatX* dout,
                                           const floatX* qkv, const floatX* att, int B, int T, int C, int NH) {
     const int hs = C / NH, C3 = 3 * C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -254,6 +278,7 @@ static inline void attention_backward_inv(floatX* dqkv, floatX* dpreatt, floatX*
    thread: 7 T*hs + 2 T*T floats. */
 
 /* dst (T, hs) fp32 contiguous <- src rows t*ld .. (bf16, exact) */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void cpu_att_load(float* dst, const floatX* src, int T, int hs, int ld) {
     for (int t = 0; t < T; t++) {
         const floatX* s = src + (size_t)t * ld;
@@ -262,13 +287,14 @@ static inline void cpu_att_load(float* dst, const floatX* src, int T, int hs, in
         for (int i = 0; i < hs; i++) d[i] = ldx(s[i]);
     }
 }
+#endif /* CPU_EW_SHARED */
 
-static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
+static inline void CPU_EW(attention_forward)(floatX* out, floatX* preatt, floatX* att,
                                      const floatX* qkv, int B, int T, int C,
                                      int NH) {
     if (!cpu_gemm_path(CPU_MM_ATTENTION)) {
-        if (cpu_inv_T) attention_forward_inv(out, preatt, att, qkv, B, T, C, NH);
-        else attention_forward_prim(out, preatt, att, qkv, B, T, C, NH);
+        if (cpu_inv_T) CPU_EW(attention_forward_inv)(out, preatt, att, qkv, B, T, C, NH);
+        else CPU_EW(attention_forward_prim)(out, preatt, att, qkv, B, T, C, NH);
         return;
     }
     cpu_blas_init();
@@ -308,7 +334,7 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
 #pragma omp simd reduction(max : mx)
                 for (int s = 0; s <= t; s++) mx = pr[s] > mx ? pr[s] : mx;
                 float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) safelen(CPU_EW_LANES_F32)
                 for (int s = 0; s <= t; s++) {
                     float e = cpu_expf(pr[s] - mx);
                     pr[s] = e;
@@ -344,13 +370,13 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
 /* (the bf16 program's fp32-tile path, about 85 lines: one pass over the
    heads and row blocks with its scratch, as in the forward above; split, the
    tile bookkeeping would be passed around instead of read once) */
-static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
+static inline void CPU_EW(attention_backward)(floatX* dqkv, floatX* dpreatt,
                                       floatX* datt, const floatX* dout,
                                       const floatX* qkv, const floatX* att,
                                       int B, int T, int C, int NH) {
     if (!cpu_gemm_path(CPU_MM_ATTENTION)) {
-        if (cpu_inv_T) attention_backward_inv(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
-        else attention_backward_prim(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+        if (cpu_inv_T) CPU_EW(attention_backward_inv)(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
+        else CPU_EW(attention_backward_prim)(dqkv, dpreatt, datt, dout, qkv, att, B, T, C, NH);
         return;
     }
     cpu_blas_init();
@@ -394,7 +420,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
                     Dr[s] = ldx(dar[s]);
                 }
                 float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
+#pragma omp simd reduction(+ : dot) safelen(CPU_EW_LANES_F32)
                 for (int s = 0; s <= t; s++) dot += Ar[s] * Dr[s];
 #pragma omp simd
                 for (int s = 0; s <= t; s++) {
@@ -440,6 +466,7 @@ static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
    schedule: min(nth, B NH)), a page-rounded malloc each. 0 where attention
    takes the primitive (its scratch, att_buf, is in the calibrated
    workspace). */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline unsigned long long cpu_attention_scratch_predict(int B, int T, int C, int NH, int eval_only, int nth) {
     cpu_gemm_init();
     if (!cpu_gemm_state.fp32[CPU_MM_ATTENTION] || NH <= 0 || nth <= 0) return 0;
@@ -449,6 +476,7 @@ static inline unsigned long long cpu_attention_scratch_predict(int B, int T, int
     int active = B * NH < nth ? B * NH : nth;
     return per * (unsigned long long)active;
 }
+#endif /* CPU_EW_SHARED */
 
 #else /* fp32 program */
 
@@ -461,7 +489,7 @@ static inline unsigned long long cpu_attention_scratch_predict(int B, int T, int
      out[b,t,h*hs+i] = sum_{s<=t} att[b,h,t,s] v[b,s,h*hs+i]
    preatt, att: (B,NH,T,T); entries of preatt with s > t are left undefined.
    Writes out, preatt, att (no accumulation). */
-static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
+static inline void CPU_EW(attention_forward)(floatX* out, floatX* preatt, floatX* att,
                                      const floatX* qkv, int B, int T, int C,
                                      int NH) {
     cpu_blas_init();
@@ -489,7 +517,7 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
 #pragma omp simd reduction(max : mx)
             for (int s = 0; s <= t; s++) mx = ldx(p[s]) > mx ? ldx(p[s]) : mx;
             float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
+#pragma omp simd reduction(+ : sum) safelen(CPU_EW_LANES)
             for (int s = 0; s <= t; s++) {
                 float e = cpu_expf(ldx(p[s]) - mx);
                 ar[s] = stx(e);
@@ -519,7 +547,7 @@ static inline void attention_forward(floatX* out, floatX* preatt, floatX* att,
    undefined) and dpreatt holds scale-included dL/dpreatt for s <= t and
    exactly 0 for s > t. dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) as in the
    forward. Each (b,h) writes a disjoint set of dqkv columns: race-free. */
-static inline void attention_backward(floatX* dqkv, floatX* dpreatt,
+static inline void CPU_EW(attention_backward)(floatX* dqkv, floatX* dpreatt,
                                       floatX* datt, const floatX* dout,
                                       const floatX* qkv, const floatX* att,
                                       int B, int T, int C, int NH) {

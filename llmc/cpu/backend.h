@@ -80,7 +80,7 @@ static inline void backend_cpu_desc(char* out, size_t n) {
     const char* mode = cpu_gemm_mode();
     int att_prim = !cpu_gemm_path(CPU_MM_ATTENTION);
 #endif
-    snprintf(out, n, "%s; kernels: matmul %s, attention %s, elementwise AVX2+FMA (compiled for x86-64-v3: the same code at every level)",
+    snprintf(out, n, "%s; kernels: matmul %s, attention %s, elementwise %s",
              isa,
 #ifdef LLMC_BF16
              !strcmp(mode, "primitive") ? "bf16 primitive" : !strcmp(mode, "fp32") ? "fp32 sgemm on copies" : "per class (see matmul:)",
@@ -88,7 +88,7 @@ static inline void backend_cpu_desc(char* out, size_t n) {
 #else
              "fp32 sgemm", "fp32 sgemm per head"
 #endif
-    );
+             , cpu_ew_desc());
 }
 
 /* The LM head's matmuls follow (1) or the blocks' (0): the bf16 program

@@ -2,7 +2,13 @@
  * llmc/cpu/encoder.h -- token + position embedding, forward and backward: the CPU kernel(s), twin
  * of llmc/cuda/encoder.cuh (same names and signatures). Conventions: common.h.
  */
-#ifndef LLMC_CPU_ENCODER_H
+#if !defined(LLMC_CPU_ENCODER_H) || (defined(CPU_EW_AGAIN) && !defined(LLMC_CPU_ENCODER_H_AVX512))
+#ifndef CPU_EW
+#error "llmc/cpu/encoder.h: include llmc/cpu/kernels.h, which compiles it once per ISA level (elementwise.h)"
+#endif
+#ifdef CPU_EW_AGAIN
+#define LLMC_CPU_ENCODER_H_AVX512
+#endif
 #define LLMC_CPU_ENCODER_H
 
 #include <stdio.h>
@@ -13,7 +19,7 @@
 
 /* out (B,T,C) = wte (V,C) [inp (B,T)] + wpe (maxT,C) [t]: token embedding
    row plus position embedding row. Writes out (no accumulation). */
-static inline void encoder_forward(floatX* out, const int* inp,
+static inline void CPU_EW(encoder_forward)(floatX* out, const int* inp,
                                    const floatX* wte, const floatX* wpe, int B,
                                    int T, int C) {
 #pragma omp parallel for schedule(static)
@@ -29,10 +35,12 @@ static inline void encoder_forward(floatX* out, const int* inp,
 
 #ifdef LLMC_BF16
 /* (token id, row) pairs ordered by token, then row */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static int cpu_enc_cmp(const void* a, const void* b) {
     unsigned long long x = *(const unsigned long long*)a, y = *(const unsigned long long*)b;
     return x < y ? -1 : x > y;
 }
+#endif /* CPU_EW_SHARED */
 
 /* bf16 program, rounding as the CUDA kernel (llmc/cuda/encoder.cuh):
      dwte[v,:] = bf16(dwte[v,:] + fp32 sum, rows in increasing order, of the
@@ -41,7 +49,7 @@ static int cpu_enc_cmp(const void* a, const void* b) {
    The B*T (token, row) pairs are sorted once; the C channels are split
    among threads, each summing every run of equal tokens for its channels.
    Deterministic. */
-static inline void encoder_backward(floatX* dwte, floatX* dwpe,
+static inline void CPU_EW(encoder_backward)(floatX* dwte, floatX* dwpe,
                                     const floatX* dout, const int* inp, int B,
                                     int T, int C) {
     const int BT = B * T;
@@ -90,7 +98,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe,
    dout[b,t,:]. Race-free with repeated token ids: the C channels are split
    among threads and each thread walks all B*T rows for its own channels
    (rows in order, so the result is deterministic). */
-static inline void encoder_backward(floatX* dwte, floatX* dwpe,
+static inline void CPU_EW(encoder_backward)(floatX* dwte, floatX* dwpe,
                                     const floatX* dout, const int* inp, int B,
                                     int T, int C) {
 #pragma omp parallel
@@ -121,7 +129,7 @@ static inline void encoder_backward(floatX* dwte, floatX* dwpe,
    where W (nrows, C) holds those rows (a gathered chunk at stage 3); other
    rows of out are left alone. Calling it for every chunk writes every row
    once, with the same values as one call over all of wte. */
-static inline void encoder_forward_rows(floatX* out, const int* inp, const floatX* W, int row0, int nrows,
+static inline void CPU_EW(encoder_forward_rows)(floatX* out, const int* inp, const floatX* W, int row0, int nrows,
                                         const floatX* wpe, int B, int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
@@ -153,6 +161,7 @@ static inline void encoder_forward_rows(floatX* out, const int* inp, const float
    half skipped, so any span covering the rows gives the same sums) of each
    sequence's rows summed in order (fp32) over order[j0..j1) (j1 > j0, row
    indices ascending). scratch: C floats per level below. */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void embedding_seq_tree(float* out, float* scratch, const floatX* rows, const int* order, int j0, int j1,
                                       long s0, long span, int c0, int c1, int C) {
     int T = cpu_inv_T;
@@ -175,8 +184,9 @@ static inline void embedding_seq_tree(float* out, float* scratch, const floatX* 
     }
     for (int c = c0; c < c1; c++) out[c] = cpu_inv_round(out[c]);
 }
+#endif /* CPU_EW_SHARED */
 
-static inline void embedding_backward_range(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* order,
+static inline void CPU_EW(embedding_backward_range)(floatX* dst, size_t lo, size_t hi, const floatX* rows, const int* order,
                                             const int* seg, const int* seg_key, int nseg, int C) {
 #pragma omp parallel
     {

@@ -2,7 +2,13 @@
  * llmc/cpu/fused_classifier.h -- softmax + cross-entropy and its gradient, fused: the CPU kernel(s), twin
  * of llmc/cuda/fused_classifier.cuh (same names and signatures). Conventions: common.h.
  */
-#ifndef LLMC_CPU_FUSED_CLASSIFIER_H
+#if !defined(LLMC_CPU_FUSED_CLASSIFIER_H) || (defined(CPU_EW_AGAIN) && !defined(LLMC_CPU_FUSED_CLASSIFIER_H_AVX512))
+#ifndef CPU_EW
+#error "llmc/cpu/fused_classifier.h: include llmc/cpu/kernels.h, which compiles it once per ISA level (elementwise.h)"
+#endif
+#ifdef CPU_EW_AGAIN
+#define LLMC_CPU_FUSED_CLASSIFIER_H_AVX512
+#endif
 #define LLMC_CPU_FUSED_CLASSIFIER_H
 
 #include "common.h"
@@ -24,7 +30,7 @@
    once, as in the CUDA kernel (llmc/cuda/fused_classifier.cuh):
      dlogits[j] = bf16(exp(l_j - max) * (dloss / sum) - dloss [j == target])
    losses fp32. */
-static inline void fused_classifier(floatX* logits, float* losses,
+static inline void CPU_EW(fused_classifier)(floatX* logits, float* losses,
                                     const int* targets, int N, int V, int Vp,
                                     float dloss) {
 #pragma omp parallel
@@ -43,14 +49,14 @@ static inline void fused_classifier(floatX* logits, float* losses,
                 int j1 = j0 + 512 < V ? j0 + 512 : V;
                 float s = 0.0f;
                 if (ebuf) {
-#pragma omp simd reduction(+ : s)
+#pragma omp simd reduction(+ : s) safelen(CPU_EW_LANES)
                     for (int j = j0; j < j1; j++) {
                         float e = cpu_expf(ldx(l[j]) - mx);
                         ebuf[j] = e;
                         s += e;
                     }
                 } else {
-#pragma omp simd reduction(+ : s)
+#pragma omp simd reduction(+ : s) safelen(CPU_EW_LANES)
                     for (int j = j0; j < j1; j++) s += cpu_expf(ldx(l[j]) - mx);
                 }
                 sum += s;
@@ -68,7 +74,7 @@ static inline void fused_classifier(floatX* logits, float* losses,
     }
 }
 #else
-static inline void fused_classifier(floatX* logits, float* losses,
+static inline void CPU_EW(fused_classifier)(floatX* logits, float* losses,
                                     const int* targets, int N, int V, int Vp,
                                     float dloss) {
 #pragma omp parallel for schedule(static)
@@ -84,14 +90,14 @@ static inline void fused_classifier(floatX* logits, float* losses,
             int j1 = j0 + 512 < V ? j0 + 512 : V;
             float s = 0.0f;
             if (dloss != 0.0f) {
-#pragma omp simd reduction(+ : s)
+#pragma omp simd reduction(+ : s) safelen(CPU_EW_LANES)
                 for (int j = j0; j < j1; j++) {
                     float e = cpu_expf(ldx(l[j]) - mx);
                     l[j] = stx(e);
                     s += e;
                 }
             } else {
-#pragma omp simd reduction(+ : s)
+#pragma omp simd reduction(+ : s) safelen(CPU_EW_LANES)
                 for (int j = j0; j < j1; j++) s += cpu_expf(ldx(l[j]) - mx);
             }
             sum += s;
@@ -119,11 +125,13 @@ static inline void fused_classifier(floatX* logits, float* losses,
    classifier_losses then gives losses[n] = log(sum) - (tl - mx)
    = -log softmax(l[0:V])[target]. Exponentials in fp32 (cpu_expf), summed
    in 512-element fp32 blocks into fp64, as fused_classifier does. */
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void classifier_stats_init(float* mx, double* sum, float* tl, int N) {
     for (int n = 0; n < N; n++) { mx[n] = -INFINITY; sum[n] = 0.0; tl[n] = 0.0f; }
 }
+#endif /* CPU_EW_SHARED */
 
-static inline void classifier_chunk_stats(const floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+static inline void CPU_EW(classifier_chunk_stats)(const floatX* logits, int N, int col0, int ncols, int V, const int* targets,
                                           float* mx, double* sum, float* tl) {
     int valid = V - col0 < ncols ? V - col0 : ncols;
     if (valid <= 0) return;
@@ -138,7 +146,7 @@ static inline void classifier_chunk_stats(const floatX* logits, int N, int col0,
         for (int j0 = 0; j0 < valid; j0 += 512) {
             int j1 = j0 + 512 < valid ? j0 + 512 : valid;
             float b = 0.0f;
-#pragma omp simd reduction(+ : b)
+#pragma omp simd reduction(+ : b) safelen(CPU_EW_LANES)
             for (int j = j0; j < j1; j++) b += cpu_expf(ldx(l[j]) - m_new);
             s += b;
         }
@@ -149,14 +157,16 @@ static inline void classifier_chunk_stats(const floatX* logits, int N, int col0,
     }
 }
 
+#if CPU_EW_SHARED   /* a helper: compiled once, inlined into both compiles */
 static inline void classifier_losses(float* losses, const float* mx, const double* sum, const float* tl, int N) {
     for (int n = 0; n < N; n++) losses[n] = (float)(log(sum[n]) - ((double)tl[n] - (double)mx[n]));
 }
+#endif /* CPU_EW_SHARED */
 
 /* dlogits of one chunk, in place over its logits (N, ncols), from the
    final statistics: d_j = dloss (exp(l_j - mx)/sum - [col0 + j == target])
    for vocabulary entries, 0 for padding (one rounding per element). */
-static inline void classifier_chunk_grad(floatX* logits, int N, int col0, int ncols, int V, const int* targets,
+static inline void CPU_EW(classifier_chunk_grad)(floatX* logits, int N, int col0, int ncols, int V, const int* targets,
                                          const float* mx, const double* sum, float dloss) {
     int valid = V - col0 < ncols ? (V - col0 > 0 ? V - col0 : 0) : ncols;
 #pragma omp parallel for schedule(static)

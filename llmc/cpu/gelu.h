@@ -2,7 +2,13 @@
  * llmc/cpu/gelu.h -- GELU (tanh approximation) and the residual add: the CPU kernel(s), twin
  * of llmc/cuda/gelu.cuh (same names and signatures). Conventions: common.h.
  */
-#ifndef LLMC_CPU_GELU_H
+#if !defined(LLMC_CPU_GELU_H) || (defined(CPU_EW_AGAIN) && !defined(LLMC_CPU_GELU_H_AVX512))
+#ifndef CPU_EW
+#error "llmc/cpu/gelu.h: include llmc/cpu/kernels.h, which compiles it once per ISA level (elementwise.h)"
+#endif
+#ifdef CPU_EW_AGAIN
+#define LLMC_CPU_GELU_H_AVX512
+#endif
 #define LLMC_CPU_GELU_H
 
 #include "common.h"
@@ -19,7 +25,7 @@
    out of vector registers and costs ~35% (measured, d6 sizes). */
 #define CPU_GELU_BLOCK 256
 
-static inline void gelu_forward(floatX* out, const floatX* inp, size_t N) {
+static inline void CPU_EW(gelu_forward)(floatX* out, const floatX* inp, size_t N) {
     size_t nb = (N + CPU_GELU_BLOCK - 1) / CPU_GELU_BLOCK;
 #pragma omp parallel for schedule(static)
     for (size_t blk = 0; blk < nb; blk++) {
@@ -36,7 +42,7 @@ static inline void gelu_forward(floatX* out, const floatX* inp, size_t N) {
     }
 }
 
-static inline void gelu_backward(floatX* dinp, const floatX* inp,
+static inline void CPU_EW(gelu_backward)(floatX* dinp, const floatX* inp,
                                  const floatX* dout, size_t N) {
     size_t nb = (N + CPU_GELU_BLOCK - 1) / CPU_GELU_BLOCK;
 #pragma omp parallel for schedule(static)
@@ -59,7 +65,7 @@ static inline void gelu_backward(floatX* dinp, const floatX* inp,
 #else
 /* out (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp.
    Writes out. */
-static inline void gelu_forward(floatX* out, const floatX* inp, size_t N) {
+static inline void CPU_EW(gelu_forward)(floatX* out, const floatX* inp, size_t N) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < N; i++) {
         float x = ldx(inp[i]);
@@ -71,7 +77,7 @@ static inline void gelu_forward(floatX* out, const floatX* inp, size_t N) {
 /* dinp (N) += gelu'(x) * dout, with u as in the forward and
    gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi)
               (1 + 3 * 0.044715 x^2). */
-static inline void gelu_backward(floatX* dinp, const floatX* inp,
+static inline void CPU_EW(gelu_backward)(floatX* dinp, const floatX* inp,
                                  const floatX* dout, size_t N) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < N; i++) {
@@ -87,7 +93,7 @@ static inline void gelu_backward(floatX* dinp, const floatX* inp,
 #endif
 
 /* out (N) = inp1 + inp2 (out may alias an input). Writes out. */
-static inline void residual_forward(floatX* out, const floatX* inp1,
+static inline void CPU_EW(residual_forward)(floatX* out, const floatX* inp1,
                                     const floatX* inp2, size_t N) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < N; i++) out[i] = stx(ldx(inp1[i]) + ldx(inp2[i]));

@@ -2,7 +2,13 @@
  * llmc/cpu/global_norm.h -- sum of squares of a shard (the global grad norm): the CPU kernel(s), twin
  * of llmc/cuda/global_norm.cuh (same names and signatures). Conventions: common.h.
  */
-#ifndef LLMC_CPU_GLOBAL_NORM_H
+#if !defined(LLMC_CPU_GLOBAL_NORM_H) || (defined(CPU_EW_AGAIN) && !defined(LLMC_CPU_GLOBAL_NORM_H_AVX512))
+#ifndef CPU_EW
+#error "llmc/cpu/global_norm.h: include llmc/cpu/kernels.h, which compiles it once per ISA level (elementwise.h)"
+#endif
+#ifdef CPU_EW_AGAIN
+#define LLMC_CPU_GLOBAL_NORM_H_AVX512
+#endif
 #define LLMC_CPU_GLOBAL_NORM_H
 
 #include "common.h"
@@ -12,7 +18,7 @@
 
 /* sum_i x[i]^2 over n elements (any shard), squares and sums in double
    (vector lanes, then per-thread partials combined in thread order). */
-static inline double sum_squares(const floatX* x, size_t n) {
+static inline double CPU_EW(sum_squares)(const floatX* x, size_t n) {
     int nth = cpu_num_threads();
     double part[256];
     if (nth > 256) nth = 256;
@@ -24,7 +30,7 @@ static inline double sum_squares(const floatX* x, size_t n) {
         size_t lo, hi;
         cpu_split_range(n, ith, nt, 1024, &lo, &hi);
         double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
+#pragma omp simd reduction(+ : acc) safelen(CPU_EW_LANES_F64)
         for (size_t i = lo; i < hi; i++) acc += (double)ldx(x[i]) * (double)ldx(x[i]);
         part[ith] = acc;
     }
@@ -41,7 +47,7 @@ static inline double sum_squares(const floatX* x, size_t n) {
    gives both the largest |x| and whether any element is not finite; the
    square of the largest |x| is the largest square (exact in double: a
    float's square needs 48 bits and lies in [2^-298, 2^256]). */
-static inline double max_square(const floatX* x, size_t n) {
+static inline double CPU_EW(max_square)(const floatX* x, size_t n) {
     uint32_t mb = 0;
 #pragma omp parallel for simd reduction(max : mb) schedule(static)
     for (size_t i = 0; i < n; i++) {
@@ -70,7 +76,7 @@ static inline double max_square(const floatX* x, size_t n) {
    a conversion to uint64, vectorized. A y of 2^31 or more (a scale that
    breaks the contract) or a NaN would give INT32_MIN: the caller must not
    pass one. */
-static inline void sum_squares_fixed(const floatX* x, size_t n, double scale, unsigned long long* hi, unsigned long long* lo) {
+static inline void CPU_EW(sum_squares_fixed)(const floatX* x, size_t n, double scale, unsigned long long* hi, unsigned long long* lo) {
     long long h = 0, l = 0;
 #pragma omp parallel for simd reduction(+ : h, l) schedule(static)
     for (size_t i = 0; i < n; i++) {

@@ -5,14 +5,9 @@
 #ifndef LLMC_CPU_KERNELS_H
 #define LLMC_CPU_KERNELS_H
 
-#include "encoder.h"
-#include "layernorm.h"
-#include "matmul.h"
-#include "attention.h"
-#include "gelu.h"
-#include "fused_classifier.h"
-#include "global_norm.h"
-#include "adamw.h"
+#include "elementwise.h"   /* encoder, layernorm, matmul, attention, gelu,
+                              fused_classifier, global_norm, adamw: the
+                              non-matmul kernels compiled per ISA level */
 #include "matmul_choice.h"
 
 #endif /* LLMC_CPU_KERNELS_H */

@@ -2,7 +2,13 @@
  * llmc/cpu/layernorm.h -- LayerNorm forward and backward: the CPU kernel(s), twin
  * of llmc/cuda/layernorm.cuh (same names and signatures). Conventions: common.h.
  */
-#ifndef LLMC_CPU_LAYERNORM_H
+#if !defined(LLMC_CPU_LAYERNORM_H) || (defined(CPU_EW_AGAIN) && !defined(LLMC_CPU_LAYERNORM_H_AVX512))
+#ifndef CPU_EW
+#error "llmc/cpu/layernorm.h: include llmc/cpu/kernels.h, which compiles it once per ISA level (elementwise.h)"
+#endif
+#ifdef CPU_EW_AGAIN
+#define LLMC_CPU_LAYERNORM_H_AVX512
+#endif
 #define LLMC_CPU_LAYERNORM_H
 
 #include "common.h"
@@ -14,18 +20,18 @@
    (biased, two-pass), rstd = 1/sqrt(var + 1e-5),
    out = (x - mean) * rstd * weight + bias. mean, rstd (N) are saved for the
    backward. Sums in float over 16 lanes, then double. Writes out. */
-static inline void layernorm_forward(floatX* out, float* mean, float* rstd,
+static inline void CPU_EW(layernorm_forward)(floatX* out, float* mean, float* rstd,
                                      const floatX* inp, const floatX* weight,
                                      const floatX* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const floatX* x = inp + (size_t)n * C;
         float s = 0.0f;
-#pragma omp simd reduction(+ : s)
+#pragma omp simd reduction(+ : s) safelen(CPU_EW_LANES)
         for (int i = 0; i < C; i++) s += ldx(x[i]);
         float m = (float)((double)s / C);
         float v = 0.0f;
-#pragma omp simd reduction(+ : v)
+#pragma omp simd reduction(+ : v) safelen(CPU_EW_LANES)
         for (int i = 0; i < C; i++) {
             float d = ldx(x[i]) - m;
             v += d * d;
@@ -47,7 +53,7 @@ static inline void layernorm_forward(floatX* out, float* mean, float* rstd,
    dinp: rows split among threads. dweight/dbias: channels split among
    threads, each summing all N rows in order in double (deterministic).
    Shapes: dinp, dout, inp (N,C); dweight, dbias, weight (C); mean, rstd (N). */
-static inline void layernorm_backward(floatX* dinp, floatX* dweight,
+static inline void CPU_EW(layernorm_backward)(floatX* dinp, floatX* dweight,
                                       floatX* dbias, const floatX* dout,
                                       const floatX* inp, const floatX* weight,
                                       const float* mean, const float* rstd,
@@ -60,7 +66,7 @@ static inline void layernorm_backward(floatX* dinp, floatX* dweight,
             const floatX* d = dout + (size_t)n * C;
             float m = mean[n], r = rstd[n];
             float sg = 0.0f, sgx = 0.0f;
-#pragma omp simd reduction(+ : sg, sgx)
+#pragma omp simd reduction(+ : sg, sgx) safelen(CPU_EW_LANES)
             for (int i = 0; i < C; i++) {
                 float g = ldx(d[i]) * ldx(weight[i]);
                 sg += g;

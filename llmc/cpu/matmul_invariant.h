@@ -500,7 +500,7 @@ static inline void cpu_inv_dweight_tree(floatX* dweight, const floatX* dout, con
                 floatX* L[8];
                 for (int s = 0; s < nseq; s++) {
                     L[s] = (floatX*)(sc + (size_t)s * w);
-                    CPU_INV_LEAF(L[s], s);
+                    cpu_inv_plan_run(lp, ith, Ab + (size_t)s * T * OW, packed + ((size_t)(k % nc) * nseq + s) * per, L[s], NULL);
                 }
                 for (int i = 0; i < ow; i++) {
                     const floatX* Li[8] = {0};

@@ -1024,6 +1024,162 @@ static int dump_all(const char* dir) {
 }
 #endif
 
+/* Both compiles of every non-matmul kernel (elementwise.h: name##_avx2 at
+   x86-64-v3, name##_avx512 under the AVX-512 target) on the same inputs,
+   odd sizes (vector tails, several blocks): the same bits, output by
+   output. The dispatcher picks one by the level; this checks that the
+   choice never moves a number. Skipped and counted below avx512. */
+static floatX* ew_rand(size_t n, double scale) {
+    float* f = frand(n, scale);
+    floatX* x = (floatX*)malloc((n ? n : 1) * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) x[i] = stx(f[i]);
+    free(f);
+    return x;
+}
+static floatX* ew_dup(const floatX* x, size_t n) {
+    floatX* y = (floatX*)malloc((n ? n : 1) * sizeof(floatX));
+    memcpy(y, x, n * sizeof(floatX));
+    return y;
+}
+static void ew_same(const char* kernel, const char* what, const void* a, const void* b, size_t bytes) {
+    char nm[160];
+    snprintf(nm, sizeof(nm), "%s: %s of the avx2 and avx512 compiles bitwise equal (%zu bytes)", kernel, what, bytes);
+    check_true(nm, memcmp(a, b, bytes) == 0);
+}
+static void test_elementwise_levels(int B, int T, int C, int NH, int V) {
+    const char* skip = cpu_isa_skip_reason(CPU_ISA_AVX512);
+    char nm[128];
+    snprintf(nm, sizeof(nm), "elementwise avx2 vs avx512 compiles B%d T%d C%d NH%d V%d", B, T, C, NH, V);
+    if (skip) { check_skip(nm, skip); return; }
+    printf("-- %s\n", nm);
+    int N = B * T, Vp = (V + 7) / 8 * 8;
+    size_t NC = (size_t)N * C;
+    int* inp = (int*)malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) inp[i] = (int)((urand() + 1.0) * 0.5 * V) % V;
+    /* encoder */
+    floatX *wte = ew_rand((size_t)V * C, 1.0), *wpe = ew_rand((size_t)T * C, 1.0);
+    floatX *o1 = ew_rand(NC, 1.0), *o2 = ew_dup(o1, NC);
+    encoder_forward_avx2(o1, inp, wte, wpe, B, T, C);
+    encoder_forward_avx512(o2, inp, wte, wpe, B, T, C);
+    ew_same("encoder_forward", "out", o1, o2, NC * sizeof(floatX));
+    encoder_forward_rows_avx2(o1, inp, wte + (size_t)3 * C, 3, V / 2, wpe, B, T, C);
+    encoder_forward_rows_avx512(o2, inp, wte + (size_t)3 * C, 3, V / 2, wpe, B, T, C);
+    ew_same("encoder_forward_rows", "out", o1, o2, NC * sizeof(floatX));
+    {
+        floatX *dw1 = ew_rand((size_t)V * C, 0.1), *dp1 = ew_rand((size_t)T * C, 0.1);
+        floatX *dw2 = ew_dup(dw1, (size_t)V * C), *dp2 = ew_dup(dp1, (size_t)T * C);
+        encoder_backward_avx2(dw1, dp1, o1, inp, B, T, C);
+        encoder_backward_avx512(dw2, dp2, o1, inp, B, T, C);
+        ew_same("encoder_backward", "dwte", dw1, dw2, (size_t)V * C * sizeof(floatX));
+        ew_same("encoder_backward", "dwpe", dp1, dp2, (size_t)T * C * sizeof(floatX));
+        free(dw1); free(dw2); free(dp1); free(dp2);
+    }
+    /* layernorm */
+    {
+        floatX *x = ew_rand(NC, 2.0), *w = ew_rand(C, 1.0), *bb = ew_rand(C, 0.5), *d = ew_rand(NC, 1.0);
+        float *m1 = (float*)malloc(N * sizeof(float)), *r1 = (float*)malloc(N * sizeof(float));
+        float *m2 = (float*)malloc(N * sizeof(float)), *r2 = (float*)malloc(N * sizeof(float));
+        layernorm_forward_avx2(o1, m1, r1, x, w, bb, N, C);
+        layernorm_forward_avx512(o2, m2, r2, x, w, bb, N, C);
+        ew_same("layernorm_forward", "out", o1, o2, NC * sizeof(floatX));
+        ew_same("layernorm_forward", "mean", m1, m2, N * sizeof(float));
+        ew_same("layernorm_forward", "rstd", r1, r2, N * sizeof(float));
+        floatX *di1 = ew_rand(NC, 0.1), *dw1 = ew_rand(C, 0.1), *db1 = ew_rand(C, 0.1);
+        floatX *di2 = ew_dup(di1, NC), *dw2 = ew_dup(dw1, C), *db2 = ew_dup(db1, C);
+        layernorm_backward_avx2(di1, dw1, db1, d, x, w, m1, r1, N, C);
+        layernorm_backward_avx512(di2, dw2, db2, d, x, w, m1, r1, N, C);
+        ew_same("layernorm_backward", "dinp", di1, di2, NC * sizeof(floatX));
+        ew_same("layernorm_backward", "dweight", dw1, dw2, C * sizeof(floatX));
+        ew_same("layernorm_backward", "dbias", db1, db2, C * sizeof(floatX));
+        free(x); free(w); free(bb); free(d); free(m1); free(r1); free(m2); free(r2);
+        free(di1); free(dw1); free(db1); free(di2); free(dw2); free(db2);
+    }
+    /* attention (its products are the matmul path's, the same in both) */
+    {
+        size_t q3 = (size_t)N * 3 * C, tt = (size_t)B * NH * T * T;
+        floatX *qkv = ew_rand(q3, 1.0), *d = ew_rand(NC, 1.0);
+        floatX *pa1 = ew_rand(tt, 0.0), *a1 = ew_rand(tt, 0.0), *pa2 = ew_dup(pa1, tt), *a2 = ew_dup(a1, tt);
+        attention_forward_avx2(o1, pa1, a1, qkv, B, T, C, NH);
+        attention_forward_avx512(o2, pa2, a2, qkv, B, T, C, NH);
+        ew_same("attention_forward", "out", o1, o2, NC * sizeof(floatX));
+        ew_same("attention_forward", "att", a1, a2, tt * sizeof(floatX));
+        floatX *dq1 = ew_rand(q3, 0.0), *dq2 = ew_dup(dq1, q3);
+        floatX *dpa1 = ew_rand(tt, 0.0), *da1 = ew_rand(tt, 0.0), *dpa2 = ew_dup(dpa1, tt), *da2 = ew_dup(da1, tt);
+        attention_backward_avx2(dq1, dpa1, da1, d, qkv, a1, B, T, C, NH);
+        attention_backward_avx512(dq2, dpa2, da2, d, qkv, a1, B, T, C, NH);
+        ew_same("attention_backward", "dqkv", dq1, dq2, q3 * sizeof(floatX));
+        free(qkv); free(d); free(pa1); free(a1); free(pa2); free(a2);
+        free(dq1); free(dq2); free(dpa1); free(da1); free(dpa2); free(da2);
+    }
+    /* gelu, residual */
+    {
+        floatX *x = ew_rand(NC * 4, 3.0), *d = ew_rand(NC * 4, 1.0), *g1 = ew_rand(NC * 4, 0.0), *g2 = ew_dup(g1, NC * 4);
+        gelu_forward_avx2(g1, x, NC * 4);
+        gelu_forward_avx512(g2, x, NC * 4);
+        ew_same("gelu_forward", "out", g1, g2, NC * 4 * sizeof(floatX));
+        floatX *dx1 = ew_rand(NC * 4, 0.1), *dx2 = ew_dup(dx1, NC * 4);
+        gelu_backward_avx2(dx1, x, d, NC * 4);
+        gelu_backward_avx512(dx2, x, d, NC * 4);
+        ew_same("gelu_backward", "dinp", dx1, dx2, NC * 4 * sizeof(floatX));
+        residual_forward_avx2(g1, x, d, NC * 4);
+        residual_forward_avx512(g2, x, d, NC * 4);
+        ew_same("residual_forward", "out", g1, g2, NC * 4 * sizeof(floatX));
+        /* the norms: sums of squares, the largest square, the fixed-point sums */
+        double s1 = sum_squares_avx2(x, NC * 4), s2 = sum_squares_avx512(x, NC * 4);
+        ew_same("sum_squares", "sum", &s1, &s2, sizeof(double));
+        s1 = max_square_avx2(x, NC * 4 - 1); s2 = max_square_avx512(x, NC * 4 - 1);
+        ew_same("max_square", "max", &s1, &s2, sizeof(double));
+        unsigned long long h[2] = {0, 0}, l[2] = {0, 0};
+        double sc = ldexp(1.0, 20);
+        sum_squares_fixed_avx2(x, NC * 4, sc, &h[0], &l[0]);
+        sum_squares_fixed_avx512(x, NC * 4, sc, &h[1], &l[1]);
+        check_true("sum_squares_fixed: the avx2 and avx512 compiles' integer sums equal", h[0] == h[1] && l[0] == l[1]);
+        free(x); free(d); free(g1); free(g2); free(dx1); free(dx2);
+    }
+    /* classifier: fused, and over vocabulary chunks */
+    {
+        size_t nv = (size_t)N * Vp;
+        floatX *lg = ew_rand(nv, 4.0), *l1 = ew_dup(lg, nv), *l2 = ew_dup(lg, nv);
+        float *ls1 = (float*)malloc(N * sizeof(float)), *ls2 = (float*)malloc(N * sizeof(float));
+        int* tg = (int*)malloc(N * sizeof(int));
+        for (int i = 0; i < N; i++) tg[i] = (int)((urand() + 1.0) * 0.5 * V) % V;
+        fused_classifier_avx2(l1, ls1, tg, N, V, Vp, 1.0f / N);
+        fused_classifier_avx512(l2, ls2, tg, N, V, Vp, 1.0f / N);
+        ew_same("fused_classifier", "losses", ls1, ls2, N * sizeof(float));
+        ew_same("fused_classifier", "dlogits", l1, l2, nv * sizeof(floatX));
+        float mx[2][64], tl[2][64];
+        double sm[2][64];
+        int n = N < 64 ? N : 64, w = Vp / 2;
+        floatX *c1 = ew_dup(lg, (size_t)n * w), *c2 = ew_dup(lg, (size_t)n * w);
+        for (int k = 0; k < 2; k++) classifier_stats_init(mx[k], sm[k], tl[k], n);
+        classifier_chunk_stats_avx2(c1, n, w, w, V, tg, mx[0], sm[0], tl[0]);
+        classifier_chunk_stats_avx512(c2, n, w, w, V, tg, mx[1], sm[1], tl[1]);
+        ew_same("classifier_chunk_stats", "max", mx[0], mx[1], n * sizeof(float));
+        ew_same("classifier_chunk_stats", "sum", sm[0], sm[1], n * sizeof(double));
+        classifier_chunk_grad_avx2(c1, n, w, w, V, tg, mx[0], sm[0], 0.5f);
+        classifier_chunk_grad_avx512(c2, n, w, w, V, tg, mx[0], sm[0], 0.5f);
+        ew_same("classifier_chunk_grad", "dlogits", c1, c2, (size_t)n * w * sizeof(floatX));
+        free(lg); free(l1); free(l2); free(ls1); free(ls2); free(tg); free(c1); free(c2);
+    }
+    /* AdamW, with and without fp32 masters */
+    for (int with_master = 0; with_master < 2; with_master++) {
+        size_t n = NC * 3 + 5;
+        floatX *p1 = ew_rand(n, 1.0), *gr = ew_rand(n, 0.1), *p2 = ew_dup(p1, n);
+        float *ma1 = frand(n, 1.0), *m1 = frand(n, 0.01), *v1 = frand(n, 0.0);
+        for (size_t i = 0; i < n; i++) v1[i] = fabsf(v1[i]) + 1e-4f;
+        float *ma2 = dup_f(ma1, n), *m2 = dup_f(m1, n), *v2 = dup_f(v1, n);
+        adamw_update_avx2(p1, with_master ? ma1 : NULL, gr, m1, v1, n, 1e-3f, 0.9f, 0.95f, 0.1f, 0.05f, 1e-8f, 0.1f, 0.7f);
+        adamw_update_avx512(p2, with_master ? ma2 : NULL, gr, m2, v2, n, 1e-3f, 0.9f, 0.95f, 0.1f, 0.05f, 1e-8f, 0.1f, 0.7f);
+        const char* k = with_master ? "adamw_update (masters)" : "adamw_update (no masters)";
+        ew_same(k, "params", p1, p2, n * sizeof(floatX));
+        ew_same(k, "m", m1, m2, n * sizeof(float));
+        ew_same(k, "v", v1, v2, n * sizeof(float));
+        if (with_master) ew_same(k, "masters", ma1, ma2, n * sizeof(float));
+        free(p1); free(gr); free(p2); free(ma1); free(m1); free(v1); free(ma2); free(m2); free(v2);
+    }
+    free(inp); free(wte); free(wpe); free(o1); free(o2);
+}
+
 int main(int argc, char** argv) {
     cpu_blas_fast_path(argv); /* OpenBLAS: its kernels at the ISA level (LLMC_CPU_ISA) */
 #ifdef LLMC_BF16
@@ -1084,6 +1240,9 @@ int main(int argc, char** argv) {
     test_classifier_chunks(5, 1000, 1024, 300, 20.0);
     test_embedding_rows(2, 7, 12, 37, 10);
     test_embedding_rows(3, 33, 100, 50, 64);
+    /* both compiles of the non-matmul kernels (elementwise.h) */
+    test_elementwise_levels(2, 7, 12, 3, 37);
+    test_elementwise_levels(3, 67, 200, 4, 1003);
 #ifdef LLMC_BF16
     /* the other implementation of cpu_gemm_bf16 (matmul_bf16.h) and of the
        attention that follows its choice: oneDNN's bf16 primitive (the AMX
