@@ -531,6 +531,20 @@ static void test_hang(Comm* c, int step, int where) {
     }
 }
 
+/* Test hook (LLMC_TEST_MPI_ERROR=R:S): rank R, at the start of step S,
+   makes an MPI call that fails (a send to rank world_size, which does not
+   exist: MPI_ERR_RANK), so that the error handler's end of the rank
+   (comm_mpi_error, comm_watch.h) can be checked without killing a peer. */
+static void test_mpi_error(Comm* c, int step) {
+    const char* e = getenv("LLMC_TEST_MPI_ERROR");
+    int rr = -1, ss = -1;
+    if (!e || sscanf(e, "%d:%d", &rr, &ss) != 2 || rr != c->rank || ss != step) return;
+    fprintf(stderr, "test hook LLMC_TEST_MPI_ERROR: rank %d sends to rank %d in step %d\n", c->rank, c->world_size, step);
+    fflush(stderr);
+    int x = 0;
+    MPI_Send(&x, 1, MPI_INT, c->world_size, 0, MPI_COMM_WORLD);
+}
+
 /* One optimizer step (0-based `step`): A micro-steps of forward and
    backward over this rank's slice of the global batch, the engine's
    remaining reductions, then clip + AdamW on the own shard. */
@@ -552,6 +566,7 @@ static StepStats train_step(Run* r, int step) {
     double* lsum = a->invariant ? (double*)calloc_or_die((size_t)r->accum, sizeof(double), "losses") : NULL;
     rescue_note(step, &r->train);   /* HSDP: the loader at the boundary of `step`, for a rescue before this step's update */
     test_hang(r->comm, step + 1, 0);
+    test_mpi_error(r->comm, step + 1);
     intr_test_slow("step", r->comm->rank);   /* test hook LLMC_TEST_SLOW=step:S (interrupt.h) */
     for (int micro = 0; micro < r->accum; micro++) {
         flight.micro = micro;

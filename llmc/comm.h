@@ -168,13 +168,15 @@ static inline void comm_set_groups(Comm* c, int G) {
    build's communication thread issues collectives while the main thread
    does its own on other communicators) and discovery of rank / local rank;
    the shard group is the world until comm_set_groups. Errors of MPI itself
-   abort (MPI_ERRORS_ARE_FATAL), which ends every rank. */
+   end the rank as a failed collective does (comm_mpi_error: one line, the
+   flight record, exit 1; MPI_Abort ends the others). */
 static inline void comm_init(Comm* c, int* argc, char*** argv) {
     memset(c, 0, sizeof(*c));
     int provided = 0;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     c->thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     comm_lost_peer_install();   /* Open MPI's "peer hung up" ends a collective's wait at once (comm_watch.h) */
+    comm_mpi_errors_install();  /* an MPI call's error ends the rank with our line and exit 1 (comm_watch.h) */
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->world_size);
     MPI_Comm local;

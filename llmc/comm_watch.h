@@ -327,6 +327,103 @@ static inline void comm_wait_keepalive(double waited) {
    shard group cannot write the checkpoint (the abort follows as before);
    otherwise it writes it and ends the process itself. */
 static void (*comm_rescue_hook)(double waited) = NULL;
+/* The end of a rank whose collective failed (comm_watch_expired) or whose
+   MPI call failed (comm_mpi_error): line (kl characters so far, cap bytes)
+   gets the withdrawn promise of a pending signal's stop, is printed, the
+   flight record written (reason), rank 0 removes what a cut write left
+   half-written, the rescue hook runs (waited: seconds, for its bound), and
+   the rank ends with exit 1 (MPI_Abort unless a signal is pending).
+   Never returns. */
+static int comm_failing = 0;              /* a thread is in comm_fail_end */
+static __thread int comm_failing_here = 0; /* ... this one */
+static void comm_fail_end(char* line, size_t cap, int kl, int lost, double waited, const char* reason) {
+    CommWatch* w = &comm_watch;
+    __atomic_store_n(&comm_failing, 1, __ATOMIC_SEQ_CST);
+    comm_failing_here = 1;
+    /* a stop a signal promised (interrupt.h: "stopping at the end of step
+       N (checkpoint N, then exit 143)") cannot be kept now: said here, on
+       the rank that promised it (rank 0) and on every other that fails */
+    int sig = intr_pending(), ph = __atomic_load_n(&intr_state.phase, __ATOMIC_ACQUIRE);
+    int ck = __atomic_load_n(&intr_state.ckpt, __ATOMIC_RELAXED);
+    if (sig && kl > 0 && (size_t)kl < cap && (ph == INTR_STEP || ph == INTR_FORWARD || ph == INTR_WRITE)) {
+        char what_ck[80] = "";
+        if (ph == INTR_WRITE) snprintf(what_ck, sizeof(what_ck), "the checkpoint being written will not be complete and ");
+        else if (ck >= 0) snprintf(what_ck, sizeof(what_ck), "checkpoint %d will not be written and ", ck);
+        snprintf(line + kl, cap - (size_t)kl, "; %s's stop cannot be kept: a collective failed, so %sthe exit is 1, not %d%s",
+                 intr_signame(sig), what_ck, 128 + sig,
+                 comm_rescue_hook ? " (unless the rescue below writes the last completed step)" : "; resume with -y 1 from the latest complete checkpoint");
+    }
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+    /* nothing half-written (docs/faults.md, exit 1): a checkpoint or state
+       write this timeout cuts is never published, so rank 0, the one rank
+       that renames it, removes its .tmp and a model whose state is not
+       complete, as a second signal does (interrupt.h). The other ranks leave
+       them: rank 0 may have passed the write's completion check and renamed
+       it while their own wait for its answer ran out. (A make test beside a
+       busy loop on every core cut the link during checkpoint 15's write and
+       left model_00000015.bin.tmp.) */
+    if (w->rank == 0) intr_unlink_watched();
+    /* the launcher's SIGTERM finds the other thread still waiting later: its
+       notice (comm_notice_signal) must not replace this record, which names
+       the cause, by one that says only "SIGTERM" */
+    __atomic_store_n(&w->signal_reported, 1, __ATOMIC_SEQ_CST);
+    flight_dump(reason, line, comm_my_node(), w->step);
+    __atomic_store_n(&comm_lost_peer_off, 1, __ATOMIC_RELEASE);   /* the rescue's waits are among the survivors */
+    if (comm_rescue_hook) comm_rescue_hook(waited);
+    comm_wait_keepalive(waited);
+    if (!intr_pending()) comm_abort();
+    _exit(1);
+}
+
+/* MPI's own errors. Open MPI's default handler (MPI_ERRORS_ARE_FATAL)
+   ends a rank whose MPI call fails with a message of its own and the error
+   code as the exit status: exit 17 (MPI_ERR_INTERN) was seen from rank 0
+   when rank 1 was SIGKILLed during a SIGTERM stop under load (a call on a
+   connection the TCP transport had found closed, before the lost-peer
+   report ended the wait), with no line of the trainer's and the signal's
+   promise not withdrawn (tests/suites/net_faults.sh, 12-07). This handler,
+   set on MPI_COMM_WORLD right after MPI_Init (every communicator split or
+   duplicated from it inherits it), ends the rank as a failed collective
+   does (comm_fail_end): one line naming the error (MPI_Error_string), the
+   step, the collective when known and a lost peer when reported, the
+   withdrawn promise, the flight record, exit 1. An MPI error while another
+   thread is already ending the rank waits for that thread's exit; one in
+   the thread that is ending it (its rescue's calls) exits 1 at once.
+   Never returns. */
+static void comm_mpi_error(MPI_Comm* mc, int* code, ...) {
+    (void)mc;
+    CommWatch* w = &comm_watch;
+    char es[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(*code, es, &len);
+    char step[32] = "", cause[256] = "", line[3072];
+    if (w->step > 0) snprintf(step, sizeof(step), " (step %d)", w->step);
+    int lost = comm_peer_lost();
+    if (lost)
+        snprintf(cause, sizeof(cause), ", %.1f s after Open MPI reported a lost peer (\"peer hung up\": a peer process died)",
+                 wall_seconds() - comm_lost_peer_t);
+    char hint[600] = "";
+    if (lost) snprintf(hint, sizeof(hint), "; if a node is gone, resume on the remaining nodes with -y 1 (docs/faults.md)");
+    if (flight.K && flight.dir[0])
+        snprintf(hint + strlen(hint), sizeof(hint) - strlen(hint), "; where every rank stopped: python3 dev/flight.py %s",
+                 w->out_dir ? w->out_dir : "OUT");
+    int kl = snprintf(line, sizeof(line), "error (rank %d, node %s): an MPI call%s%s%s failed%s: %s (MPI error %d)%s",
+                      w->rank, comm_my_node(), comm_ctx_what ? " of the " : "", comm_ctx_what ? comm_ctx_what : "", step, cause, es, *code, hint);
+    if (__atomic_load_n(&comm_failing, __ATOMIC_SEQ_CST)) {
+        if (comm_failing_here) { fprintf(stderr, "%s\n", line); fflush(stderr); _exit(1); }
+        for (;;) pause();   /* the thread in comm_fail_end ends the rank */
+    }
+    comm_fail_end(line, sizeof(line), kl, lost, 0.0, lost ? "lost peer" : "MPI error");
+}
+
+/* comm_mpi_error on MPI_COMM_WORLD (and so on every communicator made from
+   it later). Call right after MPI_Init. */
+static inline void comm_mpi_errors_install(void) {
+    MPI_Errhandler eh;
+    if (MPI_Comm_create_errhandler(comm_mpi_error, &eh) == MPI_SUCCESS) MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh);
+}
+
 static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, int recv, const char* what, double waited) {
     CommWatch* w = &comm_watch;
     char list[1024] = "", others[512] = "";
@@ -355,40 +452,7 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
              w->rank, comm_my_node(), what, unit, step, cause, solo,
              list[0] ? (recv ? (nmiss > 1 ? "no data from ranks " : "no data from rank ") : (nmiss > 1 ? "ranks " : "rank ")) : "a rank of the communicator did not take part",
              list, list[0] && !recv ? " did not take this rank's data" : "", w->timeout_s, hint);
-    /* a stop a signal promised (interrupt.h: "stopping at the end of step
-       N (checkpoint N, then exit 143)") cannot be kept now: said here, on
-       the rank that promised it (rank 0) and on every other that fails */
-    int sig = intr_pending(), ph = __atomic_load_n(&intr_state.phase, __ATOMIC_ACQUIRE);
-    int ck = __atomic_load_n(&intr_state.ckpt, __ATOMIC_RELAXED);
-    if (sig && kl > 0 && (size_t)kl < sizeof(line) && (ph == INTR_STEP || ph == INTR_FORWARD || ph == INTR_WRITE)) {
-        char what_ck[80] = "";
-        if (ph == INTR_WRITE) snprintf(what_ck, sizeof(what_ck), "the checkpoint being written will not be complete and ");
-        else if (ck >= 0) snprintf(what_ck, sizeof(what_ck), "checkpoint %d will not be written and ", ck);
-        snprintf(line + kl, sizeof(line) - (size_t)kl, "; %s's stop cannot be kept: a collective failed, so %sthe exit is 1, not %d%s",
-                 intr_signame(sig), what_ck, 128 + sig,
-                 comm_rescue_hook ? " (unless the rescue below writes the last completed step)" : "; resume with -y 1 from the latest complete checkpoint");
-    }
-    fprintf(stderr, "%s\n", line);
-    fflush(stderr);
-    /* nothing half-written (docs/faults.md, exit 1): a checkpoint or state
-       write this timeout cuts is never published, so rank 0, the one rank
-       that renames it, removes its .tmp and a model whose state is not
-       complete, as a second signal does (interrupt.h). The other ranks leave
-       them: rank 0 may have passed the write's completion check and renamed
-       it while their own wait for its answer ran out. (A make test beside a
-       busy loop on every core cut the link during checkpoint 15's write and
-       left model_00000015.bin.tmp.) */
-    if (w->rank == 0) intr_unlink_watched();
-    /* the launcher's SIGTERM finds the other thread still waiting later: its
-       notice (comm_notice_signal) must not replace this record, which names
-       the cause, by one that says only "SIGTERM" */
-    __atomic_store_n(&w->signal_reported, 1, __ATOMIC_SEQ_CST);
-    flight_dump(lost ? "lost peer" : "collective timeout", line, comm_my_node(), w->step);
-    __atomic_store_n(&comm_lost_peer_off, 1, __ATOMIC_RELEASE);   /* the rescue's waits are among the survivors */
-    if (comm_rescue_hook) comm_rescue_hook(waited);
-    comm_wait_keepalive(waited);
-    if (!intr_pending()) comm_abort();
-    _exit(1);
+    comm_fail_end(line, sizeof(line), kl, lost, waited, lost ? "lost peer" : "collective timeout");
 }
 
 /* A signal (interrupt.h) while this rank waits: once the wait has lasted a

@@ -253,6 +253,8 @@ static inline int MPI_Group_translate_ranks(MPI_Group a, int n, const int* in, M
     for (int i = 0; i < n; i++) out[i] = in[i];
     return MPI_SUCCESS;
 }
+typedef void MPI_Comm_errhandler_function(MPI_Comm*, int*, ...);
+static inline int MPI_Comm_create_errhandler(MPI_Comm_errhandler_function* f, MPI_Errhandler* e) { (void)f; *e = 0; return MPI_SUCCESS; }
 static inline int MPI_Comm_set_errhandler(MPI_Comm c, MPI_Errhandler e) { (void)c; (void)e; return MPI_SUCCESS; }
 static inline int MPI_Finalize(void) { llmc_mpi_finalized = 1; return MPI_SUCCESS; }
 

@@ -30,6 +30,13 @@
 #     check, exit 1, and nothing half-written: no .tmp, no model_00000010.bin
 #     without its state, the step-5 pair kept (docs/faults.md: exit 1 leaves
 #     nothing half-written; before 2026-12-07 the .tmp stayed).
+#  6. an MPI call that fails (test hook LLMC_TEST_MPI_ERROR=0:3: rank 0
+#     sends to a rank that does not exist, MPI_ERR_RANK) ends as a failed
+#     collective does (comm_mpi_error, llmc/comm_watch.h), not by Open MPI's
+#     default handler (its message and the error code as the exit status:
+#     exit 17, MPI_ERR_INTERN, came that way from a dead peer's socket under
+#     load on 12-07): rank 0's one line names the call's error and the step,
+#     mpirun exits 1, rank 0's flight record gives the reason "MPI error".
 # Usage: bash tests/suites/faults.sh   (TRAIN_GPT=path to test another binary;
 # KEEP=1 keeps the temporary directory). Last line: "N passed, M failed".
 set -u
@@ -183,5 +190,15 @@ for ph in checkpoint state; do
     ok "a collective timeout in the $ph write of step 10 (rank 1 held there): rank 0 names the completion check, exit $rc, no .tmp, no model 10 without its state, the step-5 pair kept"
   else bad "a collective timeout in the $ph write of step 10: exit $rc; left: $(ls "$C" | tr '\n' ' ')"; grep -m2 "^error" "$tmp/cto_$ph.out" | cut -c1-200; fi
 done
+
+
+# 6. an MPI call's error: the trainer's line and exit 1, not Open MPI's abort
+M="$tmp/mpierr"
+LLMC_TEST_MPI_ERROR=0:3 timeout 120 $MPIRUN -np 2 -x LLMC_TEST_MPI_ERROR "$TRAIN" $TINY -z 1 -x 6 -o "$M" > "$tmp/mpierr.out" 2>&1; rc=$?
+line=$(grep -m1 "^error (rank 0" "$tmp/mpierr.out")
+if [ $rc -eq 1 ] && echo "$line" | grep -q "^error (rank 0, node [^)]*): an MPI call (step 3) failed: MPI_ERR_RANK: invalid rank (MPI error [0-9]*)" \
+   && ! grep -q "MPI_ERRORS_ARE_FATAL" "$tmp/mpierr.out" && python3 dev/flight.py "$M" 2>/dev/null | grep -q "rank 0: MPI error"; then
+  ok "an MPI call's error (rank 0, MPI_ERR_RANK in step 3): exit 1, the trainer's line: ${line:0:160}; rank 0's flight record says 'MPI error'"
+else bad "an MPI call's error: exit $rc, line '${line:0:200}'; Open MPI's own handler: $(grep -c MPI_ERRORS_ARE_FATAL "$tmp/mpierr.out") lines; flight: $(python3 dev/flight.py "$M" 2>&1 | head -1)"; fi
 
 summary
