@@ -17,6 +17,10 @@
 #include "common.h"
 #include "matmul_bf16.h"   /* the bf16 program's buffers and epilogue (empty in the fp32 program) */
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #ifdef LLMC_BF16
 /* ------------------------------------------------------------------------ */
 /* --invariant 1 on oneDNN's bf16 matmul primitive (the bf16 program, the
@@ -45,6 +49,8 @@
 typedef struct {
     int valid, batch, M, N, K, has_bias, accumulate, f32dst;
     int pack;                        /* 1: B runs in the primitive's own layout, packed by cpu_inv_plan_pack; 0: B dense as stored */
+    int vnni;                        /* the packed layout is BA16a64b2a (cpu_inv_pack_vnni packs it): 1 */
+    long long kp, np;                /* the packed B's padded dims (K, N) */
     float alpha;                     /* output scale */
     long long sa[3], sb[3], sc[3];   /* element strides (batch, row, column) of op(A) (M,K), op(B) (K,N) as stored plain, C (M,N) */
     unsigned long long used;         /* the call that last took it (not evicted while in use) */
@@ -219,6 +225,18 @@ static CpuInvPlan* cpu_inv_plan3(int batch, int M, int N, int K, float alpha, co
     p->smd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_scratchpad_md, 0);
     p->bmd = dnnl_primitive_desc_query_md(p->pd, dnnl_query_weights_md, 0);
     p->bbytes = dnnl_memory_desc_get_size(p->bmd);
+    {   /* the layout the bf16 brgemm asks for at avx512_core_bf16 (and AMX):
+           "BA16a64b2a", packed by our own loop where it is that one */
+        const dnnl_memory_desc_t* m = p->bmd;
+        const dnnl_blocking_desc_t* bk = &m->format_desc.blocking;
+        p->vnni = batch <= 1 && m->ndims == 2 && m->format_kind == dnnl_blocked && m->extra.flags == 0 && bk->inner_nblks == 3 &&
+                  bk->inner_blks[0] == 16 && bk->inner_idxs[0] == 0 && bk->inner_blks[1] == 64 && bk->inner_idxs[1] == 1 &&
+                  bk->inner_blks[2] == 2 && bk->inner_idxs[2] == 0 && m->padded_dims[0] % 32 == 0 && m->padded_dims[1] % 64 == 0 &&
+                  bk->strides[0] == 2048 && bk->strides[1] == m->padded_dims[0] / 32 * 2048 && m->offset0 == 0 &&
+                  sb[2] == 1 && p->bbytes == (size_t)m->padded_dims[0] * (size_t)m->padded_dims[1] * 2;
+        p->kp = m->padded_dims[0];
+        p->np = m->padded_dims[1];
+    }
     cpu_gemm_check(dnnl_reorder_primitive_desc_create(&p->rpd, &bplain, cpu_gemm_state.engine, p->bmd, cpu_gemm_state.engine, NULL),
                    "reorder primitive_desc_create");
     cpu_gemm_check(dnnl_primitive_create(&p->reorder, p->rpd), "reorder primitive_create");
@@ -238,9 +256,61 @@ static CpuInvPlan* cpu_inv_plan(int M, int N, int K, const long long* sa, const 
     return cpu_inv_plan3(1, M, N, K, 1.0f, a3, b3, c3, has_bias, accumulate, f32dst, pack);
 }
 
+/* dst <- B (K, N) bf16, rows ldb elements apart, in oneDNN's blocked
+   layout "BA16a64b2a" with padded dims (Kp, Np) (Kp a multiple of 32, Np of
+   64; zeros in the padding): block (kb, nb) of 32 rows x 64 columns at
+   (nb * Kp / 32 + kb) * 2048 elements, and in it element (k, n) at
+   (k % 32 / 2) * 128 + (n % 64) * 2 + k % 2: row pairs interleaved, the
+   layout oneDNN's bf16 brgemm reads B in (oneDNN's memory_desc blocking:
+   inner blocks 16a, 64b, 2a). Exact (a copy); tests/unit/test_kernels.c
+   compares it with oneDNN's reorder byte for byte. Threaded over the
+   column blocks; serial code. (oneDNN's generic reorder kernel took 162
+   thread-ms a step at 124M with --invariant 1 on a Zen 4, twice what the
+   plain product's own copy of B took.) */
+static void cpu_inv_pack_vnni(uint16_t* dst, const uint16_t* B, long long ldb, int K, int N, long long Kp, long long Np) {
+    const long long nbk = Kp / 32, nbn = Np / 64;
+#pragma omp parallel for schedule(static)
+    for (long long nb = 0; nb < nbn; nb++) {
+        const int n0 = (int)(nb * 64), nw = N - n0 < 64 ? (N - n0 > 0 ? N - n0 : 0) : 64;
+        for (long long kb = 0; kb < nbk; kb++) {
+            uint16_t* o = dst + (size_t)(nb * nbk + kb) * 2048;
+            for (int kp = 0; kp < 16; kp++) {
+                const int k = (int)(kb * 32) + 2 * kp;
+                const uint16_t* r0 = k < K ? B + (size_t)k * (size_t)ldb + n0 : NULL;
+                const uint16_t* r1 = k + 1 < K ? B + (size_t)(k + 1) * (size_t)ldb + n0 : NULL;
+                uint16_t* q = o + kp * 128;
+                int n = 0;
+#if defined(__AVX2__)
+                if (r0 && r1 && nw == 64)
+                    for (; n < 64; n += 16) {
+                        __m256i a = _mm256_loadu_si256((const __m256i*)(r0 + n)), b = _mm256_loadu_si256((const __m256i*)(r1 + n));
+                        __m256i lo = _mm256_unpacklo_epi16(a, b), hi = _mm256_unpackhi_epi16(a, b);
+                        _mm256_storeu_si256((__m256i*)(q + 2 * n), _mm256_permute2x128_si256(lo, hi, 0x20));
+                        _mm256_storeu_si256((__m256i*)(q + 2 * n + 16), _mm256_permute2x128_si256(lo, hi, 0x31));
+                    }
+#endif
+                for (; n < 64; n++) {
+                    q[2 * n] = r0 && n < nw ? r0[n] : 0;
+                    q[2 * n + 1] = r1 && n < nw ? r1[n] : 0;
+                }
+            }
+        }
+    }
+}
+
 /* dst (p->bbytes bytes) <- B (stored plain, strides p->sb) in the layout
-   plan p runs: exact (a oneDNN reorder, threaded by oneDNN); serial code */
+   plan p runs: exact (cpu_inv_pack_vnni where the layout is BA16a64b2a,
+   else a oneDNN reorder, threaded by oneDNN); serial code */
+static void cpu_inv_plan_pack_reorder(const CpuInvPlan* p, const void* B, void* dst);
 static void cpu_inv_plan_pack(const CpuInvPlan* p, const void* B, void* dst) {
+    static int reorder = -1;   /* LLMC_INV_PACK_REORDER=1: oneDNN's reorder always (for measurements) */
+    if (reorder < 0) reorder = getenv("LLMC_INV_PACK_REORDER") && getenv("LLMC_INV_PACK_REORDER")[0] == '1';
+    if (p->vnni && !reorder) cpu_inv_pack_vnni((uint16_t*)dst, (const uint16_t*)B, p->sb[1], p->K, p->N, p->kp, p->np);
+    else cpu_inv_plan_pack_reorder(p, B, dst);
+}
+
+/* the same by oneDNN's reorder (threaded by oneDNN); serial code */
+static void cpu_inv_plan_pack_reorder(const CpuInvPlan* p, const void* B, void* dst) {
     cpu_gemm_check(dnnl_memory_set_data_handle(p->rsrc, (void*)B), "set_data_handle");
     cpu_gemm_check(dnnl_memory_set_data_handle(p->rdst, dst), "set_data_handle");
     dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, p->rsrc}, {DNNL_ARG_TO, p->rdst}};
