@@ -49,7 +49,8 @@
 typedef struct {
     int valid, batch, M, N, K, has_bias, accumulate, f32dst;
     int pack;                        /* 1: B runs in the primitive's own layout, packed by cpu_inv_plan_pack; 0: B dense as stored */
-    int vnni;                        /* the packed layout is BA16a64b2a (cpu_inv_pack_vnni packs it): 1 */
+    int vnni;                        /* the packed layout is BA16a64b2a and B's rows dense (cpu_inv_pack_vnni packs it): 1;
+                                        2: that layout, B stored transposed (columns dense: cpu_inv_pack_vnni_t) */
     long long kp, np;                /* the packed B's padded dims (K, N) */
     float alpha;                     /* output scale */
     long long sa[3], sb[3], sc[3];   /* element strides (batch, row, column) of op(A) (M,K), op(B) (K,N) as stored plain, C (M,N) */
@@ -233,7 +234,8 @@ static CpuInvPlan* cpu_inv_plan3(int batch, int M, int N, int K, float alpha, co
                   bk->inner_blks[0] == 16 && bk->inner_idxs[0] == 0 && bk->inner_blks[1] == 64 && bk->inner_idxs[1] == 1 &&
                   bk->inner_blks[2] == 2 && bk->inner_idxs[2] == 0 && m->padded_dims[0] % 32 == 0 && m->padded_dims[1] % 64 == 0 &&
                   bk->strides[0] == 2048 && bk->strides[1] == m->padded_dims[0] / 32 * 2048 && m->offset0 == 0 &&
-                  sb[2] == 1 && p->bbytes == (size_t)m->padded_dims[0] * (size_t)m->padded_dims[1] * 2;
+                  p->bbytes == (size_t)m->padded_dims[0] * (size_t)m->padded_dims[1] * 2;
+        p->vnni = !p->vnni ? 0 : sb[2] == 1 ? 1 : sb[1] == 1 ? 2 : 0;
         p->kp = m->padded_dims[0];
         p->np = m->padded_dims[1];
     }
@@ -298,14 +300,69 @@ static void cpu_inv_pack_vnni(uint16_t* dst, const uint16_t* B, long long ldb, i
     }
 }
 
+/* cpu_inv_pack_vnni for B stored transposed: B (K, N) with B[k][n] at
+   W[n * ldw + k] (the forward's weights, (OC, C) row-major: K = C, N = OC).
+   The row pairs of B are 32-bit words of W's rows, so each 32 x 64 block is
+   a 64 x 16 transpose of 32-bit words (AVX2: 8 x 8 at a time). Same layout,
+   exact, threaded over the column blocks; serial code. */
+static void cpu_inv_pack_vnni_t(uint16_t* dst, const uint16_t* W, long long ldw, int K, int N, long long Kp, long long Np) {
+    const long long nbk = Kp / 32, nbn = Np / 64;
+#pragma omp parallel for schedule(static)
+    for (long long nb = 0; nb < nbn; nb++) {
+        const int n0 = (int)(nb * 64);
+        for (long long kb = 0; kb < nbk; kb++) {
+            uint16_t* o = dst + (size_t)(nb * nbk + kb) * 2048;
+            const int k0 = (int)(kb * 32);
+            int done = 0;
+#if defined(__AVX2__)
+            if (n0 + 64 <= N && k0 + 32 <= K && ldw % 2 == 0 && ((uintptr_t)W & 3) == 0) {
+                uint32_t* q = (uint32_t*)o;   /* q[kp * 64 + n] = pair kp of row n0 + n */
+                for (int nn = 0; nn < 64; nn += 8)
+                    for (int kk = 0; kk < 16; kk += 8) {
+                        __m256i r[8], t[8];
+                        for (int i = 0; i < 8; i++)
+                            r[i] = _mm256_loadu_si256((const __m256i*)(W + (size_t)(n0 + nn + i) * (size_t)ldw + k0 + 2 * kk));
+                        for (int i = 0; i < 8; i += 2) {
+                            t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+                            t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+                        }
+                        for (int i = 0; i < 8; i += 4) {
+                            r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+                            r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+                            r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+                            r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+                        }
+                        /* r[0..3]: columns 0,1,2,3 (low lane) and 4,5,6,7 (high lane) of rows 0-3; r[4..7] of rows 4-7 */
+                        for (int i = 0; i < 4; i++) {
+                            __m256i lo = _mm256_permute2x128_si256(r[i], r[i + 4], 0x20);
+                            __m256i hi = _mm256_permute2x128_si256(r[i], r[i + 4], 0x31);
+                            _mm256_storeu_si256((__m256i*)(q + (size_t)(kk + i) * 64 + nn), lo);
+                            _mm256_storeu_si256((__m256i*)(q + (size_t)(kk + i + 4) * 64 + nn), hi);
+                        }
+                    }
+                done = 1;
+            }
+#endif
+            if (!done)
+                for (int kp = 0; kp < 16; kp++)
+                    for (int n = 0; n < 64; n++)
+                        for (int j = 0; j < 2; j++) {
+                            int k = k0 + 2 * kp + j;
+                            o[kp * 128 + n * 2 + j] = k < K && n0 + n < N ? W[(size_t)(n0 + n) * (size_t)ldw + k] : 0;
+                        }
+        }
+    }
+}
+
 /* dst (p->bbytes bytes) <- B (stored plain, strides p->sb) in the layout
-   plan p runs: exact (cpu_inv_pack_vnni where the layout is BA16a64b2a,
+   plan p runs: exact (cpu_inv_pack_vnni / _t where the layout is BA16a64b2a,
    else a oneDNN reorder, threaded by oneDNN); serial code */
 static void cpu_inv_plan_pack_reorder(const CpuInvPlan* p, const void* B, void* dst);
 static void cpu_inv_plan_pack(const CpuInvPlan* p, const void* B, void* dst) {
     static int reorder = -1;   /* LLMC_INV_PACK_REORDER=1: oneDNN's reorder always (for measurements) */
     if (reorder < 0) reorder = getenv("LLMC_INV_PACK_REORDER") && getenv("LLMC_INV_PACK_REORDER")[0] == '1';
-    if (p->vnni && !reorder) cpu_inv_pack_vnni((uint16_t*)dst, (const uint16_t*)B, p->sb[1], p->K, p->N, p->kp, p->np);
+    if (p->vnni == 1 && !reorder) cpu_inv_pack_vnni((uint16_t*)dst, (const uint16_t*)B, p->sb[1], p->K, p->N, p->kp, p->np);
+    else if (p->vnni == 2 && !reorder) cpu_inv_pack_vnni_t((uint16_t*)dst, (const uint16_t*)B, p->sb[2], p->K, p->N, p->kp, p->np);
     else cpu_inv_plan_pack_reorder(p, B, dst);
 }
 
@@ -695,8 +752,13 @@ static void cpu_inv_gemm_rows_prim(floatX* C, const floatX* A, const floatX* W, 
     const int R = cpu_inv_rows(cpu_inv_T), nr = N / R;
     cpu_inv_prim.call++;
     const long long sa[2] = {K, 1}, sb[2] = {tb ? 1 : OC, tb ? K : 1}, sc[2] = {OC, 1};
-    const int pk = !tb;
-    CpuInvPlan* p = cpu_inv_plan(R, OC, K, sa, sb, sc, bias != NULL, accumulate, 0, pk);
+    /* B packed once per call (W's rows for dinp; for the forward, W stored
+       (OC,K), only where our transposing loop knows the layout: oneDNN's
+       reorder of that layout was slower than the primitive's own copy of B
+       in every tile, 124M on a Zen 4) */
+    int pk = 1;
+    CpuInvPlan* p = cpu_inv_plan(R, OC, K, sa, sb, sc, bias != NULL, accumulate, 0, 1);
+    if (tb && p->vnni != 2) { pk = 0; p = cpu_inv_plan(R, OC, K, sa, sb, sc, bias != NULL, accumulate, 0, 0); }
     void* wp = (void*)W;
     if (pk) { wp = cpu_inv_pack_buf(p->bbytes); cpu_inv_plan_pack(p, W, wp); }
 #pragma omp parallel

@@ -1047,20 +1047,21 @@ static floatX* ew_dup(const floatX* x, size_t n) {
    reorder into the layout the plan's primitive asks for, byte for byte,
    padding included; shapes with K and N off the 32 x 64 blocks. Only where
    the primitive runs and asks for that layout (else skipped, counted). */
-static void test_inv_pack(int K, int N, int ldb) {
+static void test_inv_pack(int K, int N, int ldb, int trans) {
     char nm[128];
-    snprintf(nm, sizeof(nm), "invariant pack K%d N%d ldb%d: our loop = oneDNN's reorder", K, N, ldb);
+    snprintf(nm, sizeof(nm), "invariant pack K%d N%d ld%d%s: our loop = oneDNN's reorder", K, N, ldb, trans ? " (B stored transposed)" : "");
     const char* skip = cpu_isa_skip_reason(CPU_ISA_AVX512_BF16);
     if (skip) { check_skip(nm, skip); return; }
-    const long long sa[2] = {K, 1}, sb[2] = {ldb, 1}, sc[2] = {N, 1};
+    const long long sa[2] = {K, 1}, sb[2] = {trans ? 1 : ldb, trans ? ldb : 1}, sc[2] = {N, 1};
     CpuInvPlan* p = cpu_inv_plan(64, N, K, sa, sb, sc, 0, 0, 0, 1);
-    if (!p->vnni) { check_skip(nm, "skipped (the primitive asks for another layout than BA16a64b2a here)"); return; }
-    floatX* B = ew_rand((size_t)K * ldb, 1.0);
+    if (p->vnni != 1 + trans) { check_skip(nm, "skipped (the primitive asks for another layout than BA16a64b2a here)"); return; }
+    floatX* B = ew_rand((size_t)(trans ? N : K) * ldb, 1.0);
     unsigned char* a = (unsigned char*)malloc(p->bbytes);
     unsigned char* b = (unsigned char*)malloc(p->bbytes);
     memset(a, 0x5a, p->bbytes);
     memset(b, 0xa5, p->bbytes);
-    cpu_inv_pack_vnni((uint16_t*)a, (const uint16_t*)B, ldb, K, N, p->kp, p->np);
+    if (trans) cpu_inv_pack_vnni_t((uint16_t*)a, (const uint16_t*)B, ldb, K, N, p->kp, p->np);
+    else cpu_inv_pack_vnni((uint16_t*)a, (const uint16_t*)B, ldb, K, N, p->kp, p->np);
     cpu_inv_plan_pack_reorder(p, B, b);
     check_true(nm, memcmp(a, b, p->bbytes) == 0);
     free(B); free(a); free(b);
@@ -1270,10 +1271,14 @@ int main(int argc, char** argv) {
     test_elementwise_levels(2, 7, 12, 3, 37);
     test_elementwise_levels(3, 67, 200, 4, 1003);
 #ifdef LLMC_BF16
-    test_inv_pack(3072, 768, 768);
-    test_inv_pack(768, 2304, 2304);
-    test_inv_pack(70, 100, 130);    /* K and N off the blocks: padding */
-    test_inv_pack(64, 37, 37);
+    test_inv_pack(3072, 768, 768, 0);
+    test_inv_pack(768, 2304, 2304, 0);
+    test_inv_pack(70, 100, 130, 0);    /* K and N off the blocks: padding */
+    test_inv_pack(64, 37, 37, 0);
+    test_inv_pack(768, 2304, 768, 1);  /* the forward's W (OC,K) */
+    test_inv_pack(3072, 768, 3072, 1);
+    test_inv_pack(70, 100, 71, 1);     /* odd K: the last pair half padding */
+    test_inv_pack(96, 130, 96, 1);
 #endif
 #ifdef LLMC_BF16
     /* the other implementation of cpu_gemm_bf16 (matmul_bf16.h) and of the
