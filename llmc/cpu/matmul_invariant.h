@@ -38,8 +38,9 @@
    The operands are dense (oneDNN 2.6's brgemm matmul takes nothing else; a
    strided tile falls to its gemm:jit, which mallocs its packing buffers on
    every call), and B is in the layout the primitive asks for (format
-   "any"), packed from its plain layout (strides sb) by a oneDNN reorder
-   once per product (cpu_inv_plan_pack: exact, a copy), not once per tile.
+   "any"), packed from its plain layout (strides sb) once per product, not
+   once per tile (cpu_inv_plan_pack: exact, a copy; our loops for the
+   BA16a64b2a layout, cpu_inv_pack_vnni / _t, else a oneDNN reorder).
    One primitive per shape is shared by the threads (a primitive is
    immutable; user scratchpad mode is thread-safe when no two executions
    share a scratchpad: oneDNN's dnnl_scratchpad_mode_t documentation), each
