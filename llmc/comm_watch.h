@@ -327,6 +327,15 @@ static inline void comm_wait_keepalive(double waited) {
    shard group cannot write the checkpoint (the abort follows as before);
    otherwise it writes it and ends the process itself. */
 static void (*comm_rescue_hook)(double waited) = NULL;
+/* appends "; where every rank stopped: python3 dev/flight.py OUT" to
+   hint (n bytes) where flight records are on: the error lines' pointer to
+   dev/flight.py */
+static inline void comm_flight_hint(char* hint, size_t n) {
+    if (flight.K && flight.dir[0])
+        snprintf(hint + strlen(hint), n - strlen(hint), "; where every rank stopped: python3 dev/flight.py %s",
+                 comm_watch.out_dir ? comm_watch.out_dir : "OUT");
+}
+
 /* The end of a rank whose collective failed (comm_watch_expired) or whose
    MPI call failed (comm_mpi_error): line (kl characters so far, cap bytes)
    gets the withdrawn promise of a pending signal's stop, is printed, the
@@ -405,9 +414,7 @@ static void comm_mpi_error(MPI_Comm* mc, int* code, ...) {
                  wall_seconds() - comm_lost_peer_t);
     char hint[600] = "";
     if (lost) snprintf(hint, sizeof(hint), "; if a node is gone, resume on the remaining nodes with -y 1 (docs/faults.md)");
-    if (flight.K && flight.dir[0])
-        snprintf(hint + strlen(hint), sizeof(hint) - strlen(hint), "; where every rank stopped: python3 dev/flight.py %s",
-                 w->out_dir ? w->out_dir : "OUT");
+    comm_flight_hint(hint, sizeof(hint));
     int kl = snprintf(line, sizeof(line), "error (rank %d, node %s): an MPI call%s%s%s failed%s: %s (MPI error %d)%s",
                       w->rank, comm_my_node(), comm_ctx_what ? " of the " : "", comm_ctx_what ? comm_ctx_what : "", step, cause, es, *code, hint);
     if (__atomic_load_n(&comm_failing, __ATOMIC_SEQ_CST)) {
@@ -436,9 +443,7 @@ static inline void comm_watch_expired(MPI_Comm mc, int n, const char* missing, i
     if (others[0] && recv)
         snprintf(hint, sizeof(hint), "; if node%s %s %s gone, resume on the remaining nodes with -y 1 (docs/faults.md)",
                  strchr(others, ',') ? "s" : "", others, strchr(others, ',') ? "are" : "is");
-    if (flight.K && flight.dir[0])
-        snprintf(hint + strlen(hint), sizeof(hint) - strlen(hint), "; where every rank stopped: python3 dev/flight.py %s",
-                 w->out_dir ? w->out_dir : "OUT");
+    comm_flight_hint(hint, sizeof(hint));
     char line[3072], solo[400] = "";
     if (comm_solo_what && !flight_thread)
         snprintf(solo, sizeof(solo), " while rank 0 was %.300s (a bound of %.0f s for that work)", comm_solo_what, comm_wait_limit());
